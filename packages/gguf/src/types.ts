@@ -1,0 +1,66 @@
+/** GGUF metadata value types, as numbered in the file format. */
+export enum GgufValueType {
+  UINT8 = 0,
+  INT8 = 1,
+  UINT16 = 2,
+  INT16 = 3,
+  UINT32 = 4,
+  INT32 = 5,
+  FLOAT32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  UINT64 = 10,
+  INT64 = 11,
+  FLOAT64 = 12,
+}
+
+/**
+ * An array value. `items` holds plain JS values: numbers for 8/16/32-bit ints
+ * and floats, bigint for 64-bit ints, boolean, string, or nested GgufArray.
+ * Implementations may back numeric arrays with typed arrays and string arrays
+ * lazily; callers only rely on `length`, indexing via `at(i)`, and `toArray()`.
+ */
+export interface GgufArray {
+  readonly kind: "array";
+  readonly itemType: GgufValueType;
+  readonly length: number;
+  at(index: number): GgufValue;
+  toArray(): GgufValue[];
+}
+
+export type GgufValue = number | bigint | boolean | string | GgufArray;
+
+/** One metadata entry with its on-disk type kept, so a rewrite is byte-identical. */
+export interface GgufKv {
+  readonly key: string;
+  readonly type: GgufValueType;
+  readonly value: GgufValue;
+}
+
+/** Random-access bytes: a local file, a buffer, or a browser Blob. */
+export interface ByteSource {
+  /** For errors: a path, "<buffer>", or the Blob's name. */
+  readonly name: string;
+  readonly size: number;
+  read(offset: number, length: number): Promise<Uint8Array>;
+  close?(): Promise<void>;
+}
+
+/** Where a tensor's bytes come from. */
+export type TensorData =
+  /** An untouched byte range of a source (e.g. the original file). */
+  | { readonly kind: "range"; readonly source: ByteSource; readonly offset: number; readonly length: number }
+  /** Bytes already in memory. */
+  | { readonly kind: "bytes"; readonly bytes: Uint8Array }
+  /** Bytes produced on demand (e.g. a conversion over source ranges). `length` is exact. */
+  | { readonly kind: "computed"; readonly length: number; readonly label: string; produce(): Promise<Uint8Array> };
+
+export interface GgufTensor {
+  name: string;
+  /** ggml type number (see GgmlType). */
+  type: number;
+  /** ggml order: shape[0] is the fastest-varying dimension (ne[0]). */
+  shape: number[];
+  data: TensorData;
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds llama-server, llama-mtmd-cli and llama-quantize from the llama.cpp source
+# that node-llama-cpp ships as a git bundle. The result is cached outside the
+# checkout, keyed by the bundle's commit, so CI and later sessions reuse it.
+# Prints the bin directory on stdout.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+bundle=${LLAMA_BUNDLE:-$(node -e 'console.log(require("path").join(require.resolve("node-llama-cpp/package.json", {paths:[process.argv[1]]}), "..", "llama", "gitRelease.bundle"))' "$root/packages/testkit")}
+[ -f "$bundle" ] || { echo "build-llama-tools: no bundle at $bundle (run npm ci first)" >&2; exit 1; }
+
+commit=$(git bundle list-heads "$bundle" | awk '$2=="HEAD"{print $1; exit}')
+[ -n "$commit" ] || commit=$(git bundle list-heads "$bundle" | awk '{print $1; exit}')
+cache=${OLLAMA_COMPAT_CACHE:-$HOME/.cache/ollama-compat}/llama.cpp/$commit
+bin=$cache/bin
+targets=(llama-server llama-mtmd-cli llama-quantize)
+
+have_all() { for t in "${targets[@]}"; do [ -x "$bin/$t" ] || return 1; done; }
+if have_all; then echo "$bin"; exit 0; fi
+
+mkdir -p "$cache"
+exec 9>"$cache/.lock"
+flock 9
+if have_all; then echo "$bin"; exit 0; fi
+
+src=$cache/src
+if [ ! -d "$src/.git" ]; then
+  rm -rf "$src"
+  git clone -q "$bundle" "$src" >&2
+  git -C "$src" checkout -q "$commit" >&2
+fi
+
+launcher=()
+command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S "$src" -B "$cache/build" -DCMAKE_BUILD_TYPE=Release \
+  -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=ON \
+  "${launcher[@]}" >&2
+cmake --build "$cache/build" -j "$(nproc)" --target "${targets[@]}" >&2
+
+mkdir -p "$bin.tmp"
+for t in "${targets[@]}"; do cp "$cache/build/bin/$t" "$bin.tmp/"; done
+rm -rf "$bin"; mv "$bin.tmp" "$bin"
+echo "$bin"

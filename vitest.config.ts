@@ -1,0 +1,25 @@
+import { defineConfig } from "vitest/config";
+import { fileURLToPath } from "node:url";
+
+const pkg = (name: string) => fileURLToPath(new URL(`./packages/${name}/src/index.ts`, import.meta.url));
+
+// Tests run against the TypeScript sources, so no build is needed before `npm test`.
+export const compatAliases = {
+  "@compat/gguf": pkg("gguf"),
+  "@compat/tensor-ops": pkg("tensor-ops"),
+  "@compat/handlers": pkg("handlers"),
+  "@compat/clip": pkg("clip"),
+  "@compat/cli": pkg("cli"),
+  "@compat/server-bridge": pkg("server-bridge"),
+  "@compat/testkit": pkg("testkit"),
+};
+
+export default defineConfig({
+  resolve: { alias: compatAliases },
+  test: {
+    include: ["packages/*/test/**/*.test.ts"],
+    testTimeout: 60_000,
+    hookTimeout: 600_000,
+    pool: "forks",
+  },
+});
