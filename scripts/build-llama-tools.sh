@@ -6,7 +6,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-bundle=${LLAMA_BUNDLE:-$(node -e 'console.log(require("path").join(require.resolve("node-llama-cpp/package.json", {paths:[process.argv[1]]}), "..", "llama", "gitRelease.bundle"))' "$root/packages/testkit")}
+# node-llama-cpp exports no package.json, so resolve its entry (dist/index.js) and go up.
+bundle=${LLAMA_BUNDLE:-$(node -e 'const p=require("path"); console.log(p.join(p.dirname(require.resolve("node-llama-cpp", {paths:[process.argv[1]]})), "..", "llama", "gitRelease.bundle"))' "$root/packages/testkit")}
 [ -f "$bundle" ] || { echo "build-llama-tools: no bundle at $bundle (run npm ci first)" >&2; exit 1; }
 
 commit=$(git bundle list-heads "$bundle" | awk '$2=="HEAD"{print $1; exit}')

@@ -1,3 +1,15 @@
 export { loadAndGenerate, type LoadAndGenerateOptions, type LoadResult } from "./load-and-generate";
 export { runLoaderInSubprocess, type SubprocessLoaderOptions, type SubprocessLoadResult } from "./run-loader-subprocess";
 export { killAllSpawned, runProcess, type ProcessResult, type RunProcessOptions } from "./processes";
+export { LlamaHarnessError, type LlamaHarnessErrorCode } from "./errors";
+export { findLlamaTools, runLlamaQuantize, runMtmdCli, type LlamaTools, type MtmdCliOptions, type ToolRunOptions } from "./tools";
+export {
+  freePort,
+  PRINTABLE_ASCII_GRAMMAR,
+  serverCompletion,
+  startLlamaServer,
+  type CompletionOptions,
+  type CompletionResult,
+  type LlamaServer,
+  type StartLlamaServerOptions,
+} from "./server";
