@@ -7,5 +7,7 @@ export default defineConfig({
   clean: true,
   sourcemap: true,
   target: "node20",
+  // import.meta.url (used to locate the harness scripts) also works in the CJS build.
+  shims: true,
   external: [/^@compat\//],
 });
