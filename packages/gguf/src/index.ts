@@ -1,1 +1,39 @@
-export {};
+export * from "./types";
+export { GgufError, type GgufErrorCode, type GgufErrorDetails } from "./errors";
+export {
+  GgmlType,
+  GGML_TYPE_COUNT,
+  ggmlTypeInfo,
+  ggmlTypeName,
+  ggmlTypeFromName,
+  isKnownGgmlType,
+  allGgmlTypes,
+  elementCount,
+  tensorByteSize,
+  type GgmlTypeInfo,
+} from "./ggml-types";
+export { GgufKeys, archKey, fileTypeName, GGUF_DEFAULT_ALIGNMENT } from "./keys";
+export {
+  ggufArray,
+  isGgufArray,
+  valueTypeName,
+  valueTypeSize,
+  NumberArray,
+  BigIntArray,
+  BoolArray,
+  StringArray,
+  NestedArray,
+  type ArrayInput,
+  type RawStrings,
+  type NumberItemType,
+  type NumberTypedArray,
+  type BigIntTypedArray,
+} from "./arrays";
+export { bufferSource, blobSource, isByteSource } from "./sources";
+export { fileSource } from "./node-lazy";
+export { GgufModel, checkTensor, tensorDataLength, type CreateModelOptions, type GgufModelInit } from "./model";
+export { readGguf, parseGguf, type ReadOptions, type ParseOptions, type GgufInput } from "./read";
+export { layoutGguf, type GgufLayout } from "./layout";
+export { writeGguf, serializeGguf, type WriteTarget, type WriteOptions, type WriteResult, type GgufSink } from "./writer";
+export { readTensorData } from "./tensor-data";
+export { summarize, type GgufSummary } from "./summary";

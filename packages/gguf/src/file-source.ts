@@ -1,0 +1,49 @@
+// Node-only: kept apart so browser bundles that never read paths do not pull in node:fs.
+import { open } from "node:fs/promises";
+import { GgufError } from "./errors";
+import type { ByteSource } from "./types";
+
+/** A local file opened read-only; each read fetches exactly the bytes asked for. Call close() when done. */
+export async function fileSource(path: string): Promise<ByteSource> {
+  let handle;
+  try {
+    handle = await open(path, "r");
+  } catch (cause) {
+    throw new GgufError("IO", `cannot open: ${(cause as Error).message}`, { source: path, cause });
+  }
+  const fh = handle;
+  const { size } = await fh.stat();
+  let closed = false;
+  return {
+    name: path,
+    size,
+    async read(offset, length) {
+      if (closed) throw new GgufError("IO", "read after close", { source: path, offset });
+      if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length < 0) {
+        throw new GgufError("IO", `invalid read of ${length} bytes at ${offset}`, { source: path });
+      }
+      if (offset + length > size) {
+        throw new GgufError("TRUNCATED", `read of ${length} bytes at ${offset} runs past the end (${size} bytes)`, {
+          source: path,
+          offset,
+          expected: `at least ${offset + length} bytes`,
+        });
+      }
+      const out = new Uint8Array(length);
+      let done = 0;
+      while (done < length) {
+        const { bytesRead } = await fh.read(out, done, length - done, offset + done);
+        if (bytesRead === 0) {
+          throw new GgufError("TRUNCATED", `file ended after ${done} of ${length} bytes`, { source: path, offset: offset + done });
+        }
+        done += bytesRead;
+      }
+      return out;
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await fh.close();
+    },
+  };
+}

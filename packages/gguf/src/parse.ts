@@ -1,0 +1,452 @@
+// Synchronous GGUF header parser over a byte prefix of a file. Every count and length is
+// checked against the bytes the file could still hold before anything is allocated.
+import {
+  BigIntArray,
+  BoolArray,
+  NestedArray,
+  NumberArray,
+  StringArray,
+  isNumberItemType,
+  typedArrayView,
+  type BigIntTypedArray,
+  type NumberTypedArray,
+  valueTypeName,
+  valueTypeSize,
+} from "./arrays";
+import { GgufError, type GgufErrorCode } from "./errors";
+import { ggmlTypeInfo, isKnownGgmlType } from "./ggml-types";
+import { GGUF_DEFAULT_ALIGNMENT, GgufKeys } from "./keys";
+import { GgufValueType, type GgufArray, type GgufKv, type GgufValue } from "./types";
+import { decodeUtf8Strict, isValidUtf8 } from "./utf8";
+
+export const HOST_LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+
+/** Same limits as llama.cpp's gguf.cpp. */
+export const MAX_STRING_LENGTH = 1024 * 1024 * 1024;
+export const MAX_ARRAY_ELEMENTS = 1024 * 1024 * 1024;
+/** Nested arrays deeper than this are rejected (llama.cpp allows none at all). */
+export const MAX_ARRAY_DEPTH = 32;
+/** GGML_MAX_DIMS */
+export const MAX_DIMS = 4;
+
+const GGUF_MAGIC = 0x46554747; // "GGUF" read as little-endian u32
+
+/** Thrown (internally) when the parser needs bytes beyond the current buffer. */
+export class NeedMoreBytes {
+  constructor(readonly minEnd: number) {}
+}
+
+export interface ParsedTensorInfo {
+  name: string;
+  type: number;
+  shape: number[];
+  /** Offset relative to the data section, as stored in the file. */
+  offset: number;
+  byteSize: number;
+}
+
+export interface ParsedHeader {
+  version: number;
+  littleEndian: boolean;
+  kvs: GgufKv[];
+  tensors: ParsedTensorInfo[];
+  alignment: number;
+  /** End of the tensor info section. */
+  headerEnd: number;
+  /** Absolute offset of the tensor data section. */
+  dataOffset: number;
+}
+
+export interface ParseLimits {
+  /** Display name for errors. */
+  name: string;
+  /** Total size of the file; counts and lengths are checked against it. */
+  fileSize: number;
+  /** Whether fileSize is the real file size (tensor ranges are then checked against it). */
+  sizeKnown: boolean;
+}
+
+export function alignUp(n: number, alignment: number): number {
+  const r = n % alignment;
+  return r === 0 ? n : n + (alignment - r);
+}
+
+export function swapBytes(bytes: Uint8Array, size: number): void {
+  if (size === 1) return;
+  for (let i = 0; i + size <= bytes.length; i += size) {
+    for (let a = i, b = i + size - 1; a < b; a++, b--) {
+      const t = bytes[a]!;
+      bytes[a] = bytes[b]!;
+      bytes[b] = t;
+    }
+  }
+}
+
+class Parser {
+  private readonly dv: DataView;
+  private readonly end: number;
+  pos = 0;
+  le = true;
+
+  constructor(
+    private readonly bytes: Uint8Array,
+    private readonly limits: ParseLimits,
+  ) {
+    this.dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    this.end = bytes.length;
+  }
+
+  fail(code: GgufErrorCode, message: string, offset: number, expected?: string): never {
+    throw new GgufError(code, message, {
+      source: this.limits.name,
+      offset,
+      ...(expected === undefined ? {} : { expected }),
+    });
+  }
+
+  /** Bytes the file can still hold from `at`. */
+  remaining(at = this.pos): number {
+    return this.limits.fileSize - at;
+  }
+
+  need(n: number, what: string, at = this.pos): void {
+    if (at + n <= this.end) return;
+    if (at + n > this.limits.fileSize || this.end >= this.limits.fileSize) {
+      this.fail("TRUNCATED", `file ends inside ${what}`, at, `${n} more bytes, file has ${Math.max(0, this.limits.fileSize - at)}`);
+    }
+    throw new NeedMoreBytes(at + n);
+  }
+
+  u32(what: string): number {
+    this.need(4, what);
+    const v = this.dv.getUint32(this.pos, this.le);
+    this.pos += 4;
+    return v;
+  }
+
+  i32(what: string): number {
+    this.need(4, what);
+    const v = this.dv.getInt32(this.pos, this.le);
+    this.pos += 4;
+    return v;
+  }
+
+  /** A u64 count or size as a number; `code` is raised if it exceeds 2^53-1. */
+  u64(what: string, code: GgufErrorCode): number {
+    this.need(8, what);
+    const p = this.pos;
+    const lo = this.dv.getUint32(this.le ? p : p + 4, this.le);
+    const hi = this.dv.getUint32(this.le ? p + 4 : p, this.le);
+    if (hi > 0x1fffff) this.fail(code, `${what} is too large (${this.dv.getBigUint64(p, this.le)})`, p, "at most 2^53-1");
+    this.pos += 8;
+    return hi * 0x100000000 + lo;
+  }
+
+  string(what: string): string {
+    const at = this.pos;
+    const len = this.u64(`${what} length`, "STRING_TOO_LONG");
+    if (len > MAX_STRING_LENGTH || len > this.remaining()) {
+      this.fail("STRING_TOO_LONG", `${what} length ${len} runs past the end of the file`, at, `at most ${Math.min(MAX_STRING_LENGTH, this.remaining())} bytes`);
+    }
+    this.need(len, what);
+    const s = decodeUtf8Strict(this.bytes, this.pos, this.pos + len);
+    if (s === undefined) this.fail("INVALID_UTF8", `${what} is not valid UTF-8`, this.pos);
+    this.pos += len;
+    return s;
+  }
+
+  scalar(type: GgufValueType, at: number): GgufValue {
+    const p = this.pos;
+    switch (type) {
+      case GgufValueType.UINT8:
+        this.need(1, "u8 value");
+        this.pos += 1;
+        return this.dv.getUint8(p);
+      case GgufValueType.INT8:
+        this.need(1, "i8 value");
+        this.pos += 1;
+        return this.dv.getInt8(p);
+      case GgufValueType.UINT16:
+        this.need(2, "u16 value");
+        this.pos += 2;
+        return this.dv.getUint16(p, this.le);
+      case GgufValueType.INT16:
+        this.need(2, "i16 value");
+        this.pos += 2;
+        return this.dv.getInt16(p, this.le);
+      case GgufValueType.UINT32:
+        this.need(4, "u32 value");
+        this.pos += 4;
+        return this.dv.getUint32(p, this.le);
+      case GgufValueType.INT32:
+        this.need(4, "i32 value");
+        this.pos += 4;
+        return this.dv.getInt32(p, this.le);
+      case GgufValueType.FLOAT32:
+        this.need(4, "f32 value");
+        this.pos += 4;
+        return this.dv.getFloat32(p, this.le);
+      case GgufValueType.FLOAT64:
+        this.need(8, "f64 value");
+        this.pos += 8;
+        return this.dv.getFloat64(p, this.le);
+      case GgufValueType.UINT64:
+        this.need(8, "u64 value");
+        this.pos += 8;
+        return this.dv.getBigUint64(p, this.le);
+      case GgufValueType.INT64:
+        this.need(8, "i64 value");
+        this.pos += 8;
+        return this.dv.getBigInt64(p, this.le);
+      case GgufValueType.BOOL:
+        this.need(1, "bool value");
+        this.pos += 1;
+        return this.dv.getUint8(p) !== 0;
+      case GgufValueType.STRING:
+        return this.string("string value");
+      default:
+        return this.fail("BAD_VALUE_TYPE", `unknown value type ${type as number}`, at, "a GGUF value type 0..12");
+    }
+  }
+
+  /** Array body after the ARRAY tag: item type, count, items. */
+  array(depth: number): GgufArray {
+    const typeAt = this.pos;
+    const itemType = this.i32("array item type");
+    const countAt = this.pos;
+    const n = this.u64("array length", "COUNT_TOO_LARGE");
+    if (itemType < 0 || itemType > 12) {
+      this.fail("BAD_VALUE_TYPE", `unknown array item type ${itemType}`, typeAt, "a GGUF value type 0..12");
+    }
+    const size = valueTypeSize(itemType);
+    // Smallest possible encoding of one item: fixed size, a u64 length, or type+count.
+    const minItem = size > 0 ? size : itemType === GgufValueType.STRING ? 8 : 12;
+    if (n > MAX_ARRAY_ELEMENTS || n * minItem > this.remaining()) {
+      this.fail(
+        "COUNT_TOO_LARGE",
+        `array of ${n} ${valueTypeName(itemType)} items cannot fit in the ${this.remaining()} bytes left`,
+        countAt,
+        `at most ${Math.floor(Math.min(MAX_ARRAY_ELEMENTS, this.remaining() / minItem))} items`,
+      );
+    }
+    if (itemType === GgufValueType.STRING) return this.stringArray(n);
+    if (itemType === GgufValueType.ARRAY) {
+      if (depth >= MAX_ARRAY_DEPTH) this.fail("BAD_VALUE_TYPE", `arrays nested deeper than ${MAX_ARRAY_DEPTH}`, typeAt);
+      const items = new Array<GgufArray>(n);
+      for (let i = 0; i < n; i++) items[i] = this.array(depth + 1);
+      return new NestedArray(items);
+    }
+    const nbytes = n * size;
+    this.need(nbytes, `${valueTypeName(itemType)} array`);
+    const p = this.pos;
+    this.pos += nbytes;
+    if (itemType === GgufValueType.BOOL) return new BoolArray(this.bytes.subarray(p, p + nbytes));
+    const abs = this.bytes.byteOffset + p;
+    let values;
+    if (this.le === HOST_LITTLE_ENDIAN && abs % size === 0) {
+      values = typedArrayView(itemType, this.bytes.buffer, abs, n);
+    } else {
+      const copy = this.bytes.slice(p, p + nbytes);
+      if (this.le !== HOST_LITTLE_ENDIAN) swapBytes(copy, size);
+      values = typedArrayView(itemType, copy.buffer, 0, n);
+    }
+    if (isNumberItemType(itemType)) return new NumberArray(itemType, values as NumberTypedArray);
+    return new BigIntArray(itemType as GgufValueType.UINT64 | GgufValueType.INT64, values as BigIntTypedArray);
+  }
+
+  /**
+   * The hot loop for vocabularies: walk the length prefixes, record where each string
+   * lives, and validate UTF-8 with one native call per run of short-prefixed strings.
+   */
+  stringArray(n: number): StringArray {
+    const bytes = this.bytes;
+    const dv = this.dv;
+    const le = this.le;
+    const end = this.end;
+    const fileSize = this.limits.fileSize;
+    const regionStart = this.pos;
+    const starts = new Uint32Array(n);
+    const lengths = new Uint32Array(n);
+    let p = regionStart;
+    let segStart = p;
+    let segFirst = 0;
+    const loOff = le ? 0 : 4;
+    const hiOff = le ? 4 : 0;
+    for (let i = 0; i < n; i++) {
+      if (p + 8 > end) this.need(8, "string length", p);
+      const lo = dv.getUint32(p + loOff, le);
+      const hi = dv.getUint32(p + hiOff, le);
+      const s = p + 8;
+      if (hi !== 0 || lo > MAX_STRING_LENGTH || lo > fileSize - s) {
+        this.fail("STRING_TOO_LONG", `string ${i} of array has length ${dv.getBigUint64(p, le)} past the end of the file`, p, `at most ${Math.min(MAX_STRING_LENGTH, fileSize - s)} bytes`);
+      }
+      const e = s + lo;
+      if (e > end) {
+        // Ask for this string plus the length prefixes still to come.
+        this.need(e - p + (n - i - 1) * 8, "string array", p);
+      }
+      if (lo >= 0x80) {
+        // This prefix has a byte >= 0x80, so it cannot sit inside a validated UTF-8 run.
+        this.checkUtf8Run(segStart, p, segFirst, i, starts, lengths, regionStart);
+        segStart = s;
+        segFirst = i;
+      }
+      starts[i] = s - regionStart;
+      lengths[i] = lo;
+      p = e;
+    }
+    this.checkUtf8Run(segStart, p, segFirst, n, starts, lengths, regionStart);
+    this.pos = p;
+    return new StringArray({ region: bytes.subarray(regionStart, p), starts, lengths, littleEndian: le });
+  }
+
+  /**
+   * Validate bytes[from, to): strings separated by ASCII-only length prefixes. Because every
+   * string is bounded by ASCII bytes or the run's ends, the run is valid iff each string is.
+   */
+  private checkUtf8Run(from: number, to: number, first: number, last: number, starts: Uint32Array, lengths: Uint32Array, base: number): void {
+    if (isValidUtf8(this.bytes, from, to)) return;
+    for (let i = first; i < last; i++) {
+      const s = base + starts[i]!;
+      if (!isValidUtf8(this.bytes, s, s + lengths[i]!)) this.fail("INVALID_UTF8", `string ${i} of array is not valid UTF-8`, s);
+    }
+    this.fail("INVALID_UTF8", "string array is not valid UTF-8", from);
+  }
+
+  header(): ParsedHeader {
+    this.need(4, "magic");
+    const magic = this.dv.getUint32(0, true);
+    if (magic !== GGUF_MAGIC) {
+      const shown = Array.from(this.bytes.subarray(0, 4), (b) => (b >= 0x20 && b < 0x7f ? String.fromCharCode(b) : "?")).join("");
+      this.fail("BAD_MAGIC", `not a GGUF file (magic "${shown}")`, 0, '"GGUF"');
+    }
+    this.pos = 4;
+    this.need(4, "version");
+    let version = this.dv.getUint32(4, true);
+    // A file from the other byte order shows its small version number in the high bytes.
+    if ((version & 0xffff) === 0 && version !== 0) {
+      this.le = false;
+      version = this.dv.getUint32(4, false);
+    }
+    if (version === 1) this.fail("UNSUPPORTED_VERSION", "GGUF version 1 is not supported", 4, "version 2 or 3");
+    if (version !== 2 && version !== 3) this.fail("UNSUPPORTED_VERSION", `unsupported GGUF version ${version}`, 4, "version 2 or 3");
+    this.pos = 8;
+    const nTensorsAt = this.pos;
+    const nTensors = this.u64("tensor count", "COUNT_TOO_LARGE");
+    const nKvAt = this.pos;
+    const nKv = this.u64("metadata count", "COUNT_TOO_LARGE");
+    // Minimal encodings: a KV is key length + type + 1 byte; a tensor info is name length + n_dims + type + offset.
+    if (nKv * 13 > this.remaining()) {
+      this.fail("COUNT_TOO_LARGE", `${nKv} metadata entries cannot fit in the ${this.remaining()} bytes left`, nKvAt, `at most ${Math.floor(this.remaining() / 13)}`);
+    }
+    if (nTensors * 24 > this.remaining()) {
+      this.fail("COUNT_TOO_LARGE", `${nTensors} tensor infos cannot fit in the ${this.remaining()} bytes left`, nTensorsAt, `at most ${Math.floor(this.remaining() / 24)}`);
+    }
+
+    const kvs: GgufKv[] = [];
+    const seenKeys = new Set<string>();
+    for (let i = 0; i < nKv; i++) {
+      const keyAt = this.pos;
+      const key = this.string("key");
+      if (key.length === 0) this.fail("EMPTY_KEY", `metadata key ${i} is empty`, keyAt, "a non-empty key");
+      if (seenKeys.has(key)) this.fail("DUPLICATE_KEY", `duplicate metadata key "${key}"`, keyAt, "unique keys");
+      seenKeys.add(key);
+      const typeAt = this.pos;
+      const type = this.i32("value type");
+      let value: GgufValue;
+      if (type === GgufValueType.ARRAY) value = this.array(1);
+      else if (type >= 0 && type <= 12) value = this.scalar(type, typeAt);
+      else this.fail("BAD_VALUE_TYPE", `key "${key}" has unknown value type ${type}`, typeAt, "a GGUF value type 0..12");
+      kvs.push({ key, type, value });
+    }
+
+    let alignment = GGUF_DEFAULT_ALIGNMENT;
+    const alignKv = kvs.find((kv) => kv.key === GgufKeys.ALIGNMENT);
+    if (alignKv !== undefined) {
+      if (alignKv.type !== GgufValueType.UINT32) {
+        this.fail("BAD_ALIGNMENT", `general.alignment has type ${valueTypeName(alignKv.type)}`, 0, "UINT32");
+      }
+      alignment = alignKv.value as number;
+      if (alignment === 0 || (alignment & (alignment - 1)) !== 0) {
+        this.fail("BAD_ALIGNMENT", `general.alignment is ${alignment}`, 0, "a power of two");
+      }
+    }
+
+    const tensors: ParsedTensorInfo[] = [];
+    const infoOffsets: number[] = [];
+    const seenNames = new Set<string>();
+    for (let i = 0; i < nTensors; i++) {
+      const nameAt = this.pos;
+      const name = this.string("tensor name");
+      if (seenNames.has(name)) this.fail("DUPLICATE_TENSOR", `duplicate tensor name "${name}"`, nameAt, "unique tensor names");
+      seenNames.add(name);
+      const dimsAt = this.pos;
+      const nDims = this.u32("dimension count");
+      if (nDims > MAX_DIMS) this.fail("BAD_SHAPE", `tensor "${name}" has ${nDims} dimensions`, dimsAt, `at most ${MAX_DIMS}`);
+      const shape: number[] = [];
+      let elements = 1;
+      for (let d = 0; d < nDims; d++) {
+        this.need(8, "dimension");
+        const p = this.pos;
+        const hi = this.dv.getUint32(this.le ? p + 4 : p, this.le);
+        const lo = this.dv.getUint32(this.le ? p : p + 4, this.le);
+        if (hi >= 0x80000000) this.fail("BAD_SHAPE", `tensor "${name}" dimension ${d} is negative`, p, "a non-negative size");
+        if (hi > 0x1fffff) this.fail("SHAPE_OVERFLOW", `tensor "${name}" dimension ${d} is too large`, p, "at most 2^53-1");
+        const dim = hi * 0x100000000 + lo;
+        shape.push(dim);
+        elements *= dim;
+        if (elements > Number.MAX_SAFE_INTEGER) {
+          this.fail("SHAPE_OVERFLOW", `tensor "${name}" has more than 2^53-1 elements`, p, "a representable element count");
+        }
+        this.pos += 8;
+      }
+      const typeAt = this.pos;
+      const type = this.i32("ggml type");
+      if (!isKnownGgmlType(type)) this.fail("BAD_GGML_TYPE", `tensor "${name}" has unknown ggml type ${type}`, typeAt, "a ggml type known to llama.cpp");
+      const info = ggmlTypeInfo(type);
+      const row = shape.length > 0 ? shape[0]! : 1;
+      if (row % info.blockSize !== 0) {
+        this.fail("BAD_SHAPE", `tensor "${name}" row length ${row} is not a multiple of the ${info.name} block size`, dimsAt, `a multiple of ${info.blockSize}`);
+      }
+      const byteSize = (elements / info.blockSize) * info.typeSize;
+      if (byteSize > Number.MAX_SAFE_INTEGER) this.fail("SHAPE_OVERFLOW", `tensor "${name}" is larger than 2^53-1 bytes`, dimsAt);
+      infoOffsets.push(this.pos);
+      const offset = this.u64("tensor offset", "TENSOR_OFFSET");
+      tensors.push({ name, type, shape, offset, byteSize });
+    }
+
+    const headerEnd = this.pos;
+    const dataOffset = nTensors > 0 ? alignUp(headerEnd, alignment) : headerEnd;
+    const { sizeKnown, fileSize } = this.limits;
+    if (sizeKnown && nTensors > 0 && dataOffset > fileSize) {
+      this.fail("TRUNCATED", "file ends before the tensor data section", fileSize, `data at offset ${dataOffset}`);
+    }
+    // Offsets must be aligned, in info order, non-overlapping, and inside the file.
+    let next = 0;
+    for (let i = 0; i < tensors.length; i++) {
+      const t = tensors[i]!;
+      const at = infoOffsets[i]!;
+      if (t.offset % alignment !== 0) {
+        this.fail("TENSOR_OFFSET", `tensor "${t.name}" offset ${t.offset} is not aligned`, at, `a multiple of ${alignment}`);
+      }
+      if (t.offset < next) {
+        this.fail("TENSOR_OFFSET", `tensor "${t.name}" at offset ${t.offset} overlaps the previous tensor or is out of order`, at, `an offset >= ${next}`);
+      }
+      const endAbs = dataOffset + t.offset + t.byteSize;
+      if (sizeKnown && endAbs > fileSize) {
+        this.fail("TENSOR_OFFSET", `tensor "${t.name}" data (${t.byteSize} bytes at data offset ${t.offset}) runs past the end of the file`, at, `data ending by byte ${fileSize}`);
+      }
+      next = alignUp(t.offset + t.byteSize, alignment);
+    }
+
+    return { version, littleEndian: this.le, kvs, tensors, alignment, headerEnd, dataOffset };
+  }
+}
+
+/**
+ * Parse a GGUF header from `bytes` (a prefix of the file). Throws NeedMoreBytes when the
+ * prefix is too short but the file is larger; GgufError for anything malformed.
+ */
+export function parseHeader(bytes: Uint8Array, limits: ParseLimits): ParsedHeader {
+  return new Parser(bytes, limits).header();
+}

@@ -1,0 +1,117 @@
+import { GgufError } from "./errors";
+import { GgufModel } from "./model";
+import { NeedMoreBytes, parseHeader, type ParsedHeader } from "./parse";
+import { blobSource, bufferSource, isByteSource } from "./sources";
+import type { ByteSource, GgufTensor } from "./types";
+
+export interface ReadOptions {
+  /** First read size; the header is then read in growing chunks. Default 1 MiB. */
+  initialChunk?: number;
+}
+
+export interface ParseOptions {
+  /**
+   * Real size of the file when `bytes` holds only its beginning. Without it, a buffer that
+   * ends at or before the data section is taken to be just the header (tensor ranges are not
+   * checked against the end of the file); a longer buffer is taken to be the whole file.
+   */
+  fileSize?: number;
+  /** Source the tensor data ranges should point at (default: a buffer source over `bytes`). */
+  source?: ByteSource;
+}
+
+export type GgufInput = string | Uint8Array | ArrayBuffer | Blob | ByteSource;
+
+function buildModel(h: ParsedHeader, source: ByteSource, owned: ByteSource[]): GgufModel {
+  const tensors: GgufTensor[] = h.tensors.map((t) => ({
+    name: t.name,
+    type: t.type,
+    shape: t.shape,
+    data: { kind: "range", source, offset: h.dataOffset + t.offset, length: t.byteSize },
+  }));
+  return new GgufModel({
+    version: h.version,
+    littleEndian: h.littleEndian,
+    kvs: h.kvs,
+    tensors,
+    source,
+    dataOffset: h.dataOffset,
+    ownedSources: owned,
+  });
+}
+
+/**
+ * Parse a GGUF header held in memory (the whole file, or at least its header).
+ * Tensor data ranges point into `bytes` (or `opts.source`).
+ */
+export function parseGguf(bytes: Uint8Array | ArrayBuffer, name = "<buffer>", opts: ParseOptions = {}): GgufModel {
+  const view = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
+  const explicit = opts.fileSize !== undefined || opts.source !== undefined;
+  const fileSize = opts.fileSize ?? opts.source?.size ?? view.length;
+  let h: ParsedHeader;
+  try {
+    h = parseHeader(view, { name, fileSize, sizeKnown: explicit });
+    if (!explicit && view.length > h.dataOffset) {
+      // The buffer goes past the header, so it is the whole file: check tensor ranges too.
+      h = parseHeader(view, { name, fileSize, sizeKnown: true });
+    }
+  } catch (e) {
+    if (e instanceof NeedMoreBytes) {
+      throw new GgufError("TRUNCATED", `the header continues past the ${view.length} bytes given`, {
+        source: name,
+        offset: view.length,
+        expected: `at least ${e.minEnd} bytes`,
+      });
+    }
+    throw e;
+  }
+  return buildModel(h, opts.source ?? bufferSource(view, name), []);
+}
+
+/** Read the header through a ByteSource in growing chunks: only the header bytes are read. */
+async function readFromSource(source: ByteSource, owned: ByteSource[], opts: ReadOptions): Promise<GgufModel> {
+  const size = source.size;
+  let len = Math.min(size, Math.max(64, opts.initialChunk ?? 1 << 20));
+  let buf = await source.read(0, len);
+  for (;;) {
+    try {
+      const h = parseHeader(buf, { name: source.name, fileSize: size, sizeKnown: true });
+      return buildModel(h, source, owned);
+    } catch (e) {
+      if (!(e instanceof NeedMoreBytes)) throw e;
+      // Grow geometrically so a big vocabulary costs a handful of reads, never past EOF.
+      const want = Math.min(size, Math.max(len * 2, Math.ceil(e.minEnd * 1.25)));
+      const more = await source.read(len, want - len);
+      const next = new Uint8Array(want);
+      next.set(buf, 0);
+      next.set(more, len);
+      buf = next;
+      len = want;
+    }
+  }
+}
+
+/**
+ * Read a GGUF file's header from a path (Node), bytes, a Blob/File, or any ByteSource.
+ * Tensor data is not read; each tensor gets a byte range of the source. For a path,
+ * the file stays open for those ranges until `model.close()`.
+ */
+export async function readGguf(input: GgufInput, opts: ReadOptions = {}): Promise<GgufModel> {
+  if (input instanceof Uint8Array || input instanceof ArrayBuffer) {
+    const view = input instanceof Uint8Array ? input : new Uint8Array(input);
+    return buildModel(parseHeader(view, { name: "<buffer>", fileSize: view.length, sizeKnown: true }), bufferSource(view), []);
+  }
+  if (typeof input === "string") {
+    const { fileSource } = await import("./file-source");
+    const source = await fileSource(input);
+    try {
+      return await readFromSource(source, [source], opts);
+    } catch (e) {
+      await source.close?.();
+      throw e;
+    }
+  }
+  if (isByteSource(input)) return readFromSource(input, [], opts);
+  if (typeof Blob !== "undefined" && input instanceof Blob) return readFromSource(blobSource(input), [], opts);
+  throw new GgufError("IO", "readGguf: unsupported input", { expected: "a path, Uint8Array, ArrayBuffer, Blob or ByteSource" });
+}
