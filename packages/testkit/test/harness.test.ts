@@ -9,6 +9,7 @@ import {
   runLlamaQuantize,
   runLoaderInSubprocess,
   runMtmdCli,
+  runProcess,
   serverCompletion,
   startLlamaServer,
   type LlamaServer,
@@ -85,5 +86,10 @@ describe("llama.cpp tools harness", () => {
     const run = await runMtmdCli({ model: valid, mmproj: valid, image, prompt: "Describe." });
     expect(run.ok).toBe(false);
     expect(run.stderr).toMatch(/Failed to load CLIP model/);
+  });
+
+  it("stops a process that outlives its timeout and says so", async () => {
+    const run = await runProcess("sleep", ["30"], { timeoutMs: 200 });
+    expect(run).toMatchObject({ ok: false, timedOut: true });
   });
 });

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess, type SpawnOptions } from "node:child_process";
+import { existsSync } from "node:fs";
 
 const live = new Set<ChildProcess>();
 let exitHookInstalled = false;
@@ -17,12 +18,44 @@ export function track(child: ChildProcess): ChildProcess {
   return child;
 }
 
-/** SIGKILLs every still-running child this module started. */
+/**
+ * Ends every still-running child this module started: SIGTERM first (which
+ * `timeout` passes on to the real command), SIGKILL shortly after.
+ */
 export function killAllSpawned(): void {
-  for (const child of live) {
-    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
-  }
+  const running = [...live].filter((child) => child.exitCode === null && child.signalCode === null);
   live.clear();
+  for (const child of running) child.kill("SIGTERM");
+  if (running.length === 0) return;
+  const force = setTimeout(() => {
+    for (const child of running) if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+  }, 2_000);
+  force.unref();
+}
+
+const coreutilsTimeout = ["/usr/bin/timeout", "/bin/timeout"].find((path) => existsSync(path));
+
+/**
+ * Spawns `command` under coreutils `timeout` (when present) so it dies after
+ * `lifetimeMs` even if this process is killed before it can clean up; the
+ * caller's own timer normally acts first. `timeout` forwards SIGTERM to the
+ * command and re-raises the command's fatal signal, so exit codes and signals
+ * (e.g. SIGABRT) read the same as without it. Tracked: see killAllSpawned.
+ */
+export function spawnWithLifetime(command: string, args: readonly string[], lifetimeMs: number, options: SpawnOptions): ChildProcess {
+  if (!coreutilsTimeout) return track(spawn(command, args, options));
+  const seconds = Math.ceil(lifetimeMs / 1000) + 5;
+  return track(spawn(coreutilsTimeout, ["--kill-after=5", String(seconds), command, ...args], options));
+}
+
+/** SIGTERM (forwarded to the command by `timeout`), then SIGKILL if it lingers. */
+export async function stopProcess(child: ChildProcess, graceMs = 5_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  child.kill("SIGTERM");
+  const force = setTimeout(() => child.kill("SIGKILL"), graceMs);
+  await exited;
+  clearTimeout(force);
 }
 
 export interface ProcessResult {
@@ -36,7 +69,7 @@ export interface ProcessResult {
 }
 
 export interface RunProcessOptions {
-  /** Kill (SIGKILL) after this many ms. Default 120 000. */
+  /** Stop it (SIGTERM, then SIGKILL) after this many ms. Default 120 000. */
   timeoutMs?: number;
   cwd?: string;
   env?: NodeJS.ProcessEnv;
@@ -49,7 +82,7 @@ export function runProcess(command: string, args: readonly string[], options: Ru
   const { timeoutMs = 120_000, maxOutput = 1 << 20 } = options;
   return new Promise((resolve, reject) => {
     const spawnOptions: SpawnOptions = { cwd: options.cwd, env: options.env ?? process.env, stdio: ["ignore", "pipe", "pipe"] };
-    const child = track(spawn(command, args, spawnOptions));
+    const child = spawnWithLifetime(command, args, timeoutMs, spawnOptions);
     let stdout = "";
     let stderr = "";
     let timedOut = false;
@@ -58,7 +91,7 @@ export function runProcess(command: string, args: readonly string[], options: Ru
     child.stderr?.setEncoding("utf8").on("data", (chunk: string) => (stderr = keepTail(stderr + chunk)));
     const timer = setTimeout(() => {
       timedOut = true;
-      child.kill("SIGKILL");
+      void stopProcess(child, 2_000);
     }, timeoutMs);
     child.once("error", (error) => {
       clearTimeout(timer);

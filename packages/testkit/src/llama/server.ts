@@ -1,7 +1,6 @@
-import { spawn } from "node:child_process";
 import { createServer } from "node:net";
 import { LlamaHarnessError } from "./errors";
-import { track, tail } from "./processes";
+import { spawnWithLifetime, stopProcess, tail } from "./processes";
 import { findLlamaTools, toolEnv } from "./tools";
 
 export interface StartLlamaServerOptions {
@@ -52,7 +51,7 @@ export async function startLlamaServer(options: StartLlamaServerOptions): Promis
     ...["-c", "512", "-np", "1", "-t", "2", "-ngl", "0", "--no-webui", "--offline", "--no-warmup"],
     ...(options.args ?? []),
   ];
-  const child = track(spawn(binary, args, { env: toolEnv(), stdio: ["ignore", "pipe", "pipe"] }));
+  const child = spawnWithLifetime(binary, args, lifetimeMs, { env: toolEnv(), stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   const append = (chunk: string) => {
     output += chunk;
@@ -61,17 +60,13 @@ export async function startLlamaServer(options: StartLlamaServerOptions): Promis
   child.stdout?.setEncoding("utf8").on("data", append);
   child.stderr?.setEncoding("utf8").on("data", append);
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  const lifetime = setTimeout(() => child.kill("SIGKILL"), lifetimeMs);
+  const lifetime = setTimeout(() => void stopProcess(child), lifetimeMs);
   lifetime.unref();
 
   const url = `http://127.0.0.1:${port}`;
   const stop = async () => {
     clearTimeout(lifetime);
-    if (child.exitCode !== null || child.signalCode !== null) return;
-    child.kill("SIGTERM");
-    const grace = setTimeout(() => child.kill("SIGKILL"), 5_000);
-    await exited;
-    clearTimeout(grace);
+    await stopProcess(child);
   };
   const server: LlamaServer = { url, port, stop, logs: () => output };
 
