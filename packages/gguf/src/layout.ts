@@ -21,7 +21,8 @@ export interface GgufLayout {
 /**
  * Compute the exact bytes of the header and where each tensor goes. Like llama.cpp's
  * gguf_write_out: tensors are contiguous in info order, each padded to the alignment
- * (the last one too), and the header is padded even when there are no tensors.
+ * (the last one too), and the header is padded even when there are no tensors (unless
+ * model.padEmptyHeader is false, as for gguf-py's vocab-only files).
  */
 export function layoutGguf(model: GgufModel): GgufLayout {
   const alignment = model.alignment;
@@ -60,7 +61,7 @@ export function layoutGguf(model: GgufModel): GgufLayout {
     w.i32(t.type);
     w.u64n(tensorOffsets[i]!);
   }
-  w.padTo(alignment);
+  if (tensors.length > 0 || model.padEmptyHeader) w.padTo(alignment);
   const header = w.result();
   return { header, dataOffset: header.length, tensorOffsets, tensorSizes, alignment, totalSize: header.length + next };
 }

@@ -19,6 +19,8 @@ export interface GgufModelInit extends CreateModelOptions {
   /** Where the model was read from, if anywhere. */
   source?: ByteSource;
   dataOffset?: number;
+  /** See GgufModel.padEmptyHeader. Default true. */
+  padEmptyHeader?: boolean;
 }
 
 const INTEGER_TYPES = new Set<number>([
@@ -52,6 +54,12 @@ export class GgufModel implements Iterable<GgufKv> {
   readonly source: ByteSource | undefined;
   /** Absolute offset of the data section in the source file (0 for models built in memory). */
   readonly dataOffset: number;
+  /**
+   * Whether a file with no tensors ends with the header padded to the alignment.
+   * gguf.cpp always pads; gguf-py's vocab-only files do not. Kept from the source file so a
+   * rewrite is byte-identical; irrelevant once the model has tensors.
+   */
+  padEmptyHeader: boolean;
   private readonly entries = new Map<string, GgufKv>();
   private readonly owned: ByteSource[];
 
@@ -61,6 +69,7 @@ export class GgufModel implements Iterable<GgufKv> {
     this.tensors = init.tensors ?? [];
     this.source = init.source;
     this.dataOffset = init.dataOffset ?? 0;
+    this.padEmptyHeader = init.padEmptyHeader ?? true;
     this.owned = init.ownedSources ?? [];
     for (const kv of init.kvs ?? []) {
       if (this.entries.has(kv.key)) throw new GgufError("DUPLICATE_KEY", `duplicate metadata key "${kv.key}"`);
@@ -325,6 +334,7 @@ export class GgufModel implements Iterable<GgufKv> {
       tensors: this.tensors.map((t) => ({ ...t, shape: t.shape.slice() })),
       ...(this.source !== undefined ? { source: this.source } : {}),
       dataOffset: this.dataOffset,
+      padEmptyHeader: this.padEmptyHeader,
     });
   }
 }

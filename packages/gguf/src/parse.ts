@@ -43,6 +43,8 @@ export interface ParsedTensorInfo {
   /** Offset relative to the data section, as stored in the file. */
   offset: number;
   byteSize: number;
+  /** Where this info's offset field sits in the file (for error messages). */
+  infoOffset: number;
 }
 
 export interface ParsedHeader {
@@ -373,7 +375,6 @@ class Parser {
     }
 
     const tensors: ParsedTensorInfo[] = [];
-    const infoOffsets: number[] = [];
     const seenNames = new Set<string>();
     for (let i = 0; i < nTensors; i++) {
       const nameAt = this.pos;
@@ -410,36 +411,16 @@ class Parser {
       }
       const byteSize = (elements / info.blockSize) * info.typeSize;
       if (byteSize > Number.MAX_SAFE_INTEGER) this.fail("SHAPE_OVERFLOW", `tensor "${name}" is larger than 2^53-1 bytes`, dimsAt);
-      infoOffsets.push(this.pos);
+      const infoOffset = this.pos;
       const offset = this.u64("tensor offset", "TENSOR_OFFSET");
-      tensors.push({ name, type, shape, offset, byteSize });
+      tensors.push({ name, type, shape, offset, byteSize, infoOffset });
     }
 
     const headerEnd = this.pos;
     const dataOffset = nTensors > 0 ? alignUp(headerEnd, alignment) : headerEnd;
-    const { sizeKnown, fileSize } = this.limits;
-    if (sizeKnown && nTensors > 0 && dataOffset > fileSize) {
-      this.fail("TRUNCATED", "file ends before the tensor data section", fileSize, `data at offset ${dataOffset}`);
-    }
-    // Offsets must be aligned, in info order, non-overlapping, and inside the file.
-    let next = 0;
-    for (let i = 0; i < tensors.length; i++) {
-      const t = tensors[i]!;
-      const at = infoOffsets[i]!;
-      if (t.offset % alignment !== 0) {
-        this.fail("TENSOR_OFFSET", `tensor "${t.name}" offset ${t.offset} is not aligned`, at, `a multiple of ${alignment}`);
-      }
-      if (t.offset < next) {
-        this.fail("TENSOR_OFFSET", `tensor "${t.name}" at offset ${t.offset} overlaps the previous tensor or is out of order`, at, `an offset >= ${next}`);
-      }
-      const endAbs = dataOffset + t.offset + t.byteSize;
-      if (sizeKnown && endAbs > fileSize) {
-        this.fail("TENSOR_OFFSET", `tensor "${t.name}" data (${t.byteSize} bytes at data offset ${t.offset}) runs past the end of the file`, at, `data ending by byte ${fileSize}`);
-      }
-      next = alignUp(t.offset + t.byteSize, alignment);
-    }
-
-    return { version, littleEndian: this.le, kvs, tensors, alignment, headerEnd, dataOffset };
+    const h: ParsedHeader = { version, littleEndian: this.le, kvs, tensors, alignment, headerEnd, dataOffset };
+    checkTensorOffsets(h, this.limits.name, this.limits.sizeKnown ? this.limits.fileSize : undefined);
+    return h;
   }
 }
 
@@ -449,4 +430,29 @@ class Parser {
  */
 export function parseHeader(bytes: Uint8Array, limits: ParseLimits): ParsedHeader {
   return new Parser(bytes, limits).header();
+}
+
+/**
+ * Tensor offsets must be aligned, in info order and non-overlapping; with a known file
+ * size, every tensor's bytes must also lie inside the file.
+ */
+export function checkTensorOffsets(h: ParsedHeader, name: string, fileSize: number | undefined): void {
+  const fail = (message: string, offset: number, expected: string): never => {
+    throw new GgufError("TENSOR_OFFSET", message, { source: name, offset, expected });
+  };
+  const { alignment, dataOffset, tensors } = h;
+  if (fileSize !== undefined && tensors.length > 0 && dataOffset > fileSize) {
+    throw new GgufError("TRUNCATED", "file ends before the tensor data section", { source: name, offset: fileSize, expected: `data at offset ${dataOffset}` });
+  }
+  let next = 0;
+  for (const t of tensors) {
+    if (t.offset % alignment !== 0) fail(`tensor "${t.name}" offset ${t.offset} is not aligned`, t.infoOffset, `a multiple of ${alignment}`);
+    if (t.offset < next) {
+      fail(`tensor "${t.name}" at offset ${t.offset} overlaps the previous tensor or is out of order`, t.infoOffset, `an offset >= ${next}`);
+    }
+    if (fileSize !== undefined && dataOffset + t.offset + t.byteSize > fileSize) {
+      fail(`tensor "${t.name}" data (${t.byteSize} bytes at data offset ${t.offset}) runs past the end of the file`, t.infoOffset, `data ending by byte ${fileSize}`);
+    }
+    next = alignUp(t.offset + t.byteSize, alignment);
+  }
 }

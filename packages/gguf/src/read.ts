@@ -1,6 +1,6 @@
 import { GgufError } from "./errors";
 import { GgufModel } from "./model";
-import { NeedMoreBytes, parseHeader, type ParsedHeader } from "./parse";
+import { NeedMoreBytes, checkTensorOffsets, parseHeader, type ParsedHeader } from "./parse";
 import { blobSource, bufferSource, isByteSource } from "./sources";
 import type { ByteSource, GgufTensor } from "./types";
 
@@ -22,7 +22,7 @@ export interface ParseOptions {
 
 export type GgufInput = string | Uint8Array | ArrayBuffer | Blob | ByteSource;
 
-function buildModel(h: ParsedHeader, source: ByteSource, owned: ByteSource[]): GgufModel {
+function buildModel(h: ParsedHeader, source: ByteSource, owned: ByteSource[], sizeKnown = true): GgufModel {
   const tensors: GgufTensor[] = h.tensors.map((t) => ({
     name: t.name,
     type: t.type,
@@ -37,6 +37,8 @@ function buildModel(h: ParsedHeader, source: ByteSource, owned: ByteSource[]): G
     source,
     dataOffset: h.dataOffset,
     ownedSources: owned,
+    // A tensor-less file that stops right after an unaligned header was written unpadded.
+    padEmptyHeader: !(sizeKnown && h.tensors.length === 0 && source.size === h.headerEnd && h.headerEnd % h.alignment !== 0),
   });
 }
 
@@ -51,10 +53,8 @@ export function parseGguf(bytes: Uint8Array | ArrayBuffer, name = "<buffer>", op
   let h: ParsedHeader;
   try {
     h = parseHeader(view, { name, fileSize, sizeKnown: explicit });
-    if (!explicit && view.length > h.dataOffset) {
-      // The buffer goes past the header, so it is the whole file: check tensor ranges too.
-      h = parseHeader(view, { name, fileSize, sizeKnown: true });
-    }
+    // A buffer that goes past the header is the whole file: check tensor ranges against it.
+    if (!explicit && view.length > h.dataOffset) checkTensorOffsets(h, name, view.length);
   } catch (e) {
     if (e instanceof NeedMoreBytes) {
       throw new GgufError("TRUNCATED", `the header continues past the ${view.length} bytes given`, {
@@ -65,7 +65,8 @@ export function parseGguf(bytes: Uint8Array | ArrayBuffer, name = "<buffer>", op
     }
     throw e;
   }
-  return buildModel(h, opts.source ?? bufferSource(view, name), []);
+  const sizeKnown = explicit || view.length > h.dataOffset || h.tensors.length === 0;
+  return buildModel(h, opts.source ?? bufferSource(view, name), [], sizeKnown);
 }
 
 /** Read the header through a ByteSource in growing chunks: only the header bytes are read. */

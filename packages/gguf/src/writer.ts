@@ -106,7 +106,7 @@ export async function writeGguf(model: GgufModel, target: WriteTarget, opts: Wri
 }
 
 /** The whole file in memory; meant for small models and tests. */
-export async function serializeGguf(model: GgufModel): Promise<Uint8Array> {
+export async function serializeGguf(model: GgufModel): Promise<Uint8Array<ArrayBuffer>> {
   const layout = layoutGguf(model);
   const out = new Uint8Array(layout.totalSize);
   out.set(layout.header, 0);
