@@ -1,1 +1,9 @@
-export {};
+export { translate, translateModel, detectHandlers, type TranslateOptions } from "./translate";
+export { TranslatedView } from "./view";
+export { Translation, readTensorBytes, type OpInput, type OpSpec, type OpRecord } from "./translation";
+export { buildReport, formatReport, type TranslationReport } from "./report";
+export { textHandlers } from "./registry";
+export { gatesOn, type Handler } from "./handler";
+export { compatEnabled } from "./env";
+export { TranslationError } from "./errors";
+export * as detect from "./detect";

@@ -1,0 +1,7 @@
+/**
+ * `OLLAMA_LLAMA_CPP_COMPAT=0` turns every translation off, exactly as in Ollama's
+ * own loader hooks: only the literal "0" disables, any other value (or none) enables.
+ */
+export function compatEnabled(env: Record<string, string | undefined> = process.env): boolean {
+  return env.OLLAMA_LLAMA_CPP_COMPAT !== "0";
+}

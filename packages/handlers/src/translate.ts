@@ -1,0 +1,59 @@
+import { readGguf, type ByteSource, type GgufModel } from "@compat/gguf";
+import { compatEnabled } from "./env";
+import { gatesOn, type Handler } from "./handler";
+import { textHandlers } from "./registry";
+import { buildReport } from "./report";
+import { Translation } from "./translation";
+import { TranslatedView } from "./view";
+
+export interface TranslateOptions {
+  /** Environment to read OLLAMA_LLAMA_CPP_COMPAT from (default process.env). */
+  env?: Record<string, string | undefined>;
+  /** Handler list in dispatch order (default: the registry). */
+  handlers?: readonly Handler[];
+}
+
+/**
+ * Runs the handler registry on a parsed model. Returns the translated view, or null
+ * when no handler recognizes the file (every non-Ollama file) or compat is disabled.
+ * Handlers run in registry order, each gated on the architecture as it stands after
+ * the previous ones, so an arch-renaming handler decides what runs after it.
+ */
+export function translateModel(model: GgufModel, opts: TranslateOptions = {}): TranslatedView | null {
+  if (!compatEnabled(opts.env)) return null;
+  const handlers = opts.handlers ?? textHandlers;
+  const t = new Translation(model);
+  const applied: { name: string; markers: string[] }[] = [];
+  for (const h of handlers) {
+    if (!gatesOn(h, t.arch)) continue;
+    const markers = h.detect(t.draft);
+    if (markers === null || markers.length === 0) continue;
+    t.handler = h.name;
+    h.apply(t);
+    applied.push({ name: h.name, markers });
+  }
+  t.handler = undefined;
+  if (applied.length === 0) return null;
+  const { hidden, dropped, ops } = t.finish();
+  const report = buildReport({ source: model, output: t.draft, origins: t.origins, handlers: applied, hidden, dropped, ops });
+  return new TranslatedView(t.draft, report, model);
+}
+
+/** Parses the header of a file, buffer, Blob or source and translates it (see translateModel). */
+export async function translate(
+  input: string | Uint8Array | ArrayBuffer | Blob | ByteSource | GgufModel,
+  opts: TranslateOptions = {},
+): Promise<TranslatedView | null> {
+  if (!compatEnabled(opts.env)) return null;
+  const model = isModel(input) ? input : await readGguf(input);
+  return translateModel(model, opts);
+}
+
+/** Which handlers would run on this model, with their markers (empty: nothing to do). */
+export function detectHandlers(model: GgufModel, opts: TranslateOptions = {}): Array<{ name: string; markers: readonly string[] }> {
+  return translateModel(model, opts)?.report.handlers.map((h) => ({ name: h.name, markers: h.markers })) ?? [];
+}
+
+function isModel(x: unknown): x is GgufModel {
+  return typeof x === "object" && x !== null && "tensors" in x && "kvs" in x && typeof (x as GgufModel).kvs === "function";
+}

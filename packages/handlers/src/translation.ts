@@ -1,0 +1,313 @@
+import { GgufKeys, GgufValueType, tensorByteSize, type GgufModel, type GgufTensor, type GgufValue, type TensorData } from "@compat/gguf";
+import { TranslationError } from "./errors";
+
+/** A tensor's bytes as an op sees them, with the type and shape they had when captured. */
+export interface OpInput {
+  readonly name: string;
+  readonly type: number;
+  readonly shape: readonly number[];
+  readonly bytes: Uint8Array;
+}
+
+export interface OpSpec {
+  /** What the op does, for reports and errors ("F16->F32 promote", "concat gate+up"). */
+  readonly label: string;
+  /** Source tensors whose bytes the op reads, by their name at registration time. */
+  readonly inputs: readonly string[];
+  /** Output type and shape; default: the destination's current ones. */
+  readonly type?: number;
+  readonly shape?: readonly number[];
+  /** Produces exactly tensorByteSize(type, shape) bytes. */
+  compute(inputs: OpInput[]): Uint8Array | Promise<Uint8Array>;
+}
+
+/** A registered op, as the report lists it. */
+export interface OpRecord {
+  readonly tensor: string;
+  readonly label: string;
+  readonly inputs: readonly string[];
+}
+
+/** Reads a TensorData into memory (ranges read from their source). */
+export async function readTensorBytes(data: TensorData): Promise<Uint8Array> {
+  switch (data.kind) {
+    case "bytes":
+      return data.bytes;
+    case "range":
+      return data.source.read(data.offset, data.length);
+    case "computed":
+      return data.produce();
+  }
+}
+
+/**
+ * The working state of one translation: a draft copy of the source model and the
+ * small vocabulary of verbs handlers are written in. Every verb mirrors a helper of
+ * the reference (copy/inject/rename KVs, truncate arrays, rename/retype/reshape
+ * tensors, hide prefixes, register load ops) and keeps the reference's quirks, e.g.
+ * copies never overwrite and renames of missing tensors are silent.
+ */
+export class Translation {
+  readonly draft: GgufModel;
+  /** Handler currently applying, for error messages. */
+  handler: string | undefined;
+  private readonly hidden: string[] = [];
+  private readonly dropped: string[] = [];
+  private readonly ops: OpRecord[] = [];
+
+  /** Each draft tensor's name in the source, for the report (identity survives renames). */
+  readonly origins = new Map<GgufTensor, string>();
+
+  constructor(readonly source: GgufModel) {
+    this.draft = source.clone();
+    this.draft.tensors.forEach((t, i) => this.origins.set(t, source.tensors[i]!.name));
+  }
+
+  // ---- architecture ----------------------------------------------------------------------
+
+  get arch(): string {
+    return this.draft.getString(GgufKeys.ARCHITECTURE, "");
+  }
+
+  /** Switches general.architecture (the gate later handlers see). */
+  setArch(arch: string): void {
+    this.draft.setString(GgufKeys.ARCHITECTURE, arch);
+  }
+
+  // ---- metadata --------------------------------------------------------------------------
+
+  has(key: string): boolean {
+    return this.draft.has(key);
+  }
+
+  set(key: string, type: GgufValueType, value: GgufValue): void {
+    this.draft.set(key, type, value);
+  }
+  setString(key: string, value: string): void {
+    this.draft.setString(key, value);
+  }
+  setU32(key: string, value: number): void {
+    this.draft.setU32(key, value);
+  }
+  setF32(key: string, value: number): void {
+    this.draft.setF32(key, value);
+  }
+  setBool(key: string, value: boolean): void {
+    this.draft.setBool(key, value);
+  }
+
+  setArray(key: string, itemType: GgufValueType, values: readonly (number | bigint | boolean | string)[]): void {
+    this.draft.setArray(key, itemType, values as never);
+  }
+
+  removeKv(key: string): void {
+    this.draft.delete(key);
+  }
+
+  /** Copies src to dst with its GGUF type, unless src is missing or dst already exists. */
+  copyKv(src: string, dst: string): void {
+    if (this.draft.has(dst)) return;
+    const kv = this.draft.get(src);
+    if (kv === undefined) return;
+    this.draft.set(dst, kv.type, kv.value);
+  }
+
+  /** copyKv for every key under oldPrefix; the old keys stay (llama.cpp never reads them). */
+  copyKvPrefix(oldPrefix: string, newPrefix: string): void {
+    for (const key of this.draft.keys()) {
+      if (key.startsWith(oldPrefix)) this.copyKv(key, newPrefix + key.slice(oldPrefix.length));
+    }
+  }
+
+  injectIfMissing(key: string, type: GgufValueType, value: GgufValue): void {
+    if (!this.draft.has(key)) this.draft.set(key, type, value);
+  }
+  injectString(key: string, value: string): void {
+    this.injectIfMissing(key, GgufValueType.STRING, value);
+  }
+  injectU32(key: string, value: number): void {
+    this.injectIfMissing(key, GgufValueType.UINT32, value);
+  }
+  injectF32(key: string, value: number): void {
+    this.injectIfMissing(key, GgufValueType.FLOAT32, value);
+  }
+  injectBool(key: string, value: boolean): void {
+    this.injectIfMissing(key, GgufValueType.BOOL, value);
+  }
+  injectF32Array(key: string, values: readonly number[]): void {
+    if (!this.draft.has(key)) this.draft.setArray(key, GgufValueType.FLOAT32, values);
+  }
+
+  /** Keeps the first n items of an array KV (no-op when missing or already short enough). */
+  truncateArray(key: string, n: number): void {
+    const kv = this.draft.get(key);
+    if (kv === undefined || kv.type !== GgufValueType.ARRAY) return;
+    const arr = this.draft.getArray(key);
+    if (n >= arr.length) return;
+    const items = arr.toArray().slice(0, n);
+    this.draft.setArray(key, arr.itemType, items as never);
+  }
+
+  /**
+   * Replaces a per-layer array by its largest item as a scalar UINT32 (items read as
+   * u32). A max of 0 falls back to `fallback`; if that is 0 too the key is left alone.
+   */
+  collapseArrayToMax(key: string, fallback: number): void {
+    const kv = this.draft.get(key);
+    if (kv?.type !== GgufValueType.ARRAY) return;
+    let max = 0;
+    for (const v of this.draft.getArray(key).toArray()) {
+      const u = typeof v === "number" ? v >>> 0 : typeof v === "bigint" ? Number(BigInt.asUintN(32, v)) : 0;
+      if (u > max) max = u;
+    }
+    if (max === 0) max = fallback;
+    if (max !== 0) this.draft.setU32(key, max);
+  }
+
+  // ---- tensors ---------------------------------------------------------------------------
+
+  tensor(name: string): GgufTensor | undefined {
+    return this.draft.findTensor(name);
+  }
+
+  hasTensor(name: string): boolean {
+    return this.draft.hasTensor(name);
+  }
+
+  anyTensorWithPrefix(prefix: string): boolean {
+    return this.draft.tensors.some((t) => t.name.startsWith(prefix));
+  }
+
+  tensorNames(): string[] {
+    return this.draft.tensors.map((t) => t.name);
+  }
+
+  /** Renames a tensor in place (position and data unchanged); silent when `from` is absent. */
+  renameTensor(from: string, to: string): void {
+    if (from === to || !this.draft.hasTensor(from)) return;
+    if (this.draft.hasTensor(to)) {
+      throw new TranslationError("TENSOR_CLASH", `cannot rename "${from}" to "${to}": that name is taken`, this.ctx(from));
+    }
+    this.draft.renameTensor(from, to);
+  }
+
+  /** Replaces the first occurrence of `needle` in every tensor name that contains it. */
+  renameTensorsContaining(needle: string, replacement: string): void {
+    for (const name of this.tensorNames()) {
+      const at = name.indexOf(needle);
+      if (at >= 0) this.renameTensor(name, name.slice(0, at) + replacement + name.slice(at + needle.length));
+    }
+  }
+
+  /** Renames every tensor whose name ends with `oldSuffix`. */
+  renameTensorSuffix(oldSuffix: string, newSuffix: string): void {
+    for (const name of this.tensorNames()) {
+      if (name.endsWith(oldSuffix)) this.renameTensor(name, name.slice(0, name.length - oldSuffix.length) + newSuffix);
+    }
+  }
+
+  /**
+   * Changes a tensor's type in the metadata only. Without an op the loader reads the
+   * first bytes of the original range, so the new size must not exceed it.
+   */
+  retype(name: string, type: number): void {
+    const t = this.draft.findTensor(name);
+    if (t !== undefined) t.type = type;
+  }
+
+  /** Changes a tensor's shape in the metadata only (see retype). */
+  reshape(name: string, shape: readonly number[]): void {
+    const t = this.draft.findTensor(name);
+    if (t !== undefined) t.shape = shape.slice();
+  }
+
+  /** Hides every tensor whose final name starts with prefix from the output. */
+  hide(prefix: string): void {
+    if (!this.hidden.includes(prefix)) this.hidden.push(prefix);
+  }
+
+  dropTensor(name: string): void {
+    if (!this.draft.hasTensor(name)) return;
+    this.draft.dropTensor(name);
+    this.dropped.push(name);
+  }
+
+  /**
+   * Registers a load op: `dest` (created when absent) gets bytes computed from the
+   * inputs' bytes. The inputs' data sources are captured now, before later renames.
+   */
+  op(dest: string, spec: OpSpec): void {
+    const captured = spec.inputs.map((name) => {
+      const t = this.draft.findTensor(name);
+      if (t === undefined) throw new TranslationError("OP_INPUT_MISSING", `op "${spec.label}" for "${dest}" needs tensor "${name}"`, this.ctx(dest));
+      return { name, type: t.type, shape: t.shape.slice(), data: t.data };
+    });
+    let target = this.draft.findTensor(dest);
+    const type = spec.type ?? target?.type;
+    const shape = spec.shape?.slice() ?? target?.shape.slice();
+    if (type === undefined || shape === undefined) {
+      throw new TranslationError("OP_SHAPE", `op "${spec.label}" creates "${dest}" and must give its type and shape`, this.ctx(dest));
+    }
+    const length = tensorByteSize(type, shape);
+    const label = spec.label;
+    const handler = this.handler;
+    const data: TensorData = {
+      kind: "computed",
+      length,
+      label,
+      async produce() {
+        const inputs: OpInput[] = [];
+        for (const c of captured) inputs.push({ name: c.name, type: c.type, shape: c.shape, bytes: await readTensorBytes(c.data) });
+        const out = await spec.compute(inputs);
+        if (out.length !== length) {
+          throw new TranslationError("OP_LENGTH", `op "${label}" produced ${out.length} bytes for "${dest}", expected ${length}`, {
+            ...(handler !== undefined ? { handler } : {}),
+            tensor: dest,
+          });
+        }
+        return out;
+      },
+    };
+    if (target === undefined) {
+      target = { name: dest, type, shape, data };
+      const anchor = captured.at(-1)?.name;
+      const after = anchor !== undefined && this.draft.hasTensor(anchor) ? anchor : undefined;
+      this.draft.addTensor(target, after !== undefined ? { after } : {});
+    } else {
+      target.type = type;
+      target.shape = shape;
+      target.data = data;
+    }
+    this.ops.push({ tensor: dest, label, inputs: spec.inputs.slice() });
+  }
+
+  // ---- finishing -------------------------------------------------------------------------
+
+  /** Applies hides and range truncation; returns what the report needs. */
+  finish(): { hidden: string[]; dropped: string[]; ops: OpRecord[] } {
+    const hiddenNames: string[] = [];
+    this.draft.tensors = this.draft.tensors.filter((t) => {
+      const hide = this.hidden.some((p) => t.name.startsWith(p));
+      if (hide) hiddenNames.push(t.name);
+      return !hide;
+    });
+    for (const t of this.draft.tensors) {
+      if (t.data.kind !== "range") continue;
+      const want = tensorByteSize(t.type, t.shape);
+      if (want > t.data.length) {
+        throw new TranslationError(
+          "RESHAPE_GROWS",
+          `tensor "${t.name}" needs ${want} bytes after retype/reshape but its source range holds ${t.data.length}`,
+          { tensor: t.name },
+        );
+      }
+      if (want < t.data.length) t.data = { ...t.data, length: want };
+    }
+    const opNames = new Set(this.draft.tensors.map((t) => t.name));
+    return { hidden: hiddenNames, dropped: this.dropped.slice(), ops: this.ops.filter((o) => opNames.has(o.tensor)) };
+  }
+
+  private ctx(tensor: string): { handler?: string; tensor: string } {
+    return this.handler !== undefined ? { handler: this.handler, tensor } : { tensor };
+  }
+}

@@ -1,0 +1,92 @@
+import { layoutGguf, writeGguf, type GgufLayout, type GgufModel, type GgufTensor, type WriteOptions } from "@compat/gguf";
+import type { TranslationReport } from "./report";
+import { readTensorBytes } from "./translation";
+
+/**
+ * The translated file, never materialized as a whole: metadata in memory, and per
+ * tensor either a byte range of the source or an op over source ranges. At most one
+ * op's output is held at a time (a single-slot cache, as the reference keeps for
+ * llama-quantize's tensor-by-tensor reads).
+ */
+export class TranslatedView {
+  private layoutCache: GgufLayout | undefined;
+  private slot: { tensor: GgufTensor; bytes: Uint8Array } | undefined;
+
+  constructor(
+    /** The translated model: what llama.cpp will read. */
+    readonly model: GgufModel,
+    readonly report: TranslationReport,
+    /** The model it was translated from (its file is never written). */
+    readonly source: GgufModel,
+  ) {}
+
+  /** Where header and tensors sit in the virtual output file. */
+  get layout(): GgufLayout {
+    return (this.layoutCache ??= layoutGguf(this.model));
+  }
+
+  /** Byte size of the virtual output file. */
+  get size(): number {
+    return this.layout.totalSize;
+  }
+
+  /** Any byte range of the virtual output file (clamped to its end). */
+  async read(offset: number, length: number): Promise<Uint8Array> {
+    const { header, dataOffset, tensorOffsets, totalSize } = this.layout;
+    if (!Number.isInteger(offset) || !Number.isInteger(length) || offset < 0 || length < 0) {
+      throw new RangeError(`read(${offset}, ${length}): offset and length must be non-negative integers`);
+    }
+    const end = Math.min(offset + length, totalSize);
+    const out = new Uint8Array(Math.max(0, end - offset));
+    if (out.length === 0) return out;
+
+    // Header (including its alignment padding): copy what overlaps.
+    if (offset < header.length) out.set(header.subarray(offset, Math.min(end, header.length)), 0);
+
+    // Tensors overlapping [offset, end); gaps between them are zero padding.
+    const tensors = this.model.tensors;
+    let i = firstTensorEndingAfter(tensorOffsets, tensors, dataOffset, offset);
+    for (; i < tensors.length; i++) {
+      const t = tensors[i]!;
+      const start = dataOffset + tensorOffsets[i]!;
+      if (start >= end) break;
+      const size = t.data.kind === "bytes" ? t.data.bytes.length : t.data.length;
+      const from = Math.max(offset, start);
+      const to = Math.min(end, start + size);
+      if (to <= from) continue;
+      const part = await this.tensorSlice(t, from - start, to - from);
+      out.set(part, from - offset);
+    }
+    return out;
+  }
+
+  /** Writes the translated file atomically (temp file + rename), one tensor in memory at a time. */
+  async writeTo(path: string, opts?: WriteOptions): Promise<void> {
+    await writeGguf(this.model, path, opts);
+  }
+
+  private async tensorSlice(t: GgufTensor, at: number, length: number): Promise<Uint8Array> {
+    const d = t.data;
+    if (d.kind === "range") return d.source.read(d.offset + at, length);
+    if (d.kind === "bytes") return d.bytes.subarray(at, at + length);
+    if (this.slot?.tensor !== t) {
+      this.slot = undefined; // release the previous output before computing the next
+      this.slot = { tensor: t, bytes: await readTensorBytes(d) };
+    }
+    return this.slot.bytes.subarray(at, at + length);
+  }
+}
+
+/** Binary search: index of the first tensor whose bytes end after `offset`. */
+function firstTensorEndingAfter(offsets: readonly number[], tensors: readonly GgufTensor[], dataOffset: number, offset: number): number {
+  let lo = 0;
+  let hi = tensors.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    const t = tensors[mid]!;
+    const size = t.data.kind === "bytes" ? t.data.bytes.length : t.data.length;
+    if (dataOffset + offsets[mid]! + size <= offset) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
