@@ -1,2 +1,2 @@
-export {};
+export * from "./fixtures/index";
 export * from "./llama/index";
