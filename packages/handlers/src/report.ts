@@ -107,3 +107,14 @@ export function formatReport(r: TranslationReport): string {
   list("load ops", r.ops.map((o) => `${o.tensor} <- ${o.label}(${o.inputs.join(", ")})`));
   return lines.join("\n");
 }
+
+/** True when the translation changed nothing llama.cpp would see (e.g. an already translated file). */
+export function changesNothing(r: TranslationReport): boolean {
+  const { kv, tensors } = r;
+  return (
+    kv.added.length + kv.changed.length + kv.removed.length === 0 &&
+    tensors.renamed.length + tensors.retyped.length + tensors.reshaped.length === 0 &&
+    tensors.hidden.length + tensors.dropped.length + tensors.added.length === 0 &&
+    r.ops.length === 0
+  );
+}

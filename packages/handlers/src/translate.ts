@@ -2,7 +2,7 @@ import { readGguf, type ByteSource, type GgufModel } from "@compat/gguf";
 import { compatEnabled } from "./env";
 import { gatesOn, type Handler } from "./handler";
 import { textHandlers } from "./registry";
-import { buildReport } from "./report";
+import { buildReport, changesNothing } from "./report";
 import { Translation } from "./translation";
 import { TranslatedView } from "./view";
 
@@ -15,7 +15,8 @@ export interface TranslateOptions {
 
 /**
  * Runs the handler registry on a parsed model. Returns the translated view, or null
- * when no handler recognizes the file (every non-Ollama file) or compat is disabled.
+ * when no handler recognizes the file (every non-Ollama file), when the handlers that
+ * do change nothing (an already translated file), or when compat is disabled.
  * Handlers run in registry order, each gated on the architecture as it stands after
  * the previous ones, so an arch-renaming handler decides what runs after it.
  */
@@ -36,6 +37,8 @@ export function translateModel(model: GgufModel, opts: TranslateOptions = {}): T
   if (applied.length === 0) return null;
   const { hidden, dropped, ops } = t.finish();
   const report = buildReport({ source: model, output: t.draft, origins: t.origins, handlers: applied, hidden, dropped, ops });
+  // A handler may recognize a file that is already translated; then there is nothing to do.
+  if (changesNothing(report)) return null;
   return new TranslatedView(t.draft, report, model);
 }
 

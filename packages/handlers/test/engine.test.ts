@@ -1,0 +1,165 @@
+import { readFile, readdir } from "node:fs/promises";
+import { join } from "node:path";
+import { GgmlType, GgufModel, GgufValueType, readGguf } from "@compat/gguf";
+import { Translation, translate, translateModel, type Handler } from "@compat/handlers";
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { addF32, onDisk, tempDir } from "./helpers";
+
+const dir = tempDir();
+
+/** A tiny gemma3 file with Ollama's 4B-style quirks: vision tensors inline, no rms eps. */
+function ollamaGemma3(): GgufModel {
+  const m = GgufModel.create();
+  m.setString("general.architecture", "gemma3");
+  m.setU32("gemma3.context_length", 131072);
+  m.setU32("gemma3.mm.tokens_per_image", 256);
+  m.setArray("tokenizer.ggml.tokens", GgufValueType.STRING, ["<pad>", "<eos>", "a", "b", "<image_soft_token>"]);
+  m.setArray("tokenizer.ggml.scores", GgufValueType.FLOAT32, [0, 0, -1, -2, 0]);
+  m.setArray("tokenizer.ggml.token_type", GgufValueType.INT32, [3, 3, 1, 1, 4]);
+  addF32(m, "token_embd.weight", [8, 4], 1);
+  addF32(m, "mm.mm_input_projection.weight", [8, 8], 2);
+  addF32(m, "v.patch_embd.weight", [4, 4], 3);
+  addF32(m, "output_norm.weight", [8], 4);
+  return m;
+}
+
+describe("translateModel", () => {
+  it("returns null for a file no handler recognizes", () => {
+    const m = GgufModel.create();
+    m.setString("general.architecture", "llama");
+    addF32(m, "token_embd.weight", [4, 4]);
+    expect(translateModel(m)).toBeNull();
+  });
+
+  it("returns null when OLLAMA_LLAMA_CPP_COMPAT=0, and only for the literal 0", () => {
+    const m = ollamaGemma3();
+    expect(translateModel(m, { env: { OLLAMA_LLAMA_CPP_COMPAT: "0" } })).toBeNull();
+    expect(translateModel(m, { env: { OLLAMA_LLAMA_CPP_COMPAT: "false" } })).not.toBeNull();
+    expect(translateModel(m, { env: {} })).not.toBeNull();
+  });
+
+  it("applies gemma3: injected defaults, truncated vocab, hidden vision tensors, source untouched", () => {
+    const src = ollamaGemma3();
+    const before = src.kvs().map((kv) => kv.key);
+    const view = translateModel(src)!;
+    const out = view.model;
+    expect(out.getNumber("gemma3.attention.layer_norm_rms_epsilon")).toBeCloseTo(1e-6);
+    expect(out.getString("gemma3.rope.scaling.type")).toBe("linear");
+    expect(out.getStringArray("tokenizer.ggml.tokens")).toEqual(["<pad>", "<eos>", "a", "b"]);
+    expect(out.getNumberArray("tokenizer.ggml.token_type")).toEqual([3, 3, 1, 1]);
+    expect(out.tensors.map((t) => t.name)).toEqual(["token_embd.weight", "output_norm.weight"]);
+    expect(view.report.tensors.hidden).toEqual(["mm.mm_input_projection.weight", "v.patch_embd.weight"]);
+    expect(view.report.kv.changed).toEqual(["tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type"]);
+    expect(view.report.kv.added).toContain("tokenizer.chat_template");
+    // the source model is not modified
+    expect(src.kvs().map((kv) => kv.key)).toEqual(before);
+    expect(src.tensors).toHaveLength(4);
+    expect(src.getStringArray("tokenizer.ggml.tokens")).toHaveLength(5);
+  });
+
+  it("lets an arch-renaming handler decide what runs after it (embeddinggemma before gemma3)", () => {
+    const m = GgufModel.create();
+    m.setString("general.architecture", "gemma3");
+    m.setU32("gemma3.attention.sliding_window", 512);
+    m.setBool("gemma3.attention.causal", false);
+    addF32(m, "token_embd.weight", [8, 4]);
+    addF32(m, "dense.0.weight", [8, 16]);
+    addF32(m, "dense.1.weight", [16, 8]);
+    addF32(m, "norm.weight", [8]);
+    const view = translateModel(m)!;
+    expect(view.report.handlers.map((h) => h.name)).toEqual(["embeddinggemma"]);
+    expect(view.model.getString("general.architecture")).toBe("gemma-embedding");
+    expect(view.model.has("gemma-embedding.attention.causal")).toBe(false);
+    expect(view.model.getU32("gemma-embedding.dense_2_feat_out")).toBe(16);
+    expect(view.model.tensors.map((t) => t.name)).toEqual(["token_embd.weight", "dense_2.weight", "dense_3.weight", "output_norm.weight"]);
+    expect(view.model.has("tokenizer.chat_template")).toBe(false); // gemma3 did not run
+  });
+
+  it("is idempotent: translating a translated model is a no-op", () => {
+    const view = translateModel(ollamaGemma3())!;
+    expect(translateModel(view.model)).toBeNull();
+  });
+});
+
+describe("TranslatedView", () => {
+  it("serves any byte range of the file it writes, and writes atomically", async () => {
+    const { path, bytes: srcBytes } = await onDisk(await dir(), "gemma3-ollama.gguf", ollamaGemma3());
+    const view = (await translate(path))!;
+    const outPath = join(await dir(), "gemma3-out.gguf");
+    await view.writeTo(outPath);
+    const written = new Uint8Array(await readFile(outPath));
+    expect(written.length).toBe(view.size);
+    expect((await readdir(await dir())).filter((f) => f.includes(".tmp"))).toEqual([]);
+    await fc.assert(
+      fc.asyncProperty(fc.nat(written.length + 64), fc.nat(4096), async (offset, length) => {
+        const got = await view.read(offset, length);
+        expect(Buffer.from(got).equals(Buffer.from(written.subarray(offset, offset + length)))).toBe(true);
+      }),
+      { numRuns: 200 },
+    );
+    // the output parses, and the source file is byte-for-byte unchanged
+    const reread = await readGguf(outPath);
+    expect(reread.tensors.map((t) => t.name)).toEqual(["token_embd.weight", "output_norm.weight"]);
+    expect(Buffer.from(await readFile(path)).equals(Buffer.from(srcBytes))).toBe(true);
+    await reread.close();
+    await view.source.close();
+  });
+
+  it("computes op tensors from source ranges captured before renames, one at a time", async () => {
+    const m = GgufModel.create();
+    m.setString("general.architecture", "toy");
+    addF32(m, "a", [4], 10);
+    addF32(m, "b", [4], 20);
+    const { model } = await onDisk(await dir(), "toy.gguf", m);
+    let calls = 0;
+    const handler: Handler = {
+      name: "toy",
+      arch: "toy",
+      detect: () => ["toy"],
+      apply(t: Translation) {
+        t.op("ab", {
+          label: "concat a+b",
+          inputs: ["a", "b"],
+          type: GgmlType.F32,
+          shape: [4, 2],
+          compute: (ins) => {
+            calls++;
+            const out = new Uint8Array(32);
+            out.set(ins[0]!.bytes, 0);
+            out.set(ins[1]!.bytes, 16);
+            return out;
+          },
+        });
+        t.renameTensor("a", "a.renamed"); // the op still reads a's original bytes
+        t.dropTensor("b");
+      },
+    };
+    const view = translateModel(model, { handlers: [handler] })!;
+    expect(view.model.tensors.map((t) => t.name)).toEqual(["a.renamed", "ab"]);
+    const abOffset = view.layout.dataOffset + view.layout.tensorOffsets[1]!;
+    const first = new Float32Array((await view.read(abOffset, 32)).slice().buffer);
+    expect(Array.from(first)).toEqual([10, 11, 12, 13, 20, 21, 22, 23]);
+    await view.read(abOffset + 4, 8); // served from the single-slot cache
+    expect(calls).toBe(1);
+    expect(view.report.ops).toEqual([{ tensor: "ab", label: "concat a+b", inputs: ["a", "b"] }]);
+    expect(view.report.tensors.renamed).toEqual([{ from: "a", to: "a.renamed" }]);
+    expect(view.report.tensors.dropped).toEqual(["b"]);
+    expect(view.report.tensors.added).toEqual(["ab"]);
+    await model.close();
+  });
+
+  it("truncates a source range when a reshape shrinks a tensor (the loader reads a prefix)", async () => {
+    const m = GgufModel.create();
+    m.setString("general.architecture", "toy");
+    addF32(m, "emb", [4, 6], 0);
+    const { model } = await onDisk(await dir(), "toy2.gguf", m);
+    const handler: Handler = { name: "toy", arch: "toy", detect: () => ["toy"], apply: (t) => t.reshape("emb", [4, 5]) };
+    const view = translateModel(model, { handlers: [handler] })!;
+    const t = view.model.tensor("emb");
+    expect(t.data.kind === "range" && t.data.length).toBe(80);
+    const grow: Handler = { name: "toy", arch: "toy", detect: () => ["toy"], apply: (t) => t.reshape("emb", [4, 7]) };
+    expect(() => translateModel(model, { handlers: [grow] })).toThrow(/needs 112 bytes/);
+    await model.close();
+  });
+});
