@@ -5,6 +5,7 @@ export default defineConfig({
   format: ["esm", "cjs"],
   dts: true,
   clean: true,
+  shims: true,
   sourcemap: true,
   target: "node20",
   external: [/^@compat\//],
