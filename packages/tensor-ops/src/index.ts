@@ -64,3 +64,16 @@ export {
 } from "./convert";
 export { convertStream, type ConvertStreamOptions } from "./stream";
 export { activeBackend, setBackend, nativeAvailable, backendInfo, type Backend } from "./native";
+export { type Dtype, type Shape, type TensorBytes, tensorBytes as tensorByteLength, formatOf } from "./layout/tensor";
+export {
+  concat,
+  split,
+  truncateRows,
+  padAxis,
+  padRows,
+  zeros,
+  interleaveExperts,
+  deinterleaveExperts,
+} from "./layout/concat";
+export { permute, inversePermutation, permuteQK, unpermuteQK } from "./layout/permute";
+export { addScalar, resamplePositionGrid, type ResampleOptions } from "./layout/arith";
