@@ -1,7 +1,7 @@
 export { translate, translateModel, detectHandlers, type TranslateOptions } from "./translate";
 export { TranslatedView } from "./view";
 export { Translation, readTensorBytes, type OpInput, type OpSpec, type OpRecord } from "./translation";
-export { buildReport, changesNothing, formatReport, type TranslationReport } from "./report";
+export { buildReport, changesNothing, formatReport, sameKv, type TranslationReport } from "./report";
 export { textHandlers } from "./registry";
 export { gatesOn, type Handler } from "./handler";
 export { compatEnabled } from "./env";
