@@ -15,6 +15,8 @@ export interface NativeAddon {
   types(): number[];
   /** Which instruction set the addon picked at load ("avx2+f16c" or "scalar"). */
   isa(): string;
+  /** Restricts the addon to its portable scalar kernels ("scalar") or lets it pick ("auto"). */
+  setIsa(choice: "scalar" | "auto"): string;
 }
 
 const ADDON_PATHS = ["../build/Release/tensor_ops.node", "../../build/Release/tensor_ops.node"];
@@ -82,4 +84,11 @@ export function backendInfo(): { backend: Backend; forcedJs: boolean; isa?: stri
     nativeTypes: addon ? addon.types() : [],
     ...(addon || loadError === undefined ? {} : { loadError: String(loadError) }),
   };
+}
+
+/** Forgets a failed or earlier load so a freshly built addon is picked up (used by tests). */
+export function reloadNative(): boolean {
+  loaded = undefined;
+  loadError = undefined;
+  return loadAddon() !== null;
 }

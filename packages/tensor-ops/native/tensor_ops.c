@@ -1,0 +1,259 @@
+/*
+ * Optional native kernels for @compat/tensor-ops (N-API, C99).
+ *
+ * Each kernel computes exactly what the JS kernels compute (and what ggml computes): the same f32
+ * operations in the same order, with floating-point contraction disabled so no FMA can change a
+ * rounding. AVX2/F16C variants are selected at load time when the CPU has them; GCC vectorizes the
+ * scalar loops in the AVX2 variants.
+ */
+#include <node_api.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TOPS_X86 1
+#endif
+
+#pragma GCC optimize("fp-contract=off")
+
+enum { T_F16 = 1, T_Q8_0 = 8, T_Q4_K = 12, T_Q6_K = 14, T_BF16 = 30, T_MXFP4 = 39 };
+
+static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float float_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* f16 -> f32 by the same float trick ggml uses (exact for every input, NaNs come out quiet). */
+static inline float half_to_float(uint16_t h) {
+    const uint32_t w = (uint32_t) h << 16;
+    const uint32_t sign = w & 0x80000000u;
+    const uint32_t two_w = w + w;
+    const float normalized = float_of((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+    const float denormalized = float_of((two_w >> 17) | (126u << 23)) - 0.5f;
+    const uint32_t r = sign | (two_w < (1u << 27) ? bits_of(denormalized) : bits_of(normalized));
+    return float_of(r);
+}
+
+static inline uint16_t rd16(const uint8_t *p) { return (uint16_t) (p[0] | (p[1] << 8)); }
+
+static const int8_t FP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static inline float e8m0_half(uint8_t e) {
+    return float_of(e < 2 ? (0x00200000u << e) : ((uint32_t) (e - 1) << 23));
+}
+
+static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* Kernel bodies, instantiated once per instruction set. */
+#define DEFINE_KERNELS(SUFFIX, ATTR)                                                              \
+    ATTR __attribute__((unused)) static void f16_##SUFFIX(const uint8_t *src, float *dst, size_t n) {                     \
+        for (size_t i = 0; i < n; i++) dst[i] = half_to_float(rd16(src + 2 * i));                  \
+    }                                                                                             \
+    ATTR __attribute__((unused)) static void bf16_##SUFFIX(const uint8_t *src, float *dst, size_t n) {                    \
+        uint32_t *out = (uint32_t *) dst;                                                         \
+        for (size_t i = 0; i < n; i++) out[i] = (uint32_t) rd16(src + 2 * i) << 16;                \
+    }                                                                                             \
+    ATTR __attribute__((unused)) static void q8_0_##SUFFIX(const uint8_t *src, float *dst, size_t nb) {                   \
+        for (size_t i = 0; i < nb; i++) {                                                         \
+            const uint8_t *b = src + 34 * i;                                                      \
+            const float d = half_to_float(rd16(b));                                               \
+            const int8_t *q = (const int8_t *) (b + 2);                                           \
+            float *y = dst + 32 * i;                                                              \
+            for (int j = 0; j < 32; j++) y[j] = q[j] * d;                                         \
+        }                                                                                         \
+    }                                                                                             \
+    ATTR __attribute__((unused)) static void mxfp4_##SUFFIX(const uint8_t *src, float *dst, size_t nb) {                  \
+        for (size_t i = 0; i < nb; i++) {                                                         \
+            const uint8_t *b = src + 17 * i;                                                      \
+            const float d = e8m0_half(b[0]);                                                      \
+            float *y = dst + 32 * i;                                                              \
+            for (int j = 0; j < 16; j++) {                                                        \
+                y[j] = FP4[b[1 + j] & 0xF] * d;                                                   \
+                y[j + 16] = FP4[b[1 + j] >> 4] * d;                                               \
+            }                                                                                     \
+        }                                                                                         \
+    }                                                                                             \
+    ATTR __attribute__((unused)) static void q4_k_##SUFFIX(const uint8_t *src, float *dst, size_t nb) {                   \
+        for (size_t i = 0; i < nb; i++) {                                                         \
+            const uint8_t *b = src + 144 * i;                                                     \
+            const float d = half_to_float(rd16(b));                                               \
+            const float dmin = half_to_float(rd16(b + 2));                                        \
+            const uint8_t *q = b + 16;                                                            \
+            float *y = dst + 256 * i;                                                             \
+            for (int is = 0; is < 8; is += 2, q += 32, y += 64) {                                 \
+                uint8_t sc, m;                                                                    \
+                scale_min_k4(is, b + 4, &sc, &m);                                                 \
+                const float d1 = d * sc, m1 = dmin * m;                                           \
+                scale_min_k4(is + 1, b + 4, &sc, &m);                                             \
+                const float d2 = d * sc, m2 = dmin * m;                                           \
+                for (int l = 0; l < 32; l++) y[l] = d1 * (q[l] & 0xF) - m1;                       \
+                for (int l = 0; l < 32; l++) y[32 + l] = d2 * (q[l] >> 4) - m2;                   \
+            }                                                                                     \
+        }                                                                                         \
+    }                                                                                             \
+    ATTR __attribute__((unused)) static void q6_k_##SUFFIX(const uint8_t *src, float *dst, size_t nb) {                   \
+        for (size_t i = 0; i < nb; i++) {                                                         \
+            const uint8_t *b = src + 210 * i;                                                     \
+            const float d = half_to_float(rd16(b + 208));                                         \
+            float *y = dst + 256 * i;                                                             \
+            for (int n = 0; n < 2; n++, y += 128) {                                               \
+                const uint8_t *ql = b + 64 * n;                                                   \
+                const uint8_t *qh = b + 128 + 32 * n;                                             \
+                const int8_t *sc = (const int8_t *) (b + 192 + 8 * n);                            \
+                for (int l = 0; l < 32; l++) {                                                    \
+                    const int is = l / 16;                                                        \
+                    const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;              \
+                    const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;         \
+                    const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;               \
+                    const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;          \
+                    y[l] = (d * sc[is]) * q1;                                                     \
+                    y[l + 32] = (d * sc[is + 2]) * q2;                                            \
+                    y[l + 64] = (d * sc[is + 4]) * q3;                                            \
+                    y[l + 96] = (d * sc[is + 6]) * q4;                                            \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+DEFINE_KERNELS(scalar, )
+
+#ifdef TOPS_X86
+DEFINE_KERNELS(avx2, __attribute__((target("avx2,f16c"))))
+
+/* F16C converts half -> single exactly, quieting signalling NaNs just as ggml's float path does. */
+__attribute__((target("avx2,f16c"))) static void f16_f16c(const uint8_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m128i a = _mm_loadu_si128((const __m128i *) (src + 2 * i));
+        __m128i b = _mm_loadu_si128((const __m128i *) (src + 2 * i + 16));
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(a));
+        _mm256_storeu_ps(dst + i + 8, _mm256_cvtph_ps(b));
+    }
+    for (; i < n; i++) dst[i] = half_to_float(rd16(src + 2 * i));
+}
+#endif
+
+typedef void (*kernel_fn)(const uint8_t *, float *, size_t);
+struct kernel { int type; size_t block_bytes; size_t block_size; kernel_fn fn; };
+static struct kernel kernels[6];
+static int n_kernels = 0;
+static const char *isa_name = "scalar";
+
+static void select_kernels(int allow_simd) {
+    int fast = 0;
+#ifdef TOPS_X86
+    __builtin_cpu_init();
+    fast = allow_simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+#endif
+    isa_name = "scalar";
+    n_kernels = 0;
+#define ADD(T, BB, BS, FN) kernels[n_kernels++] = (struct kernel) {T, BB, BS, FN}
+#ifdef TOPS_X86
+    if (fast) {
+        isa_name = "avx2+f16c";
+        ADD(T_F16, 2, 1, f16_f16c);
+        ADD(T_BF16, 2, 1, bf16_avx2);
+        ADD(T_Q8_0, 34, 32, q8_0_avx2);
+        ADD(T_Q4_K, 144, 256, q4_k_avx2);
+        ADD(T_Q6_K, 210, 256, q6_k_avx2);
+        ADD(T_MXFP4, 17, 32, mxfp4_avx2);
+        return;
+    }
+#endif
+    ADD(T_F16, 2, 1, f16_scalar);
+    ADD(T_BF16, 2, 1, bf16_scalar);
+    ADD(T_Q8_0, 34, 32, q8_0_scalar);
+    ADD(T_Q4_K, 144, 256, q4_k_scalar);
+    ADD(T_Q6_K, 210, 256, q6_k_scalar);
+    ADD(T_MXFP4, 17, 32, mxfp4_scalar);
+#undef ADD
+}
+
+#define CHECK(call)                                                                               \
+    do {                                                                                          \
+        if ((call) != napi_ok) { napi_throw_error(env, NULL, "tensor_ops: N-API call failed"); return NULL; } \
+    } while (0)
+
+/* toF32(type, src: Uint8Array, dst: Float32Array, nBlocks) -> boolean (false: no kernel for type). */
+static napi_value to_f32(napi_env env, napi_callback_info info) {
+    size_t argc = 4;
+    napi_value argv[4], result;
+    CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+    if (argc < 4) { napi_throw_type_error(env, NULL, "toF32 needs 4 arguments"); return NULL; }
+    int32_t type;
+    double nblocks_d;
+    CHECK(napi_get_value_int32(env, argv[0], &type));
+    CHECK(napi_get_value_double(env, argv[3], &nblocks_d));
+    const struct kernel *k = NULL;
+    for (int i = 0; i < n_kernels; i++) if (kernels[i].type == type) k = &kernels[i];
+    if (!k) { CHECK(napi_get_boolean(env, 0, &result)); return result; }
+
+    napi_typedarray_type st, dt;
+    size_t slen, dlen, soff, doff;
+    void *sdata, *ddata;
+    napi_value sbuf, dbuf;
+    CHECK(napi_get_typedarray_info(env, argv[1], &st, &slen, &sdata, &sbuf, &soff));
+    CHECK(napi_get_typedarray_info(env, argv[2], &dt, &dlen, &ddata, &dbuf, &doff));
+    if (st != napi_uint8_array || dt != napi_float32_array) {
+        napi_throw_type_error(env, NULL, "toF32 expects a Uint8Array source and a Float32Array destination");
+        return NULL;
+    }
+    if (!(nblocks_d >= 0) || nblocks_d > 9007199254740991.0) { napi_throw_range_error(env, NULL, "bad block count"); return NULL; }
+    const size_t nb = (size_t) nblocks_d;
+    if (slen < nb * k->block_bytes || dlen < nb * k->block_size) {
+        napi_throw_range_error(env, NULL, "toF32: buffers too small for the block count");
+        return NULL;
+    }
+    k->fn((const uint8_t *) sdata, (float *) ddata, nb); /* element count for F16/BF16 (block size 1) */
+    CHECK(napi_get_boolean(env, 1, &result));
+    return result;
+}
+
+static napi_value types(napi_env env, napi_callback_info info) {
+    (void) info;
+    napi_value arr, v;
+    CHECK(napi_create_array_with_length(env, (size_t) n_kernels, &arr));
+    for (int i = 0; i < n_kernels; i++) {
+        CHECK(napi_create_int32(env, kernels[i].type, &v));
+        CHECK(napi_set_element(env, arr, (uint32_t) i, v));
+    }
+    return arr;
+}
+
+static napi_value isa(napi_env env, napi_callback_info info) {
+    (void) info;
+    napi_value s;
+    CHECK(napi_create_string_utf8(env, isa_name, NAPI_AUTO_LENGTH, &s));
+    return s;
+}
+
+/* setIsa("scalar" | "auto") -> name of the instruction set now in use (lets tests cover both). */
+static napi_value set_isa(napi_env env, napi_callback_info info) {
+    size_t argc = 1, len = 0;
+    napi_value argv[1];
+    char buf[16] = {0};
+    CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+    if (argc >= 1) CHECK(napi_get_value_string_utf8(env, argv[0], buf, sizeof buf, &len));
+    select_kernels(strcmp(buf, "scalar") != 0);
+    return isa(env, info);
+}
+
+static napi_value init(napi_env env, napi_value exports) {
+    select_kernels(1);
+    napi_property_descriptor props[] = {
+        {"toF32", NULL, to_f32, NULL, NULL, NULL, napi_default, NULL},
+        {"types", NULL, types, NULL, NULL, NULL, napi_default, NULL},
+        {"isa", NULL, isa, NULL, NULL, NULL, napi_default, NULL},
+        {"setIsa", NULL, set_isa, NULL, NULL, NULL, napi_default, NULL},
+    };
+    CHECK(napi_define_properties(env, exports, sizeof props / sizeof props[0], props));
+    return exports;
+}
+
+NAPI_MODULE(NODE_GYP_MODULE_NAME, init)

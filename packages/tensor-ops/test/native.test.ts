@@ -1,0 +1,61 @@
+/** The native kernels must give exactly the JS kernels' bits on the same inputs. */
+import { spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { beforeAll, describe, expect, it } from "vitest";
+import { activeBackend, backendInfo, GgmlTypeId as T, setBackend, toF32Into, toF32IntoJs, blockLayout } from "../src/index";
+import { nativeAddon, reloadNative } from "../src/native";
+import { randomBlocks } from "./support/blocks";
+import { bytesOf } from "./support/vectors";
+
+let available = false;
+
+beforeAll(() => {
+  available = reloadNative();
+  if (!available && process.env.COMPAT_TENSOR_OPS !== "js") {
+    // Build on demand so the native path is exercised whenever a compiler is present.
+    const script = fileURLToPath(new URL("../scripts/build-native.mjs", import.meta.url));
+    spawnSync(process.execPath, [script], { stdio: "ignore" });
+    available = reloadNative();
+  }
+});
+
+describe("backend selection", () => {
+  it("reports the active backend and can be forced to JS", () => {
+    setBackend("js");
+    expect(activeBackend()).toBe("js");
+    expect(setBackend("auto")).toBe(available ? "native" : "js");
+    expect(backendInfo().backend).toBe(activeBackend());
+  });
+});
+
+describe.each(["auto", "scalar"] as const)("native kernels (%s ISA) are bit-identical to JS", (isa) => {
+  const cases: [string, number, () => Uint8Array][] = [
+    ["F16 (all 65536 patterns)", T.F16, () => bytesOf(Uint16Array.from({ length: 65536 }, (_, i) => i))],
+    ["BF16 (all 65536 patterns)", T.BF16, () => bytesOf(Uint16Array.from({ length: 65536 }, (_, i) => i))],
+    ["F16 (odd tail length)", T.F16, () => bytesOf(Uint16Array.from({ length: 37 }, (_, i) => i * 1777))],
+    ["Q8_0", T.Q8_0, () => randomBlocks(T.Q8_0, 513, 11)],
+    ["Q4_K", T.Q4_K, () => randomBlocks(T.Q4_K, 65, 12)],
+    ["Q6_K", T.Q6_K, () => randomBlocks(T.Q6_K, 65, 13)],
+    ["MXFP4", T.MXFP4, () => randomBlocks(T.MXFP4, 513, 14)],
+  ];
+  for (const [label, type, make] of cases) {
+    it(label, (ctx) => {
+      if (!available) ctx.skip();
+      expect(backendInfo().nativeTypes).toContain(type);
+      const input = make();
+      const layout = blockLayout(type);
+      const n = (input.byteLength / layout.blockBytes) * layout.blockSize;
+      setBackend("auto");
+      nativeAddon()?.setIsa(isa);
+      const native = toF32Into(type, input, new Float32Array(n), n);
+      const js = toF32IntoJs(type, input, new Float32Array(n), n);
+      expect(Buffer.from(bytesOf(native)).equals(Buffer.from(bytesOf(js)))).toBe(true);
+      // Unaligned source views take the same path.
+      const shifted = new Uint8Array(input.byteLength + 1);
+      shifted.set(input, 1);
+      const fromUnaligned = toF32Into(type, shifted.subarray(1), new Float32Array(n), n);
+      expect(Buffer.from(bytesOf(fromUnaligned)).equals(Buffer.from(bytesOf(js)))).toBe(true);
+      nativeAddon()?.setIsa("auto");
+    });
+  }
+});
