@@ -2,6 +2,7 @@
 # Builds llama-server, llama-mtmd-cli and llama-quantize from the llama.cpp source
 # that node-llama-cpp ships as a git bundle. The result is cached outside the
 # checkout, keyed by the bundle's commit, so CI and later sessions reuse it.
+# Also compiles scripts/llama-log-drain.c into the bin directory (see there).
 # Prints the bin directory on stdout.
 set -euo pipefail
 
@@ -16,13 +17,25 @@ cache=${OLLAMA_COMPAT_CACHE:-$HOME/.cache/ollama-compat}/llama.cpp/$commit
 bin=$cache/bin
 targets=(llama-server llama-mtmd-cli llama-quantize)
 
+drain_src=$root/scripts/llama-log-drain.c
+drain_lib=$bin/liblog-drain.so
+
 have_all() { for t in "${targets[@]}"; do [ -x "$bin/$t" ] || return 1; done; }
-if have_all; then echo "$bin"; exit 0; fi
+have_drain() { [ -f "$drain_lib" ] && [ ! "$drain_src" -nt "$drain_lib" ]; }
+build_drain() {
+  cc -shared -fPIC -O2 -o "$drain_lib.tmp.$$" "$drain_src" >&2
+  mv -f "$drain_lib.tmp.$$" "$drain_lib"
+}
+if have_all && have_drain; then echo "$bin"; exit 0; fi
 
 mkdir -p "$cache"
 exec 9>"$cache/.lock"
 flock 9
-if have_all; then echo "$bin"; exit 0; fi
+if have_all; then
+  have_drain || build_drain
+  echo "$bin"
+  exit 0
+fi
 
 src=$cache/src
 if [ ! -d "$src/.git" ]; then
@@ -42,4 +55,5 @@ cmake --build "$cache/build" -j "$(nproc)" --target "${targets[@]}" >&2
 mkdir -p "$bin.tmp"
 for t in "${targets[@]}"; do cp "$cache/build/bin/$t" "$bin.tmp/"; done
 rm -rf "$bin"; mv "$bin.tmp" "$bin"
+build_drain
 echo "$bin"

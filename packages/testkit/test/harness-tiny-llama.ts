@@ -1,9 +1,11 @@
 /**
- * A minimal, self-contained writer for a tiny F32 llama-arch GGUF, used only to
- * prove the harness until @compat/gguf's writer and the fixture generator land.
- * SPM vocabulary with the 256 byte tokens (llama.cpp needs them for byte fallback).
+ * A tiny F32 llama-arch GGUF built with @compat/gguf, used to prove the harness
+ * on its own (the fixture generator proves the per-arch fixtures). SPM
+ * vocabulary including the 256 byte tokens, which llama.cpp needs for byte
+ * fallback. `arch` and `headCountKv` let tests make files llama.cpp rejects
+ * (unknown architecture) or aborts on (zero KV heads).
  */
-import { writeFile } from "node:fs/promises";
+import { GgmlType, GgufModel, GgufValueType, writeGguf } from "@compat/gguf";
 
 export interface TinyLlamaOptions {
   arch?: string;
@@ -11,106 +13,64 @@ export interface TinyLlamaOptions {
   seed?: number;
 }
 
+const N_EMBD = 64;
+const N_FF = 128;
+const N_HEAD = 4;
+
 export async function writeTinyLlama(path: string, options: TinyLlamaOptions = {}): Promise<void> {
-  const { arch = "llama", headCountKv = 4, seed = 1 } = options;
-  const nEmbd = 64, nFf = 128, nHead = 4, nLayer = 1;
+  const { arch = "llama", headCountKv = N_HEAD, seed = 1 } = options;
   const tokens = ["<unk>", "<s>", "</s>"];
-  const types = [2, 3, 3];
+  const types = [2, 3, 3]; // unknown, control, control
   for (let i = 0; i < 256; i++) {
     tokens.push(`<0x${i.toString(16).toUpperCase().padStart(2, "0")}>`);
-    types.push(6);
+    types.push(6); // byte
   }
   for (const word of ["▁Hello", "▁world", "▁the", "▁a", "▁cat", "▁dog", "▁", "H", "e", "l", "o"]) {
     tokens.push(word);
-    types.push(1);
-  }
-  const nVocab = tokens.length;
-
-  const parts: Buffer[] = [];
-  const u32 = (v: number) => { const b = Buffer.alloc(4); b.writeUInt32LE(v); parts.push(b); };
-  const i32 = (v: number) => { const b = Buffer.alloc(4); b.writeInt32LE(v); parts.push(b); };
-  const u64 = (v: number) => { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(v)); parts.push(b); };
-  const f32 = (v: number) => { const b = Buffer.alloc(4); b.writeFloatLE(v); parts.push(b); };
-  const str = (s: string) => { const b = Buffer.from(s, "utf8"); u64(b.length); parts.push(b); };
-
-  type Kv = [string, "u32", number] | [string, "f32", number] | [string, "str", string] | [string, "strs", string[]] | [string, "f32s" | "i32s", number[]];
-  const kvs: Kv[] = [
-    ["general.architecture", "str", arch],
-    ["general.name", "str", "tiny"],
-    [`${arch}.block_count`, "u32", nLayer],
-    [`${arch}.context_length`, "u32", 256],
-    [`${arch}.embedding_length`, "u32", nEmbd],
-    [`${arch}.feed_forward_length`, "u32", nFf],
-    [`${arch}.attention.head_count`, "u32", nHead],
-    [`${arch}.attention.head_count_kv`, "u32", headCountKv],
-    [`${arch}.attention.layer_norm_rms_epsilon`, "f32", 1e-5],
-    [`${arch}.rope.dimension_count`, "u32", nEmbd / nHead],
-    ["tokenizer.ggml.model", "str", "llama"],
-    ["tokenizer.ggml.tokens", "strs", tokens],
-    ["tokenizer.ggml.scores", "f32s", tokens.map((_, i) => -i)],
-    ["tokenizer.ggml.token_type", "i32s", types],
-    ["tokenizer.ggml.bos_token_id", "u32", 1],
-    ["tokenizer.ggml.eos_token_id", "u32", 2],
-    ["tokenizer.ggml.unknown_token_id", "u32", 0],
-  ];
-  const tensors: Array<[string, number[]]> = [
-    ["token_embd.weight", [nEmbd, nVocab]],
-    ["output_norm.weight", [nEmbd]],
-    ["output.weight", [nEmbd, nVocab]],
-  ];
-  for (let l = 0; l < nLayer; l++) {
-    tensors.push(
-      [`blk.${l}.attn_norm.weight`, [nEmbd]],
-      [`blk.${l}.attn_q.weight`, [nEmbd, nEmbd]],
-      [`blk.${l}.attn_k.weight`, [nEmbd, nEmbd]],
-      [`blk.${l}.attn_v.weight`, [nEmbd, nEmbd]],
-      [`blk.${l}.attn_output.weight`, [nEmbd, nEmbd]],
-      [`blk.${l}.ffn_norm.weight`, [nEmbd]],
-      [`blk.${l}.ffn_gate.weight`, [nEmbd, nFf]],
-      [`blk.${l}.ffn_up.weight`, [nEmbd, nFf]],
-      [`blk.${l}.ffn_down.weight`, [nFf, nEmbd]],
-    );
+    types.push(1); // normal
   }
 
-  parts.push(Buffer.from("GGUF"));
-  u32(3);
-  u64(tensors.length);
-  u64(kvs.length);
-  for (const [key, kind, value] of kvs) {
-    str(key);
-    switch (kind) {
-      case "u32": u32(4); u32(value as number); break;
-      case "f32": u32(6); f32(value as number); break;
-      case "str": u32(8); str(value as string); break;
-      case "strs": u32(9); u32(8); u64((value as string[]).length); (value as string[]).forEach(str); break;
-      case "f32s": u32(9); u32(6); u64((value as number[]).length); (value as number[]).forEach(f32); break;
-      case "i32s": u32(9); u32(5); u64((value as number[]).length); (value as number[]).forEach(i32); break;
-    }
-  }
+  const model = GgufModel.create()
+    .setString("general.architecture", arch)
+    .setString("general.name", "tiny")
+    .setU32(`${arch}.block_count`, 1)
+    .setU32(`${arch}.context_length`, 256)
+    .setU32(`${arch}.embedding_length`, N_EMBD)
+    .setU32(`${arch}.feed_forward_length`, N_FF)
+    .setU32(`${arch}.attention.head_count`, N_HEAD)
+    .setU32(`${arch}.attention.head_count_kv`, headCountKv)
+    .setF32(`${arch}.attention.layer_norm_rms_epsilon`, 1e-5)
+    .setU32(`${arch}.rope.dimension_count`, N_EMBD / N_HEAD)
+    .setString("tokenizer.ggml.model", "llama")
+    .setArray("tokenizer.ggml.tokens", GgufValueType.STRING, tokens)
+    .setArray("tokenizer.ggml.scores", GgufValueType.FLOAT32, tokens.map((_, i) => -i))
+    .setArray("tokenizer.ggml.token_type", GgufValueType.INT32, types)
+    .setU32("tokenizer.ggml.bos_token_id", 1)
+    .setU32("tokenizer.ggml.eos_token_id", 2)
+    .setU32("tokenizer.ggml.unknown_token_id", 0);
 
   let state = seed >>> 0 || 1;
   const random = () => {
-    state ^= state << 13; state >>>= 0;
+    state ^= state << 13;
+    state >>>= 0;
     state ^= state >>> 17;
-    state ^= state << 5; state >>>= 0;
+    state ^= state << 5;
+    state >>>= 0;
     return state / 0x1_0000_0000 - 0.5;
   };
-  const align = (n: number) => Math.ceil(n / 32) * 32;
-  const data: Buffer[] = [];
-  let offset = 0;
-  for (const [name, shape] of tensors) {
-    str(name);
-    u32(shape.length);
-    shape.forEach(u64);
-    u32(0); // F32
-    u64(offset);
-    const count = shape.reduce((a, b) => a * b, 1);
-    const bytes = Buffer.alloc(align(count * 4));
-    for (let i = 0; i < count; i++) bytes.writeFloatLE(name.includes("norm") ? 1 : random() * 0.2, i * 4);
-    data.push(bytes);
-    offset += bytes.length;
-  }
-  const headerLength = parts.reduce((n, b) => n + b.length, 0);
-  parts.push(Buffer.alloc(align(headerLength) - headerLength), ...data);
-  await writeFile(path, Buffer.concat(parts));
+  const add = (name: string, shape: number[]) => {
+    const values = new Float32Array(shape.reduce((a, b) => a * b, 1));
+    for (let i = 0; i < values.length; i++) values[i] = name.includes("norm") ? 1 : random() * 0.2;
+    model.addTensor({ name, type: GgmlType.F32, shape, data: { kind: "bytes", bytes: new Uint8Array(values.buffer) } });
+  };
+  add("token_embd.weight", [N_EMBD, tokens.length]);
+  add("output_norm.weight", [N_EMBD]);
+  add("output.weight", [N_EMBD, tokens.length]);
+  add("blk.0.attn_norm.weight", [N_EMBD]);
+  for (const part of ["q", "k", "v", "output"]) add(`blk.0.attn_${part}.weight`, [N_EMBD, N_EMBD]);
+  add("blk.0.ffn_norm.weight", [N_EMBD]);
+  add("blk.0.ffn_gate.weight", [N_EMBD, N_FF]);
+  add("blk.0.ffn_up.weight", [N_EMBD, N_FF]);
+  add("blk.0.ffn_down.weight", [N_FF, N_EMBD]);
+  await writeGguf(model, path);
 }

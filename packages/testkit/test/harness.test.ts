@@ -36,6 +36,7 @@ describe("llama.cpp tools harness", () => {
   it("finds llama-server, llama-mtmd-cli and llama-quantize", async () => {
     const tools = await findLlamaTools();
     for (const path of [tools.server, tools.mtmdCli, tools.quantize]) expect((await stat(path)).isFile()).toBe(true);
+    expect(tools.logDrain, "build-llama-tools.sh builds liblog-drain.so").toBeDefined();
   });
 
   it("starts llama-server on loopback, reports healthy, completes greedily, stops", async () => {
@@ -84,8 +85,9 @@ describe("llama.cpp tools harness", () => {
     const image = join(dir, "pixel.ppm");
     await writeFile(image, Buffer.concat([Buffer.from("P6\n1 1\n255\n"), Buffer.from([255, 0, 0])]));
     const run = await runMtmdCli({ model: valid, mmproj: valid, image, prompt: "Describe." });
-    expect(run.ok).toBe(false);
-    expect(run.stderr).toMatch(/Failed to load CLIP model/);
+    expect(run).toMatchObject({ ok: false, code: 1 });
+    // the tool's last log lines survive thanks to the log-drain preload
+    expect(run.stderr + run.stdout).toMatch(/Failed to load CLIP model/);
   });
 
   it("stops a process that outlives its timeout and says so", async () => {

@@ -37,21 +37,21 @@ export function freePort(): Promise<number> {
 }
 
 /**
- * Starts llama-server on 127.0.0.1 and a free port, CPU only, small context,
+ * Starts llama-server on 127.0.0.1 and a free port (CPU build, so no -ngl), small context,
  * one slot, offline (never downloads), and waits until GET /health is 200.
  * Fails with llama-server's own log tail if it exits or stalls before that.
  */
 export async function startLlamaServer(options: StartLlamaServerOptions): Promise<LlamaServer> {
-  const { server: binary } = await findLlamaTools();
+  const tools = await findLlamaTools();
   const { startTimeoutMs = 120_000, lifetimeMs = 10 * 60_000 } = options;
   const port = await freePort();
   const args = [
     ...["-m", options.model, ...(options.mmproj ? ["--mmproj", options.mmproj] : [])],
     ...["--host", "127.0.0.1", "--port", String(port)],
-    ...["-c", "512", "-np", "1", "-t", "2", "-ngl", "0", "--no-webui", "--offline", "--no-warmup"],
+    ...["-c", "512", "-np", "1", "-t", "2", "--no-webui", "--offline", "--no-warmup"],
     ...(options.args ?? []),
   ];
-  const child = spawnWithLifetime(binary, args, lifetimeMs, { env: toolEnv(), stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawnWithLifetime(tools.server, args, lifetimeMs, { env: toolEnv(tools), stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   const append = (chunk: string) => {
     output += chunk;

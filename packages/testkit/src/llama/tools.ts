@@ -9,6 +9,11 @@ export interface LlamaTools {
   server: string;
   mtmdCli: string;
   quantize: string;
+  /**
+   * scripts/llama-log-drain.c built by build-llama-tools.sh, preloaded into
+   * every tool so a failing tool's last log lines (its error) are not lost.
+   */
+  logDrain?: string;
 }
 
 const toolNames = { server: "llama-server", mtmdCli: "llama-mtmd-cli", quantize: "llama-quantize" } as const;
@@ -21,7 +26,9 @@ function toolsIn(binDir: string): LlamaTools | undefined {
     mtmdCli: join(binDir, toolNames.mtmdCli),
     quantize: join(binDir, toolNames.quantize),
   };
-  return [tools.server, tools.mtmdCli, tools.quantize].every((p) => existsSync(p)) ? tools : undefined;
+  if (![tools.server, tools.mtmdCli, tools.quantize].every((p) => existsSync(p))) return undefined;
+  const logDrain = join(binDir, "liblog-drain.so");
+  return existsSync(logDrain) ? { ...tools, logDrain } : tools;
 }
 
 /**
@@ -53,13 +60,17 @@ async function locateTools(): Promise<LlamaTools> {
   throw new LlamaHarnessError("TOOLS_UNAVAILABLE", `build-llama-tools.sh failed (${run.code ?? run.signal}):\n${tail(run.stderr)}`);
 }
 
-/** Environment for llama.cpp tools: no LLAMA_ARG_* overrides or HF tokens leaking in from the caller. */
-export function toolEnv(): NodeJS.ProcessEnv {
+/**
+ * Environment for llama.cpp tools: no LLAMA_ARG_* overrides or HF tokens
+ * leaking in from the caller, and the log-drain preload when we have it.
+ */
+export function toolEnv(tools: Pick<LlamaTools, "logDrain">): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [key, value] of Object.entries(process.env)) {
     if (key.startsWith("LLAMA_ARG_") || key === "HF_TOKEN" || key === "LLAMA_CACHE") continue;
     env[key] = value;
   }
+  if (tools.logDrain) env.LD_PRELOAD = [tools.logDrain, env.LD_PRELOAD].filter(Boolean).join(":");
   return env;
 }
 
@@ -72,10 +83,10 @@ export interface ToolRunOptions {
 
 /** `llama-quantize input output type` (e.g. "Q8_0"); ok when it exits 0. */
 export async function runLlamaQuantize(input: string, output: string, type: string, options: ToolRunOptions = {}): Promise<ProcessResult> {
-  const { quantize } = await findLlamaTools();
-  return runProcess(quantize, [...(options.args ?? []), input, output, type, "2"], {
+  const tools = await findLlamaTools();
+  return runProcess(tools.quantize, [...(options.args ?? []), input, output, type, "2"], {
     timeoutMs: options.timeoutMs,
-    env: toolEnv(),
+    env: toolEnv(tools),
   });
 }
 
@@ -91,12 +102,12 @@ export interface MtmdCliOptions extends ToolRunOptions {
 
 /** One greedy, short llama-mtmd-cli run on CPU. */
 export async function runMtmdCli(options: MtmdCliOptions): Promise<ProcessResult> {
-  const { mtmdCli } = await findLlamaTools();
+  const tools = await findLlamaTools();
   const { model, mmproj, image, prompt, nPredict = 4 } = options;
   const args = [
     ...["-m", model, "--mmproj", mmproj, "--image", image, "-p", prompt],
-    ...["-n", String(nPredict), "--temp", "0", "--seed", "0", "-c", "1024", "-t", "2", "-ngl", "0", "--no-warmup"],
+    ...["-n", String(nPredict), "--temp", "0", "--seed", "0", "-c", "1024", "-t", "2", "--no-warmup"],
     ...(options.args ?? []),
   ];
-  return runProcess(mtmdCli, args, { timeoutMs: options.timeoutMs, env: toolEnv() });
+  return runProcess(tools.mtmdCli, args, { timeoutMs: options.timeoutMs, env: toolEnv(tools) });
 }
