@@ -1,2 +1,6 @@
 #!/usr/bin/env node
-export {};
+import { runCli } from "./cli";
+
+runCli(process.argv.slice(2)).then((code) => {
+  process.exitCode = code;
+});

@@ -1,1 +1,4 @@
-export {};
+export { runCli } from "./cli";
+export { CliError } from "./errors";
+export { ExitCode, processIo, type CliIo } from "./io";
+export { formatInspect, inspectJson } from "./format";

@@ -1,0 +1,22 @@
+import { readGguf } from "@compat/gguf";
+import { compatEnabled, detectHandlers } from "@compat/handlers";
+import type { CliIo } from "../io";
+
+export async function detectCommand(file: string, opts: { json?: boolean }, io: CliIo): Promise<void> {
+  const model = await readGguf(file);
+  try {
+    const enabled = compatEnabled(io.env);
+    const handlers = detectHandlers(model, { env: io.env });
+    if (opts.json) {
+      io.out(JSON.stringify({ file, compatEnabled: enabled, handlers }, null, 2) + "\n");
+    } else if (!enabled) {
+      io.out(`${file}: nothing to do (OLLAMA_LLAMA_CPP_COMPAT=0 disables translation)\n`);
+    } else if (handlers.length === 0) {
+      io.out(`${file}: nothing to do (llama.cpp can load it as it is, or no handler knows it)\n`);
+    } else {
+      for (const h of handlers) io.out(`${file}: ${h.name} (markers: ${h.markers.join("; ")})\n`);
+    }
+  } finally {
+    await model.close();
+  }
+}

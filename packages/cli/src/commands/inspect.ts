@@ -1,0 +1,12 @@
+import { readGguf } from "@compat/gguf";
+import { formatInspect, inspectJson } from "../format";
+import type { CliIo } from "../io";
+
+export async function inspectCommand(file: string, opts: { json?: boolean }, io: CliIo): Promise<void> {
+  const model = await readGguf(file);
+  try {
+    io.out(opts.json ? JSON.stringify(inspectJson(model), null, 2) + "\n" : formatInspect(file, model));
+  } finally {
+    await model.close();
+  }
+}
