@@ -4,6 +4,7 @@ import { createHash } from "node:crypto";
 import { readGguf, type GgufModel } from "@compat/gguf";
 import { translate, type TranslatedView } from "@compat/handlers";
 import { generateFixture, runLoaderInSubprocess, writeFixture, type FixtureOptions, type GeneratedFixture, type SubprocessLoadResult } from "@compat/testkit";
+import { expect } from "vitest";
 import { compareWithNative, type TwinDifferences, type TwinOptions } from "./twin";
 
 export interface HandlerProof {
@@ -24,7 +25,9 @@ const sha256 = async (path: string) => createHash("sha256").update(await readFil
 /**
  * The proof every handler gets: write the Ollama-layout fixture, translate it to a
  * file, have real llama.cpp load and run that file, and compare it with the native
- * twin generated from the same seed.
+ * twin generated from the same seed. It also checks, for every handler, what must
+ * hold of any translation: the source file is unchanged, the view's read() serves
+ * exactly the bytes written, and translating the output again is a no-op.
  */
 export async function proveHandler(
   dir: string,
@@ -43,8 +46,23 @@ export async function proveHandler(
   const translatedModel = await readGguf(outPath);
   const diff = await compareWithNative(translatedModel, native.text, twin);
   const after = await sha256(ollama.text);
+  await expectReadMatchesFile(view, outPath);
+  expect(await translate(outPath), "translating the translated file again must be a no-op").toBeNull();
   await view.source.close();
   return { view, outPath, native, load, diff, sourceDigest: { before, after }, translatedModel };
 }
 
 export const NO_DIFFERENCES: TwinDifferences = { kv: [], missingTensors: [], extraTensors: [], layout: [], data: [] };
+
+/** read(offset, length) over a spread of ranges (header, boundaries, tensor data) equals the file. */
+async function expectReadMatchesFile(view: TranslatedView, path: string): Promise<void> {
+  const file = new Uint8Array(await readFile(path));
+  expect(view.size).toBe(file.length);
+  const { dataOffset, tensorOffsets } = view.layout;
+  const starts = [0, 7, dataOffset - 5, dataOffset, ...tensorOffsets.map((o) => dataOffset + o - 3), file.length - 10];
+  for (const start of starts) {
+    const at = Math.max(0, start);
+    const got = await view.read(at, 4099);
+    expect(Buffer.compare(Buffer.from(got), Buffer.from(file.subarray(at, at + 4099))), `read(${at}, 4099)`).toBe(0);
+  }
+}
