@@ -97,7 +97,8 @@ static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
             }                                                                                     \
         }                                                                                         \
     }                                                                                             \
-    ATTR __attribute__((unused)) static void q6_k_##SUFFIX(const uint8_t *src, float *dst, size_t nb) {                   \
+    ATTR __attribute__((unused)) static void q6_k_##SUFFIX(const uint8_t *src, float *dst, size_t nb) { \
+        /* Same arithmetic as ggml ((d * scale) * q), loops ordered so each 16-value run shares a scale. */ \
         for (size_t i = 0; i < nb; i++) {                                                         \
             const uint8_t *b = src + 210 * i;                                                     \
             const float d = half_to_float(rd16(b + 208));                                         \
@@ -106,16 +107,17 @@ static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
                 const uint8_t *ql = b + 64 * n;                                                   \
                 const uint8_t *qh = b + 128 + 32 * n;                                             \
                 const int8_t *sc = (const int8_t *) (b + 192 + 8 * n);                            \
-                for (int l = 0; l < 32; l++) {                                                    \
-                    const int is = l / 16;                                                        \
-                    const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;              \
-                    const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;         \
-                    const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;               \
-                    const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;          \
-                    y[l] = (d * sc[is]) * q1;                                                     \
-                    y[l + 32] = (d * sc[is + 2]) * q2;                                            \
-                    y[l + 64] = (d * sc[is + 4]) * q3;                                            \
-                    y[l + 96] = (d * sc[is + 6]) * q4;                                            \
+                for (int part = 0; part < 4; part++) {                                            \
+                    const uint8_t *lo = ql + (part & 1) * 32;                                     \
+                    const int lshift = (part >> 1) * 4, hshift = part * 2;                        \
+                    for (int half = 0; half < 2; half++) {                                        \
+                        const float s = d * sc[half + 2 * part];                                  \
+                        float *yy = y + part * 32 + half * 16;                                    \
+                        for (int l = half * 16, k = 0; k < 16; l++, k++) {                        \
+                            const int q = (((lo[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32; \
+                            yy[k] = s * q;                                                        \
+                        }                                                                         \
+                    }                                                                             \
                 }                                                                                 \
             }                                                                                     \
         }                                                                                         \
@@ -136,6 +138,26 @@ __attribute__((target("avx2,f16c"))) static void f16_f16c(const uint8_t *src, fl
         _mm256_storeu_ps(dst + i + 8, _mm256_cvtph_ps(b));
     }
     for (; i < n; i++) dst[i] = half_to_float(rd16(src + 2 * i));
+}
+#endif
+
+#ifdef TOPS_X86
+/* MXFP4 with a byte shuffle as the 16-entry codebook lookup; int8 -> f32 is exact, one multiply rounds. */
+__attribute__((target("avx2"))) static void mxfp4_shuffle(const uint8_t *src, float *dst, size_t nb) {
+    const __m128i table = _mm_loadu_si128((const __m128i *) FP4);
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *b = src + 17 * i;
+        const __m256 d = _mm256_set1_ps(e8m0_half(b[0]));
+        const __m128i q = _mm_loadu_si128((const __m128i *) (b + 1));
+        const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(q, low4));
+        const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), low4));
+        float *y = dst + 32 * i;
+        _mm256_storeu_ps(y, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), d));
+        _mm256_storeu_ps(y + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d));
+        _mm256_storeu_ps(y + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), d));
+        _mm256_storeu_ps(y + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d));
+    }
 }
 #endif
 
@@ -162,7 +184,7 @@ static void select_kernels(int allow_simd) {
         ADD(T_Q8_0, 34, 32, q8_0_avx2);
         ADD(T_Q4_K, 144, 256, q4_k_avx2);
         ADD(T_Q6_K, 210, 256, q6_k_avx2);
-        ADD(T_MXFP4, 17, 32, mxfp4_avx2);
+        ADD(T_MXFP4, 17, 32, mxfp4_shuffle);
         return;
     }
 #endif
