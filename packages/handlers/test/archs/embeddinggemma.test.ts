@@ -1,0 +1,48 @@
+import { describe, expect, it } from "vitest";
+import { translate } from "@compat/handlers";
+import { generateFixture, runLoaderInSubprocess, writeFixture } from "@compat/testkit";
+import { tempDir } from "../helpers";
+import { NO_DIFFERENCES, proveHandler } from "../proof";
+
+const dir = tempDir();
+
+describe("embeddinggemma handler (EmbeddingGemma as Ollama published it, arch gemma3)", () => {
+  it("turns it into gemma-embedding; real llama.cpp embeds with it; matches the native twin", async () => {
+    const p = await proveHandler(await dir(), "embeddinggemma", {
+      seed: 11,
+      embedding: true,
+      twin: {
+        ignoreKeys: [
+          // Ollama's SentencePiece reader typed the special pieces differently (NORMAL/score 0 vs
+          // llama.cpp's CONTROL/-1000); the reference leaves tokenizer arrays alone for this arch
+          "tokenizer.ggml.scores",
+          "tokenizer.ggml.token_type",
+          // Ollama never wrote it and the reference does not inject it, so llama.cpp falls back to
+          // its SentencePiece default (true) and prefixes prompts with a space (a tokenization gap)
+          "tokenizer.ggml.add_space_prefix",
+        ],
+      },
+    });
+    expect(p.view.report.handlers.map((h) => h.name)).toEqual(["embeddinggemma"]);
+    const m = p.translatedModel;
+    expect(m.getString("general.architecture")).toBe("gemma-embedding");
+    expect(m.getU32("gemma-embedding.dense_2_feat_in")).toBe(32);
+    expect(m.getU32("gemma-embedding.dense_2_feat_out")).toBe(128);
+    expect(m.getU32("gemma-embedding.dense_3_feat_in")).toBe(128);
+    expect(m.getU32("gemma-embedding.dense_3_feat_out")).toBe(32);
+    expect(m.get("gemma-embedding.attention.causal")).toBeUndefined();
+    expect(m.get("gemma-embedding.attention.sliding_window_pattern")).toBeUndefined();
+    expect(m.findTensor("dense.0.weight")).toBeUndefined();
+    expect(p.load.ok ? p.load.embedding?.length : p.load.error).toBe(32);
+    expect(p.diff).toEqual(NO_DIFFERENCES);
+    expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
+  });
+
+  it("the native twin embeds in llama.cpp and is left alone by translate()", async () => {
+    const d = await dir();
+    const native = await writeFixture(generateFixture("embeddinggemma", { seed: 11, layout: "native" }), d);
+    const load = await runLoaderInSubprocess(native.text, { embedding: true });
+    expect(load.ok ? load.embedding?.length : load.error).toBe(32);
+    expect(await translate(native.text)).toBeNull();
+  });
+});
