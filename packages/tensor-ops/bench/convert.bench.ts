@@ -32,7 +32,7 @@ function measure(bytes: number, fns: (() => void)[]): number[] {
   return rates.map(median);
 }
 
-const types = [T.F16, T.BF16, T.Q8_0, T.Q4_K, T.Q6_K, T.MXFP4, T.Q4_0, T.Q5_K, T.IQ4_XS, T.IQ2_XXS];
+const types = [T.F16, T.BF16, T.Q8_0, T.Q4_K, T.Q6_K, T.MXFP4, T.Q4_0, T.Q5_K, T.IQ4_XS, T.IQ2_XXS, T.Q3_K];
 const native = nativeAvailable();
 const info = backendInfo();
 console.log(`tensor-ops conversion bench: ${(targetBytes / 1048576).toFixed(0)} MiB per type, median of ${repeats}; native ${native ? `yes (${info.isa})` : "not built"}`);

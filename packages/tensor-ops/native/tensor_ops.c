@@ -16,7 +16,10 @@
 
 #pragma GCC optimize("fp-contract=off")
 
-enum { T_F16 = 1, T_Q8_0 = 8, T_Q4_K = 12, T_Q6_K = 14, T_BF16 = 30, T_MXFP4 = 39 };
+enum {
+    T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13,
+    T_Q6_K = 14, T_IQ4_NL = 20, T_IQ4_XS = 23, T_BF16 = 30, T_MXFP4 = 39
+};
 
 static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float float_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -34,6 +37,7 @@ static inline float half_to_float(uint16_t h) {
 
 static inline uint16_t rd16(const uint8_t *p) { return (uint16_t) (p[0] | (p[1] << 8)); }
 
+static const int8_t IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 static const int8_t FP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 static inline float e8m0_half(uint8_t e) {
@@ -94,6 +98,103 @@ static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m)
                 const float d2 = d * sc, m2 = dmin * m;                                           \
                 for (int l = 0; l < 32; l++) y[l] = d1 * (q[l] & 0xF) - m1;                       \
                 for (int l = 0; l < 32; l++) y[32 + l] = d2 * (q[l] >> 4) - m2;                   \
+            }                                                                                     \
+        }                                                                                         \
+    }                                                                                             \
+    ATTR __attribute__((unused)) static void q4_0_##SUFFIX(const uint8_t *src, float *dst, size_t nb) { \
+        for (size_t i = 0; i < nb; i++) {                                                         \
+            const uint8_t *b = src + 18 * i;                                                      \
+            const float d = half_to_float(rd16(b));                                               \
+            float *y = dst + 32 * i;                                                              \
+            for (int j = 0; j < 16; j++) {                                                        \
+                y[j] = ((b[2 + j] & 0xF) - 8) * d;                                                \
+                y[j + 16] = ((b[2 + j] >> 4) - 8) * d;                                            \
+            }                                                                                     \
+        }                                                                                         \
+    }                                                                                             \
+    ATTR __attribute__((unused)) static void q4_1_##SUFFIX(const uint8_t *src, float *dst, size_t nb) { \
+        for (size_t i = 0; i < nb; i++) {                                                         \
+            const uint8_t *b = src + 20 * i;                                                      \
+            const float d = half_to_float(rd16(b)), m = half_to_float(rd16(b + 2));               \
+            float *y = dst + 32 * i;                                                              \
+            for (int j = 0; j < 16; j++) {                                                        \
+                y[j] = (b[4 + j] & 0xF) * d + m;                                                  \
+                y[j + 16] = (b[4 + j] >> 4) * d + m;                                              \
+            }                                                                                     \
+        }                                                                                         \
+    }                                                                                             \
+    ATTR __attribute__((unused)) static void q5_0_##SUFFIX(const uint8_t *src, float *dst, size_t nb) { \
+        for (size_t i = 0; i < nb; i++) {                                                         \
+            const uint8_t *b = src + 22 * i;                                                      \
+            const float d = half_to_float(rd16(b));                                               \
+            const uint32_t qh = b[2] | (b[3] << 8) | (b[4] << 16) | ((uint32_t) b[5] << 24);      \
+            float *y = dst + 32 * i;                                                              \
+            for (int j = 0; j < 16; j++) {                                                        \
+                const int x0 = ((b[6 + j] & 0xF) | (((qh >> j) << 4) & 0x10)) - 16;               \
+                const int x1 = ((b[6 + j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;                \
+                y[j] = x0 * d;                                                                    \
+                y[j + 16] = x1 * d;                                                               \
+            }                                                                                     \
+        }                                                                                         \
+    }                                                                                             \
+    ATTR __attribute__((unused)) static void q5_1_##SUFFIX(const uint8_t *src, float *dst, size_t nb) { \
+        for (size_t i = 0; i < nb; i++) {                                                         \
+            const uint8_t *b = src + 24 * i;                                                      \
+            const float d = half_to_float(rd16(b)), m = half_to_float(rd16(b + 2));               \
+            const uint32_t qh = b[4] | (b[5] << 8) | (b[6] << 16) | ((uint32_t) b[7] << 24);      \
+            float *y = dst + 32 * i;                                                              \
+            for (int j = 0; j < 16; j++) {                                                        \
+                const int x0 = (b[8 + j] & 0xF) | (((qh >> j) << 4) & 0x10);                      \
+                const int x1 = (b[8 + j] >> 4) | ((qh >> (j + 12)) & 0x10);                       \
+                y[j] = x0 * d + m;                                                                \
+                y[j + 16] = x1 * d + m;                                                           \
+            }                                                                                     \
+        }                                                                                         \
+    }                                                                                             \
+    ATTR __attribute__((unused)) static void q5_k_##SUFFIX(const uint8_t *src, float *dst, size_t nb) { \
+        for (size_t i = 0; i < nb; i++) {                                                         \
+            const uint8_t *b = src + 176 * i;                                                     \
+            const float d = half_to_float(rd16(b));                                               \
+            const float dmin = half_to_float(rd16(b + 2));                                        \
+            const uint8_t *qh = b + 16, *ql = b + 48;                                             \
+            float *y = dst + 256 * i;                                                             \
+            uint8_t u1 = 1, u2 = 2;                                                               \
+            for (int is = 0; is < 8; is += 2, ql += 32, y += 64, u1 <<= 2, u2 <<= 2) {            \
+                uint8_t sc, m;                                                                    \
+                scale_min_k4(is, b + 4, &sc, &m);                                                 \
+                const float d1 = d * sc, m1 = dmin * m;                                           \
+                scale_min_k4(is + 1, b + 4, &sc, &m);                                             \
+                const float d2 = d * sc, m2 = dmin * m;                                           \
+                for (int l = 0; l < 32; l++) y[l] = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1; \
+                for (int l = 0; l < 32; l++) y[32 + l] = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2; \
+            }                                                                                     \
+        }                                                                                         \
+    }                                                                                             \
+    ATTR __attribute__((unused)) static void iq4_nl_##SUFFIX(const uint8_t *src, float *dst, size_t nb) { \
+        for (size_t i = 0; i < nb; i++) {                                                         \
+            const uint8_t *b = src + 18 * i;                                                      \
+            const float d = half_to_float(rd16(b));                                               \
+            float *y = dst + 32 * i;                                                              \
+            for (int j = 0; j < 16; j++) {                                                        \
+                y[j] = d * IQ4NL[b[2 + j] & 0xF];                                                 \
+                y[j + 16] = d * IQ4NL[b[2 + j] >> 4];                                             \
+            }                                                                                     \
+        }                                                                                         \
+    }                                                                                             \
+    ATTR __attribute__((unused)) static void iq4_xs_##SUFFIX(const uint8_t *src, float *dst, size_t nb) { \
+        for (size_t i = 0; i < nb; i++) {                                                         \
+            const uint8_t *b = src + 136 * i;                                                     \
+            const float d = half_to_float(rd16(b));                                               \
+            const uint16_t sh = rd16(b + 2);                                                      \
+            float *y = dst + 256 * i;                                                             \
+            for (int ib = 0; ib < 8; ib++, y += 32) {                                             \
+                const int ls = ((b[4 + ib / 2] >> 4 * (ib % 2)) & 0xF) | (((sh >> 2 * ib) & 3) << 4); \
+                const float dl = d * (ls - 32);                                                   \
+                const uint8_t *qs = b + 8 + 16 * ib;                                              \
+                for (int j = 0; j < 16; j++) {                                                    \
+                    y[j] = dl * IQ4NL[qs[j] & 0xF];                                               \
+                    y[j + 16] = dl * IQ4NL[qs[j] >> 4];                                           \
+                }                                                                                 \
             }                                                                                     \
         }                                                                                         \
     }                                                                                             \
@@ -163,7 +264,7 @@ __attribute__((target("avx2"))) static void mxfp4_shuffle(const uint8_t *src, fl
 
 typedef void (*kernel_fn)(const uint8_t *, float *, size_t);
 struct kernel { int type; size_t block_bytes; size_t block_size; kernel_fn fn; };
-static struct kernel kernels[6];
+static struct kernel kernels[16];
 static int n_kernels = 0;
 static const char *isa_name = "scalar";
 
@@ -185,6 +286,13 @@ static void select_kernels(int allow_simd) {
         ADD(T_Q4_K, 144, 256, q4_k_avx2);
         ADD(T_Q6_K, 210, 256, q6_k_avx2);
         ADD(T_MXFP4, 17, 32, mxfp4_shuffle);
+        ADD(T_Q4_0, 18, 32, q4_0_avx2);
+        ADD(T_Q4_1, 20, 32, q4_1_avx2);
+        ADD(T_Q5_0, 22, 32, q5_0_avx2);
+        ADD(T_Q5_1, 24, 32, q5_1_avx2);
+        ADD(T_Q5_K, 176, 256, q5_k_avx2);
+        ADD(T_IQ4_NL, 18, 32, iq4_nl_avx2);
+        ADD(T_IQ4_XS, 136, 256, iq4_xs_avx2);
         return;
     }
 #endif
@@ -194,6 +302,13 @@ static void select_kernels(int allow_simd) {
     ADD(T_Q4_K, 144, 256, q4_k_scalar);
     ADD(T_Q6_K, 210, 256, q6_k_scalar);
     ADD(T_MXFP4, 17, 32, mxfp4_scalar);
+    ADD(T_Q4_0, 18, 32, q4_0_scalar);
+    ADD(T_Q4_1, 20, 32, q4_1_scalar);
+    ADD(T_Q5_0, 22, 32, q5_0_scalar);
+    ADD(T_Q5_1, 24, 32, q5_1_scalar);
+    ADD(T_Q5_K, 176, 256, q5_k_scalar);
+    ADD(T_IQ4_NL, 18, 32, iq4_nl_scalar);
+    ADD(T_IQ4_XS, 136, 256, iq4_xs_scalar);
 #undef ADD
 }
 

@@ -37,6 +37,13 @@ describe.each(["auto", "scalar"] as const)("native kernels (%s ISA) are bit-iden
     ["Q4_K", T.Q4_K, () => randomBlocks(T.Q4_K, 65, 12)],
     ["Q6_K", T.Q6_K, () => randomBlocks(T.Q6_K, 65, 13)],
     ["MXFP4", T.MXFP4, () => randomBlocks(T.MXFP4, 513, 14)],
+    ["Q4_0", T.Q4_0, () => randomBlocks(T.Q4_0, 257, 15)],
+    ["Q4_1", T.Q4_1, () => randomBlocks(T.Q4_1, 257, 16)],
+    ["Q5_0", T.Q5_0, () => randomBlocks(T.Q5_0, 257, 17)],
+    ["Q5_1", T.Q5_1, () => randomBlocks(T.Q5_1, 257, 18)],
+    ["Q5_K", T.Q5_K, () => randomBlocks(T.Q5_K, 33, 19)],
+    ["IQ4_NL", T.IQ4_NL, () => randomBlocks(T.IQ4_NL, 257, 20)],
+    ["IQ4_XS", T.IQ4_XS, () => randomBlocks(T.IQ4_XS, 33, 21)],
   ];
   for (const [label, type, make] of cases) {
     it(label, (ctx) => {
