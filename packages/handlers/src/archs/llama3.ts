@@ -1,4 +1,5 @@
 import { GgufValueType } from "@compat/gguf";
+import type { GgufModel } from "@compat/gguf";
 import { anyOf, archIs, missingOrDefault, stringKv, tokenAt, u32Kv } from "../detect";
 import type { Handler } from "../handler";
 
@@ -6,8 +7,21 @@ const EOT_ID = 128009;
 const END_OF_TEXT_ID = 128001;
 
 /**
+ * Ollama's converter wrote tokenizer.ggml.scores even for BPE vocabularies, which
+ * llama.cpp's converter never does; Ollama's later files also carry eos_token_ids.
+ */
+function writtenByOllama(m: GgufModel): boolean {
+  return (stringKv(m, "tokenizer.ggml.model") === "gpt2" && m.has("tokenizer.ggml.scores")) || m.has("tokenizer.ggml.eos_token_ids");
+}
+
+/**
  * Llama 3 files Ollama converted early lack the pre-tokenizer name and point EOS at
  * <|end_of_text|> instead of <|eot_id|>, so chats never stop. Metadata only.
+ *
+ * One deliberate tightening of the reference's detector: a base Llama 3 converted by
+ * llama.cpp itself also has EOS = 128001 with a proper pre-tokenizer, and the
+ * reference would rewrite it. We only take that branch for files Ollama's converter
+ * wrote, so llama.cpp-native files stay untouched.
  */
 export const llama3: Handler = {
   name: "llama3-metadata",
@@ -23,7 +37,7 @@ export const llama3: Handler = {
     if (chat === null) return null;
     const gap = anyOf(
       missingOrDefault(m, "tokenizer.ggml.pre") && "tokenizer.ggml.pre missing or default",
-      u32Kv(m, "tokenizer.ggml.eos_token_id") === END_OF_TEXT_ID && "eos_token_id is <|end_of_text|>",
+      u32Kv(m, "tokenizer.ggml.eos_token_id") === END_OF_TEXT_ID && writtenByOllama(m) && "eos_token_id is <|end_of_text|> in an Ollama-written vocab",
     );
     return gap === null ? null : ["token 128009 <|eot_id|>", ...chat, ...gap];
   },
