@@ -1,0 +1,66 @@
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { readGguf } from "@compat/gguf";
+import { translateModel } from "@compat/handlers";
+import { generateFixture, killAllSpawned, runLoaderInSubprocess, runMtmdCli, writeFixture } from "@compat/testkit";
+import { tempDir } from "../helpers";
+import { NO_DIFFERENCES, proveHandler } from "../proof";
+
+const dir = tempDir();
+afterAll(() => killAllSpawned());
+
+describe("mistral3 handler (Mistral Small 3.x as Ollama converted it, Pixtral tower inline)", () => {
+  it("hides the vision tower and names the tekken pre-tokenizer; real llama.cpp generates what the native twin generates", async () => {
+    const p = await proveHandler(await dir(), "mistral3", { seed: 5 });
+    expect(p.view.report.handlers.map((h) => h.name)).toEqual(["mistral3"]);
+    const m = p.translatedModel;
+    expect(m.getString("tokenizer.ggml.pre")).toBe("tekken");
+    expect(m.tensors.some((t) => t.name.startsWith("v.") || t.name.startsWith("mm."))).toBe(false);
+    // the published files carry no rope.scaling.* keys, so there is nothing to copy to the yarn names
+    expect(m.get("mistral3.rope.scaling.yarn_beta_fast")).toBeUndefined();
+    expect(p.diff).toEqual(NO_DIFFERENCES);
+    expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
+
+    const native = await writeFixture(p.native, join(await dir(), "native"));
+    const nativeLoad = await runLoaderInSubprocess(native.text, { maxTokens: 4 });
+    expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
+    expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
+  });
+
+  it("ministral3 variant: copies Ollama's YaRN and scaling-beta keys to llama.cpp's names; generates what the native twin generates", async () => {
+    const p = await proveHandler(await dir(), "mistral3", { seed: 5, variant: "ministral3" });
+    expect(p.view.report.handlers.map((h) => h.name)).toEqual(["mistral3"]);
+    const m = p.translatedModel;
+    expect(m.getNumber("mistral3.rope.scaling.yarn_beta_fast")).toBe(32);
+    expect(m.getNumber("mistral3.rope.scaling.yarn_beta_slow")).toBe(1);
+    expect(m.getNumber("mistral3.rope.scaling.yarn_log_multiplier")).toBe(1);
+    expect(m.getNumber("mistral3.attention.temperature_scale")).toBeCloseTo(0.1, 7);
+    expect(p.diff).toEqual(NO_DIFFERENCES);
+
+    const native = await writeFixture(p.native, join(await dir(), "native-ministral3"));
+    const nativeLoad = await runLoaderInSubprocess(native.text, { maxTokens: 4 });
+    expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
+    expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
+  });
+
+  it("the native twin: translate() leaves it alone, and llama-mtmd-cli runs its pixtral mmproj", async () => {
+    const d = join(await dir(), "native-mtmd");
+    const native = await writeFixture(generateFixture("mistral3", { seed: 5, layout: "native" }), d);
+    const parsed = await readGguf(native.text);
+    expect(translateModel(parsed)).toBeNull();
+    await parsed.close();
+    const image = join(d, "red.ppm"); // 16x16 binary PPM; llama.cpp's image loader reads PNM
+    await writeFile(image, Buffer.concat([Buffer.from("P6\n16 16\n255\n"), Buffer.alloc(16 * 16 * 3, 200)]));
+    const run = await runMtmdCli({
+      model: native.text,
+      mmproj: native.mmproj!,
+      image,
+      prompt: "Describe.",
+      // the fixture has no chat template (neither converter is given one)
+      args: ["--chat-template", "mistral-v7"],
+    });
+    expect(run.ok, run.stderr).toBe(true);
+    expect(run.stderr).toMatch(/encoding mtmd batch/);
+  });
+});
