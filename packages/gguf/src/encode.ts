@@ -170,7 +170,22 @@ function writeStringItems(w: ByteWriter, arr: StringArray): void {
     }
     return;
   }
-  for (let i = 0; i < arr.length; i++) w.string(arr.at(i));
+  const items = arr.toArray();
+  let bound = 0;
+  for (const s of items) bound += 8 + s.length * 3;
+  w.ensure(bound);
+  // One reservation for the whole array, then prefixes and bytes written inline.
+  const buf = w.buf;
+  const dv = w.dv;
+  const le = w.le;
+  let p = w.pos;
+  for (const s of items) {
+    const n = encodeUtf8Into(s, buf, p + 8);
+    dv.setUint32(p + (le ? 0 : 4), n, le);
+    dv.setUint32(p + (le ? 4 : 0), 0, le);
+    p += 8 + n;
+  }
+  w.pos = p;
 }
 
 /** Item type, count and items (the body after an ARRAY tag). */

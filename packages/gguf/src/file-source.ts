@@ -14,31 +14,41 @@ export async function fileSource(path: string): Promise<ByteSource> {
   const fh = handle;
   const { size } = await fh.stat();
   let closed = false;
+  const check = (offset: number, length: number): void => {
+    if (closed) throw new GgufError("IO", "read after close", { source: path, offset });
+    if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length < 0) {
+      throw new GgufError("IO", `invalid read of ${length} bytes at ${offset}`, { source: path });
+    }
+    if (offset + length > size) {
+      throw new GgufError("TRUNCATED", `read of ${length} bytes at ${offset} runs past the end (${size} bytes)`, {
+        source: path,
+        offset,
+        expected: `at least ${offset + length} bytes`,
+      });
+    }
+  };
+  const fill = async (out: Uint8Array, offset: number): Promise<void> => {
+    let done = 0;
+    while (done < out.length) {
+      const { bytesRead } = await fh.read(out, done, out.length - done, offset + done);
+      if (bytesRead === 0) {
+        throw new GgufError("TRUNCATED", `file ended after ${done} of ${out.length} bytes`, { source: path, offset: offset + done });
+      }
+      done += bytesRead;
+    }
+  };
   return {
     name: path,
     size,
     async read(offset, length) {
-      if (closed) throw new GgufError("IO", "read after close", { source: path, offset });
-      if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length < 0) {
-        throw new GgufError("IO", `invalid read of ${length} bytes at ${offset}`, { source: path });
-      }
-      if (offset + length > size) {
-        throw new GgufError("TRUNCATED", `read of ${length} bytes at ${offset} runs past the end (${size} bytes)`, {
-          source: path,
-          offset,
-          expected: `at least ${offset + length} bytes`,
-        });
-      }
+      check(offset, length);
       const out = new Uint8Array(length);
-      let done = 0;
-      while (done < length) {
-        const { bytesRead } = await fh.read(out, done, length - done, offset + done);
-        if (bytesRead === 0) {
-          throw new GgufError("TRUNCATED", `file ended after ${done} of ${length} bytes`, { source: path, offset: offset + done });
-        }
-        done += bytesRead;
-      }
+      await fill(out, offset);
       return out;
+    },
+    async readInto(target, offset) {
+      check(offset, target.length);
+      await fill(target, offset);
     },
     async close() {
       if (closed) return;

@@ -84,16 +84,53 @@ export function swapBytes(bytes: Uint8Array, size: number): void {
   }
 }
 
-class Parser {
-  private readonly dv: DataView;
-  private readonly end: number;
+interface StringScan {
+  n: number;
+  regionStart: number;
+  starts: Uint32Array;
+  lengths: Uint32Array;
+  /** Next item to scan and where it starts. */
+  i: number;
+  p: number;
+  /** Start of the current not-yet-validated UTF-8 run, and its first item. */
+  segStart: number;
+  segFirst: number;
+}
+
+/**
+ * Resumable: when the buffer runs out it throws NeedMoreBytes and keeps every finished
+ * metadata entry and tensor info, so after setBytes(longer prefix) parsing continues from
+ * the item that was cut instead of from byte 0.
+ */
+export class Parser {
+  private bytes!: Uint8Array;
+  private dv!: DataView;
+  private end = 0;
   pos = 0;
   le = true;
 
+  // Progress kept across NeedMoreBytes.
+  private phase: "preamble" | "kvs" | "tensors" = "preamble";
+  private version = 0;
+  private nKv = 0;
+  private nTensors = 0;
+  private readonly kvs: GgufKv[] = [];
+  private readonly seenKeys = new Set<string>();
+  private readonly tensors: ParsedTensorInfo[] = [];
+  private readonly seenNames = new Set<string>();
+  private alignment = GGUF_DEFAULT_ALIGNMENT;
+  private pendingStrings: StringScan | undefined;
+
   constructor(
-    private readonly bytes: Uint8Array,
+    bytes: Uint8Array,
     private readonly limits: ParseLimits,
   ) {
+    this.setBytes(bytes);
+  }
+
+  /** Continue with a longer prefix of the same file. */
+  setBytes(bytes: Uint8Array): void {
+    this.bytes = bytes;
     this.dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     this.end = bytes.length;
   }
@@ -234,8 +271,8 @@ class Parser {
     if (itemType === GgufValueType.STRING) return this.stringArray(n);
     if (itemType === GgufValueType.ARRAY) {
       if (depth >= MAX_ARRAY_DEPTH) this.fail("BAD_VALUE_TYPE", `arrays nested deeper than ${MAX_ARRAY_DEPTH}`, typeAt);
-      const items = new Array<GgufArray>(n);
-      for (let i = 0; i < n; i++) items[i] = this.array(depth + 1);
+      const items: GgufArray[] = [];
+      for (let i = 0; i < n; i++) items.push(this.array(depth + 1));
       return new NestedArray(items);
     }
     const nbytes = n * size;
@@ -257,49 +294,77 @@ class Parser {
   }
 
   /**
-   * The hot loop for vocabularies: walk the length prefixes, record where each string
-   * lives, and validate UTF-8 with one native call per run of short-prefixed strings.
+   * String arrays (vocabularies, merges) are the bulk of a header. Walk the length prefixes,
+   * record where each string lives, and validate UTF-8 with one native call per run of strings.
+   * If the buffer ends mid-array the progress is kept, and the next attempt continues there.
    */
   stringArray(n: number): StringArray {
+    let st = this.pendingStrings;
+    this.pendingStrings = undefined;
+    if (st === undefined || st.regionStart !== this.pos || st.n !== n) {
+      const p = this.pos;
+      st = { n, regionStart: p, starts: new Uint32Array(n), lengths: new Uint32Array(n), i: 0, p, segStart: p, segFirst: 0 };
+    }
+    this.scanStrings(st);
+    if (st.i < n) {
+      this.pendingStrings = st;
+      this.moreForStrings(st);
+    }
+    this.checkUtf8Run(st.segStart, st.p, st.segFirst, n, st.starts, st.lengths, st.regionStart);
+    this.pos = st.p;
+    return new StringArray({ region: this.bytes.subarray(st.regionStart, st.p), starts: st.starts, lengths: st.lengths, littleEndian: this.le });
+  }
+
+  /** The hot loop: advance over every string fully inside the buffer. Never throws for "need more". */
+  private scanStrings(st: StringScan): void {
     const bytes = this.bytes;
-    const dv = this.dv;
     const le = this.le;
     const end = this.end;
     const fileSize = this.limits.fileSize;
-    const regionStart = this.pos;
-    const starts = new Uint32Array(n);
-    const lengths = new Uint32Array(n);
-    let p = regionStart;
-    let segStart = p;
-    let segFirst = 0;
-    const loOff = le ? 0 : 4;
-    const hiOff = le ? 4 : 0;
-    for (let i = 0; i < n; i++) {
-      if (p + 8 > end) this.need(8, "string length", p);
-      const lo = dv.getUint32(p + loOff, le);
-      const hi = dv.getUint32(p + hiOff, le);
+    const { n, starts, lengths, regionStart } = st;
+    let p = st.p;
+    let i = st.i;
+    for (; i < n; i++) {
+      if (p + 8 > end) break;
+      let lo: number;
+      let hi: number;
+      if (le) {
+        lo = (bytes[p]! | (bytes[p + 1]! << 8) | (bytes[p + 2]! << 16) | (bytes[p + 3]! << 24)) >>> 0;
+        hi = bytes[p + 4]! | bytes[p + 5]! | bytes[p + 6]! | bytes[p + 7]!;
+      } else {
+        hi = bytes[p]! | bytes[p + 1]! | bytes[p + 2]! | bytes[p + 3]!;
+        lo = ((bytes[p + 4]! << 24) | (bytes[p + 5]! << 16) | (bytes[p + 6]! << 8) | bytes[p + 7]!) >>> 0;
+      }
       const s = p + 8;
       if (hi !== 0 || lo > MAX_STRING_LENGTH || lo > fileSize - s) {
-        this.fail("STRING_TOO_LONG", `string ${i} of array has length ${dv.getBigUint64(p, le)} past the end of the file`, p, `at most ${Math.min(MAX_STRING_LENGTH, fileSize - s)} bytes`);
+        this.fail("STRING_TOO_LONG", `string ${i} of array has length ${this.dv.getBigUint64(p, le)} past the end of the file`, p, `at most ${Math.min(MAX_STRING_LENGTH, fileSize - s)} bytes`);
       }
       const e = s + lo;
-      if (e > end) {
-        // Ask for this string plus the length prefixes still to come.
-        this.need(e - p + (n - i - 1) * 8, "string array", p);
-      }
+      if (e > end) break;
       if (lo >= 0x80) {
         // This prefix has a byte >= 0x80, so it cannot sit inside a validated UTF-8 run.
-        this.checkUtf8Run(segStart, p, segFirst, i, starts, lengths, regionStart);
-        segStart = s;
-        segFirst = i;
+        this.checkUtf8Run(st.segStart, p, st.segFirst, i, starts, lengths, regionStart);
+        st.segStart = s;
+        st.segFirst = i;
       }
       starts[i] = s - regionStart;
       lengths[i] = lo;
       p = e;
     }
-    this.checkUtf8Run(segStart, p, segFirst, n, starts, lengths, regionStart);
-    this.pos = p;
-    return new StringArray({ region: bytes.subarray(regionStart, p), starts, lengths, littleEndian: le });
+    st.p = p;
+    st.i = i;
+  }
+
+  /** Out of buffer inside a string array: ask for enough to finish it, judging by the items so far. */
+  private moreForStrings(st: StringScan): never {
+    const p = st.p;
+    let need = 8;
+    if (p + 8 <= this.end) need = 8 + this.dv.getUint32(this.le ? p : p + 4, this.le);
+    if (p + need > this.limits.fileSize) {
+      this.fail("TRUNCATED", "file ends inside string array", p, `${need} more bytes, file has ${Math.max(0, this.limits.fileSize - p)}`);
+    }
+    const avg = Math.max(8, (p + need - st.regionStart) / (st.i + 1));
+    throw new NeedMoreBytes(Math.min(this.limits.fileSize, Math.max(p + need, Math.ceil(p + (st.n - st.i) * avg * 1.1))));
   }
 
   /**
@@ -316,6 +381,49 @@ class Parser {
   }
 
   header(): ParsedHeader {
+    if (this.phase === "preamble") {
+      this.pos = 0;
+      this.preamble();
+      this.phase = "kvs";
+    }
+    if (this.phase === "kvs") {
+      while (this.kvs.length < this.nKv) {
+        const start = this.pos;
+        try {
+          this.kv();
+        } catch (e) {
+          if (e instanceof NeedMoreBytes) this.pos = start;
+          throw e;
+        }
+      }
+      this.checkAlignment();
+      this.phase = "tensors";
+    }
+    while (this.tensors.length < this.nTensors) {
+      const start = this.pos;
+      try {
+        this.tensorInfo();
+      } catch (e) {
+        if (e instanceof NeedMoreBytes) this.pos = start;
+        throw e;
+      }
+    }
+    const headerEnd = this.pos;
+    const dataOffset = this.nTensors > 0 ? alignUp(headerEnd, this.alignment) : headerEnd;
+    const h: ParsedHeader = {
+      version: this.version,
+      littleEndian: this.le,
+      kvs: this.kvs,
+      tensors: this.tensors,
+      alignment: this.alignment,
+      headerEnd,
+      dataOffset,
+    };
+    checkTensorOffsets(h, this.limits.name, this.limits.sizeKnown ? this.limits.fileSize : undefined);
+    return h;
+  }
+
+  private preamble(): void {
     this.need(4, "magic");
     const magic = this.dv.getUint32(0, true);
     if (magic !== GGUF_MAGIC) {
@@ -332,6 +440,7 @@ class Parser {
     }
     if (version === 1) this.fail("UNSUPPORTED_VERSION", "GGUF version 1 is not supported", 4, "version 2 or 3");
     if (version !== 2 && version !== 3) this.fail("UNSUPPORTED_VERSION", `unsupported GGUF version ${version}`, 4, "version 2 or 3");
+    this.version = version;
     this.pos = 8;
     const nTensorsAt = this.pos;
     const nTensors = this.u64("tensor count", "COUNT_TOO_LARGE");
@@ -344,83 +453,76 @@ class Parser {
     if (nTensors * 24 > this.remaining()) {
       this.fail("COUNT_TOO_LARGE", `${nTensors} tensor infos cannot fit in the ${this.remaining()} bytes left`, nTensorsAt, `at most ${Math.floor(this.remaining() / 24)}`);
     }
+    this.nKv = nKv;
+    this.nTensors = nTensors;
+  }
 
-    const kvs: GgufKv[] = [];
-    const seenKeys = new Set<string>();
-    for (let i = 0; i < nKv; i++) {
-      const keyAt = this.pos;
-      const key = this.string("key");
-      if (key.length === 0) this.fail("EMPTY_KEY", `metadata key ${i} is empty`, keyAt, "a non-empty key");
-      if (seenKeys.has(key)) this.fail("DUPLICATE_KEY", `duplicate metadata key "${key}"`, keyAt, "unique keys");
-      seenKeys.add(key);
-      const typeAt = this.pos;
-      const type = this.i32("value type");
-      let value: GgufValue;
-      if (type === GgufValueType.ARRAY) value = this.array(1);
-      else if (type >= 0 && type <= 12) value = this.scalar(type, typeAt);
-      else this.fail("BAD_VALUE_TYPE", `key "${key}" has unknown value type ${type}`, typeAt, "a GGUF value type 0..12");
-      kvs.push({ key, type, value });
+  private kv(): void {
+    const keyAt = this.pos;
+    const key = this.string("key");
+    if (key.length === 0) this.fail("EMPTY_KEY", `metadata key ${this.kvs.length} is empty`, keyAt, "a non-empty key");
+    if (this.seenKeys.has(key)) this.fail("DUPLICATE_KEY", `duplicate metadata key "${key}"`, keyAt, "unique keys");
+    const typeAt = this.pos;
+    const type = this.i32("value type");
+    let value: GgufValue;
+    if (type === GgufValueType.ARRAY) value = this.array(1);
+    else if (type >= 0 && type <= 12) value = this.scalar(type, typeAt);
+    else this.fail("BAD_VALUE_TYPE", `key "${key}" has unknown value type ${type}`, typeAt, "a GGUF value type 0..12");
+    this.seenKeys.add(key);
+    this.kvs.push({ key, type, value });
+  }
+
+  private checkAlignment(): void {
+    const alignKv = this.kvs.find((kv) => kv.key === GgufKeys.ALIGNMENT);
+    if (alignKv === undefined) return;
+    if (alignKv.type !== GgufValueType.UINT32) {
+      this.fail("BAD_ALIGNMENT", `general.alignment has type ${valueTypeName(alignKv.type)}`, 0, "UINT32");
     }
-
-    let alignment = GGUF_DEFAULT_ALIGNMENT;
-    const alignKv = kvs.find((kv) => kv.key === GgufKeys.ALIGNMENT);
-    if (alignKv !== undefined) {
-      if (alignKv.type !== GgufValueType.UINT32) {
-        this.fail("BAD_ALIGNMENT", `general.alignment has type ${valueTypeName(alignKv.type)}`, 0, "UINT32");
-      }
-      alignment = alignKv.value as number;
-      if (alignment === 0 || (alignment & (alignment - 1)) !== 0) {
-        this.fail("BAD_ALIGNMENT", `general.alignment is ${alignment}`, 0, "a power of two");
-      }
+    const alignment = alignKv.value as number;
+    if (alignment === 0 || (alignment & (alignment - 1)) !== 0) {
+      this.fail("BAD_ALIGNMENT", `general.alignment is ${alignment}`, 0, "a power of two");
     }
+    this.alignment = alignment;
+  }
 
-    const tensors: ParsedTensorInfo[] = [];
-    const seenNames = new Set<string>();
-    for (let i = 0; i < nTensors; i++) {
-      const nameAt = this.pos;
-      const name = this.string("tensor name");
-      if (seenNames.has(name)) this.fail("DUPLICATE_TENSOR", `duplicate tensor name "${name}"`, nameAt, "unique tensor names");
-      seenNames.add(name);
-      const dimsAt = this.pos;
-      const nDims = this.u32("dimension count");
-      if (nDims > MAX_DIMS) this.fail("BAD_SHAPE", `tensor "${name}" has ${nDims} dimensions`, dimsAt, `at most ${MAX_DIMS}`);
-      const shape: number[] = [];
-      let elements = 1;
-      for (let d = 0; d < nDims; d++) {
-        this.need(8, "dimension");
-        const p = this.pos;
-        const hi = this.dv.getUint32(this.le ? p + 4 : p, this.le);
-        const lo = this.dv.getUint32(this.le ? p : p + 4, this.le);
-        if (hi >= 0x80000000) this.fail("BAD_SHAPE", `tensor "${name}" dimension ${d} is negative`, p, "a non-negative size");
-        if (hi > 0x1fffff) this.fail("SHAPE_OVERFLOW", `tensor "${name}" dimension ${d} is too large`, p, "at most 2^53-1");
-        const dim = hi * 0x100000000 + lo;
-        shape.push(dim);
-        elements *= dim;
-        if (elements > Number.MAX_SAFE_INTEGER) {
-          this.fail("SHAPE_OVERFLOW", `tensor "${name}" has more than 2^53-1 elements`, p, "a representable element count");
-        }
-        this.pos += 8;
+  private tensorInfo(): void {
+    const nameAt = this.pos;
+    const name = this.string("tensor name");
+    if (this.seenNames.has(name)) this.fail("DUPLICATE_TENSOR", `duplicate tensor name "${name}"`, nameAt, "unique tensor names");
+    const dimsAt = this.pos;
+    const nDims = this.u32("dimension count");
+    if (nDims > MAX_DIMS) this.fail("BAD_SHAPE", `tensor "${name}" has ${nDims} dimensions`, dimsAt, `at most ${MAX_DIMS}`);
+    const shape: number[] = [];
+    let elements = 1;
+    for (let d = 0; d < nDims; d++) {
+      this.need(8, "dimension");
+      const p = this.pos;
+      const hi = this.dv.getUint32(this.le ? p + 4 : p, this.le);
+      const lo = this.dv.getUint32(this.le ? p : p + 4, this.le);
+      if (hi >= 0x80000000) this.fail("BAD_SHAPE", `tensor "${name}" dimension ${d} is negative`, p, "a non-negative size");
+      if (hi > 0x1fffff) this.fail("SHAPE_OVERFLOW", `tensor "${name}" dimension ${d} is too large`, p, "at most 2^53-1");
+      const dim = hi * 0x100000000 + lo;
+      shape.push(dim);
+      elements *= dim;
+      if (elements > Number.MAX_SAFE_INTEGER) {
+        this.fail("SHAPE_OVERFLOW", `tensor "${name}" has more than 2^53-1 elements`, p, "a representable element count");
       }
-      const typeAt = this.pos;
-      const type = this.i32("ggml type");
-      if (!isKnownGgmlType(type)) this.fail("BAD_GGML_TYPE", `tensor "${name}" has unknown ggml type ${type}`, typeAt, "a ggml type known to llama.cpp");
-      const info = ggmlTypeInfo(type);
-      const row = shape.length > 0 ? shape[0]! : 1;
-      if (row % info.blockSize !== 0) {
-        this.fail("BAD_SHAPE", `tensor "${name}" row length ${row} is not a multiple of the ${info.name} block size`, dimsAt, `a multiple of ${info.blockSize}`);
-      }
-      const byteSize = (elements / info.blockSize) * info.typeSize;
-      if (byteSize > Number.MAX_SAFE_INTEGER) this.fail("SHAPE_OVERFLOW", `tensor "${name}" is larger than 2^53-1 bytes`, dimsAt);
-      const infoOffset = this.pos;
-      const offset = this.u64("tensor offset", "TENSOR_OFFSET");
-      tensors.push({ name, type, shape, offset, byteSize, infoOffset });
+      this.pos += 8;
     }
-
-    const headerEnd = this.pos;
-    const dataOffset = nTensors > 0 ? alignUp(headerEnd, alignment) : headerEnd;
-    const h: ParsedHeader = { version, littleEndian: this.le, kvs, tensors, alignment, headerEnd, dataOffset };
-    checkTensorOffsets(h, this.limits.name, this.limits.sizeKnown ? this.limits.fileSize : undefined);
-    return h;
+    const typeAt = this.pos;
+    const type = this.i32("ggml type");
+    if (!isKnownGgmlType(type)) this.fail("BAD_GGML_TYPE", `tensor "${name}" has unknown ggml type ${type}`, typeAt, "a ggml type known to llama.cpp");
+    const info = ggmlTypeInfo(type);
+    const row = shape.length > 0 ? shape[0]! : 1;
+    if (row % info.blockSize !== 0) {
+      this.fail("BAD_SHAPE", `tensor "${name}" row length ${row} is not a multiple of the ${info.name} block size`, dimsAt, `a multiple of ${info.blockSize}`);
+    }
+    const byteSize = (elements / info.blockSize) * info.typeSize;
+    if (byteSize > Number.MAX_SAFE_INTEGER) this.fail("SHAPE_OVERFLOW", `tensor "${name}" is larger than 2^53-1 bytes`, dimsAt);
+    const infoOffset = this.pos;
+    const offset = this.u64("tensor offset", "TENSOR_OFFSET");
+    this.seenNames.add(name);
+    this.tensors.push({ name, type, shape, offset, byteSize, infoOffset });
   }
 }
 

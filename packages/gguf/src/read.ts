@@ -1,6 +1,6 @@
 import { GgufError } from "./errors";
 import { GgufModel } from "./model";
-import { NeedMoreBytes, checkTensorOffsets, parseHeader, type ParsedHeader } from "./parse";
+import { NeedMoreBytes, Parser, checkTensorOffsets, parseHeader, type ParsedHeader } from "./parse";
 import { blobSource, bufferSource, isByteSource } from "./sources";
 import type { ByteSource, GgufTensor } from "./types";
 
@@ -74,20 +74,21 @@ async function readFromSource(source: ByteSource, owned: ByteSource[], opts: Rea
   const size = source.size;
   let len = Math.min(size, Math.max(64, opts.initialChunk ?? 1 << 20));
   let buf = await source.read(0, len);
+  const parser = new Parser(buf, { name: source.name, fileSize: size, sizeKnown: true });
   for (;;) {
     try {
-      const h = parseHeader(buf, { name: source.name, fileSize: size, sizeKnown: true });
-      return buildModel(h, source, owned);
+      return buildModel(parser.header(), source, owned);
     } catch (e) {
       if (!(e instanceof NeedMoreBytes)) throw e;
       // Grow geometrically so a big vocabulary costs a handful of reads, never past EOF.
       const want = Math.min(size, Math.max(len * 2, Math.ceil(e.minEnd * 1.25)));
-      const more = await source.read(len, want - len);
       const next = new Uint8Array(want);
       next.set(buf, 0);
-      next.set(more, len);
+      if (source.readInto !== undefined) await source.readInto(next.subarray(len), len);
+      else next.set(await source.read(len, want - len), len);
       buf = next;
       len = want;
+      parser.setBytes(buf);
     }
   }
 }

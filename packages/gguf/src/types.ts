@@ -44,6 +44,8 @@ export interface ByteSource {
   readonly name: string;
   readonly size: number;
   read(offset: number, length: number): Promise<Uint8Array>;
+  /** Optional: read `target.length` bytes at `offset` straight into `target` (saves a copy). */
+  readInto?(target: Uint8Array, offset: number): Promise<void>;
   close?(): Promise<void>;
 }
 

@@ -4,19 +4,64 @@ const lenient = new TextDecoder("utf-8", { ignoreBOM: true });
 const strict = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 const encoder = new TextEncoder();
 
-/** Decode bytes known to be valid UTF-8 (or accept U+FFFD for invalid ones). */
-export function decodeUtf8(bytes: Uint8Array, start: number, end: number): string {
-  if (end - start <= 48) {
-    let s = "";
-    for (let i = start; i < end; i++) {
-      const b = bytes[i]!;
-      if (b >= 0x80) return lenient.decode(bytes.subarray(start, end));
-      s += String.fromCharCode(b);
-    }
-    return s;
-  }
-  return lenient.decode(bytes.subarray(start, end));
+interface NodeBufferLike {
+  toString(encoding: "utf8", start: number, end: number): string;
 }
+type NodeBufferCtor = { from(buffer: ArrayBufferLike, byteOffset: number, length: number): NodeBufferLike };
+const NodeBuffer = (globalThis as { Buffer?: NodeBufferCtor }).Buffer;
+
+/**
+ * A decoder for many slices of one region (a string array). On Node it goes through a
+ * Buffer view, whose native toString is ~4x faster per short string than anything in JS.
+ */
+export function sliceDecoder(region: Uint8Array): (start: number, end: number) => string {
+  if (NodeBuffer !== undefined) {
+    const buf = NodeBuffer.from(region.buffer, region.byteOffset, region.length);
+    return (start, end) => buf.toString("utf8", start, end);
+  }
+  return (start, end) => decodeUtf8(region, start, end);
+}
+
+/**
+ * Decode bytes already validated as UTF-8. Short strings (vocabulary tokens) are decoded
+ * by hand, which is several times faster than a TextDecoder call per token.
+ */
+export function decodeUtf8(bytes: Uint8Array, start: number, end: number): string {
+  if (end - start > 64) return lenient.decode(bytes.subarray(start, end));
+  let s = "";
+  let i = start;
+  while (i < end) {
+    const b = bytes[i]!;
+    if (b < 0x80) {
+      s += String.fromCharCode(b);
+      i += 1;
+    } else if (b >= 0xc2 && b < 0xe0 && i + 1 < end) {
+      s += String.fromCharCode(((b & 0x1f) << 6) | (bytes[i + 1]! & 0x3f));
+      i += 2;
+    } else if (b >= 0xe0 && b < 0xf0 && i + 2 < end) {
+      s += String.fromCharCode(((b & 0x0f) << 12) | ((bytes[i + 1]! & 0x3f) << 6) | (bytes[i + 2]! & 0x3f));
+      i += 3;
+    } else if (b >= 0xf0 && b < 0xf5 && i + 3 < end) {
+      s += String.fromCodePoint(((b & 0x07) << 18) | ((bytes[i + 1]! & 0x3f) << 12) | ((bytes[i + 2]! & 0x3f) << 6) | (bytes[i + 3]! & 0x3f));
+      i += 4;
+    } else {
+      return lenient.decode(bytes.subarray(start, end)); // not valid UTF-8: let the decoder substitute
+    }
+  }
+  return s;
+}
+
+type Utf8Check = (bytes: Uint8Array) => boolean;
+
+/**
+ * Node's buffer.isUtf8 (SIMD, no allocation) when running on Node; reached through
+ * process.getBuiltinModule so browser bundles never import node:buffer.
+ */
+const nativeIsUtf8: Utf8Check | undefined = (() => {
+  const proc = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process;
+  const mod = proc?.getBuiltinModule?.("node:buffer") as { isUtf8?: Utf8Check } | undefined;
+  return typeof mod?.isUtf8 === "function" ? mod.isUtf8 : undefined;
+})();
 
 /** Decode with validation; returns undefined when the bytes are not valid UTF-8. */
 export function decodeUtf8Strict(bytes: Uint8Array, start: number, end: number): string | undefined {
@@ -30,6 +75,9 @@ export function decodeUtf8Strict(bytes: Uint8Array, start: number, end: number):
     }
     if (i === end) return s;
   }
+  if (nativeIsUtf8 !== undefined) {
+    return nativeIsUtf8(bytes.subarray(start, end)) ? lenient.decode(bytes.subarray(start, end)) : undefined;
+  }
   try {
     return strict.decode(bytes.subarray(start, end));
   } catch {
@@ -37,9 +85,10 @@ export function decodeUtf8Strict(bytes: Uint8Array, start: number, end: number):
   }
 }
 
-/** True if bytes[start, end) is valid UTF-8. Native decoder does the work. */
+/** True if bytes[start, end) is valid UTF-8. */
 export function isValidUtf8(bytes: Uint8Array, start: number, end: number): boolean {
   if (start === end) return true;
+  if (nativeIsUtf8 !== undefined) return nativeIsUtf8(bytes.subarray(start, end));
   try {
     strict.decode(bytes.subarray(start, end));
     return true;
@@ -55,20 +104,41 @@ export function maxUtf8Length(s: string): number {
 
 /**
  * Write `s` as UTF-8 at `pos` (room for s.length*3 bytes must exist); returns bytes written.
- * ASCII goes through a plain loop, which beats encodeInto for short strings.
+ * A plain loop: for the short strings of a vocabulary it beats TextEncoder.encodeInto.
+ * Lone surrogates become U+FFFD, as with TextEncoder.
  */
 export function encodeUtf8Into(s: string, out: Uint8Array, pos: number): number {
   const n = s.length;
-  if (n <= 64) {
-    let i = 0;
-    for (; i < n; i++) {
-      const c = s.charCodeAt(i);
-      if (c >= 0x80) break;
-      out[pos + i] = c;
+  if (n > 256) return encoder.encodeInto(s, out.subarray(pos)).written;
+  let p = pos;
+  for (let i = 0; i < n; i++) {
+    let c = s.charCodeAt(i);
+    if (c < 0x80) {
+      out[p++] = c;
+    } else if (c < 0x800) {
+      out[p++] = 0xc0 | (c >> 6);
+      out[p++] = 0x80 | (c & 0x3f);
+    } else if (c >= 0xd800 && c < 0xe000) {
+      const next = i + 1 < n ? s.charCodeAt(i + 1) : 0;
+      if (c < 0xdc00 && next >= 0xdc00 && next < 0xe000) {
+        c = 0x10000 + ((c - 0xd800) << 10) + (next - 0xdc00);
+        i++;
+        out[p++] = 0xf0 | (c >> 18);
+        out[p++] = 0x80 | ((c >> 12) & 0x3f);
+        out[p++] = 0x80 | ((c >> 6) & 0x3f);
+        out[p++] = 0x80 | (c & 0x3f);
+      } else {
+        out[p++] = 0xef;
+        out[p++] = 0xbf;
+        out[p++] = 0xbd;
+      }
+    } else {
+      out[p++] = 0xe0 | (c >> 12);
+      out[p++] = 0x80 | ((c >> 6) & 0x3f);
+      out[p++] = 0x80 | (c & 0x3f);
     }
-    if (i === n) return n;
   }
-  return encoder.encodeInto(s, out.subarray(pos)).written;
+  return p - pos;
 }
 
 export function encodeUtf8(s: string): Uint8Array {
