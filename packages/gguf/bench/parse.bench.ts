@@ -10,18 +10,22 @@ import { MERGES, VOCAB, buildModel } from "./vocab-fixture";
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 7);
 
-async function time(fn: () => Promise<unknown> | unknown): Promise<number> {
-  const t0 = performance.now();
-  await fn();
-  return performance.now() - t0;
+interface Stats {
+  median: number;
+  min: number;
 }
 
-async function median(fn: () => Promise<unknown> | unknown, runs = RUNS): Promise<number> {
-  await fn(); // warm-up
+/** Run `fn` once to warm up, then `runs` times; wall-clock median and minimum in ms. */
+async function measure(fn: () => Promise<unknown> | unknown, runs = RUNS): Promise<Stats> {
+  await fn();
   const ts: number[] = [];
-  for (let i = 0; i < runs; i++) ts.push(await time(fn));
+  for (let i = 0; i < runs; i++) {
+    const t0 = performance.now();
+    await fn();
+    ts.push(performance.now() - t0);
+  }
   ts.sort((a, b) => a - b);
-  return ts[Math.floor(ts.length / 2)]!;
+  return { median: ts[Math.floor(ts.length / 2)]!, min: ts[0]! };
 }
 
 async function main(): Promise<void> {
@@ -31,37 +35,38 @@ async function main(): Promise<void> {
     const built = buildModel();
     const { layout } = await writeGguf(built, path);
     const size = (await stat(path)).size;
-    console.log(`file: ${VOCAB} tokens + scores + token_type, ${MERGES} merges, ${built.tensors.length} tensor infos; header ${(layout.dataOffset / 1e6).toFixed(1)} MB, file ${(size / 1e6).toFixed(1)} MB; median of ${RUNS} runs\n`);
+    console.log(`file: ${VOCAB} tokens + scores + token_type, ${MERGES} merges, ${built.tensors.length} tensor infos; header ${(layout.dataOffset / 1e6).toFixed(1)} MB, file ${(size / 1e6).toFixed(1)} MB; wall-clock ms over ${RUNS}-${RUNS * 2} runs (5 for @huggingface/gguf)\n`);
 
-    const ours = await median(async () => {
+    const hfRuns = Math.max(3, Math.min(RUNS, 5));
+    const hf = await measure(() => hfGguf(path, { allowLocalFile: true }), hfRuns);
+    const ours = await measure(async () => {
       const m = await readGguf(path);
       await m.close();
-    });
-    const oursDecoded = await median(async () => {
+    }, RUNS * 2);
+    const oursDecoded = await measure(async () => {
       const m = await readGguf(path);
       m.getStringArray("tokenizer.ggml.tokens");
       m.getStringArray("tokenizer.ggml.merges");
       await m.close();
-    }, Math.min(RUNS, 5));
-    const hf = await median(() => hfGguf(path, { allowLocalFile: true }), Math.min(RUNS, 5));
-
+    });
     const parsed = await readGguf(path);
-    const writeParsed = await median(() => layoutGguf(parsed));
-    const writeBuilt = await median(() => layoutGguf(built));
-    const writeFile = await median(() => writeGguf(parsed, join(dir, "out.gguf")), Math.min(RUNS, 5));
+    const writeParsed = await measure(() => layoutGguf(parsed), RUNS * 2);
+    const writeBuilt = await measure(() => layoutGguf(built));
+    const writeFile = await measure(() => writeGguf(parsed, join(dir, "out.gguf")));
     await parsed.close();
 
-    const rows: [string, number, string][] = [
+    const x = (a: Stats, b: Stats) => `${(a.median / b.median).toFixed(1)}x (min ${(a.min / b.min).toFixed(1)}x)`;
+    const rows: [string, Stats, string][] = [
       ["@huggingface/gguf 0.4.6 parse (file)", hf, "baseline"],
-      ["@compat/gguf parse (file)", ours, `${(hf / ours).toFixed(1)}x faster than HF`],
-      ["@compat/gguf parse + decode all tokens & merges", oursDecoded, `${(hf / oursDecoded).toFixed(1)}x faster than HF`],
-      ["@compat/gguf header write (parsed model)", writeParsed, `${(ours / writeParsed).toFixed(1)}x the parse speed`],
-      ["@compat/gguf header write (model built from JS strings)", writeBuilt, `${(ours / writeBuilt).toFixed(2)}x the parse speed`],
-      ["@compat/gguf writeGguf to file (atomic, fsync)", writeFile, ""],
+      ["@compat/gguf parse (file)", ours, `${x(hf, ours)} faster than @huggingface/gguf`],
+      ["@compat/gguf parse + decode all tokens & merges", oursDecoded, `${x(hf, oursDecoded)} faster than @huggingface/gguf`],
+      ["@compat/gguf header write (the parsed model)", writeParsed, `${x(ours, writeParsed)} the parse speed`],
+      ["@compat/gguf header write (model built from JS arrays)", writeBuilt, `${x(ours, writeBuilt)} the parse speed`],
+      ["@compat/gguf writeGguf to a file (atomic, fsync)", writeFile, ""],
     ];
     const w = Math.max(...rows.map((r) => r[0].length));
-    console.log(`${"case".padEnd(w)}  ${"median ms".padStart(10)}  ratio`);
-    for (const [name, ms, note] of rows) console.log(`${name.padEnd(w)}  ${ms.toFixed(2).padStart(10)}  ${note}`);
+    console.log(`${"case".padEnd(w)}  ${"median ms".padStart(10)}  ${"min ms".padStart(9)}  ratio (median, min)`);
+    for (const [name, st, note] of rows) console.log(`${name.padEnd(w)}  ${st.median.toFixed(2).padStart(10)}  ${st.min.toFixed(2).padStart(9)}  ${note}`);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

@@ -216,6 +216,15 @@ export class StringArray implements GgufArray {
 
   toArray(): string[] {
     if (this.raw === undefined) return (this.decoded as string[]).slice();
+    if (this.decoded === undefined) {
+      // Decode everything in one pass and keep it as the cache.
+      const { region, starts, lengths } = this.raw;
+      const decode = (this.decode ??= sliceDecoder(region));
+      const all: string[] = [];
+      for (let i = 0; i < this.length; i++) all.push(decode(starts[i]!, starts[i]! + lengths[i]!));
+      this.decoded = all;
+      return all.slice();
+    }
     const out: string[] = [];
     for (let i = 0; i < this.length; i++) out.push(this.at(i));
     return out;

@@ -21,8 +21,8 @@ export class ByteWriter {
   ensure(n: number): void {
     const need = this.pos + n;
     if (need <= this.buf.length) return;
-    let cap = this.buf.length * 2;
-    while (cap < need) cap *= 2;
+    // Double for small steps; for one big reservation (a whole string array) add a margin only.
+    const cap = Math.max(this.buf.length * 2, Math.ceil(need * 1.25));
     const next = new Uint8Array(cap);
     next.set(this.buf.subarray(0, this.pos));
     this.buf = next;
@@ -74,7 +74,9 @@ export class ByteWriter {
       this.pos += n;
     }
   }
+  /** The bytes written; copied out when the buffer is mostly slack, so the slack can be freed. */
   result(): Uint8Array {
+    if (this.buf.length > this.pos * 1.5 && this.buf.length > 1 << 20) return this.buf.slice(0, this.pos);
     return this.buf.subarray(0, this.pos);
   }
 }
