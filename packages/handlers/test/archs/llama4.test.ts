@@ -1,0 +1,61 @@
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { readGguf } from "@compat/gguf";
+import { translateModel } from "@compat/handlers";
+import { generateFixture, killAllSpawned, runLoaderInSubprocess, runMtmdCli, writeFixture } from "@compat/testkit";
+import { tempDir } from "../helpers";
+import { NO_DIFFERENCES, proveHandler } from "../proof";
+
+const dir = tempDir();
+afterAll(() => killAllSpawned());
+
+describe("llama4 handler (Llama 4 Maverick-style MoE as Ollama converted it, vision inline)", () => {
+  it("hides the vision tower; real llama.cpp loads and generates; matches the native twin but for two tokenizer keys", async () => {
+    const p = await proveHandler(await dir(), "llama4", {
+      seed: 9,
+      twin: {
+        ignoreKeys: [
+          // reference gap: Ollama wrote "default" (Llama 4's pre-tokenizer hash was unknown to it) and the
+          // handler keeps it, so llama.cpp splits text with its default BPE regex instead of the llama4 one
+          "tokenizer.ggml.pre",
+          // reference gap: Ollama wrote add_bos_token = false (tokenizer_config has no add_bos_token);
+          // llama.cpp's converter takes true from tokenizer.json's post-processor, so prompts lack BOS
+          "tokenizer.ggml.add_bos_token",
+        ],
+      },
+    });
+    expect(p.view.report.handlers.map((h) => h.name)).toEqual(["llama4"]);
+    const m = p.translatedModel;
+    expect(m.tensors.some((t) => t.name.startsWith("v.") || t.name.startsWith("mm."))).toBe(false);
+    expect(m.findTensor("blk.1.ffn_gate_exps.weight")?.shape).toEqual([32, 32, 4]);
+    expect(m.findTensor("blk.0.ffn_gate.weight")?.shape).toEqual([32, 64]);
+    expect(m.getString("tokenizer.ggml.pre")).toBe("default");
+    expect(m.getBool("tokenizer.ggml.add_bos_token")).toBe(false);
+    expect(p.load.ok ? p.load.tokens.length : p.load.error).toBe(4);
+    expect(p.diff).toEqual(NO_DIFFERENCES);
+    expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
+  });
+
+  it("the native twin (text + llama4 mmproj): loads, is left alone by translate(), and llama-mtmd-cli runs it", async () => {
+    const d = join(await dir(), "native");
+    const native = await writeFixture(generateFixture("llama4", { seed: 9, layout: "native" }), d);
+    const load = await runLoaderInSubprocess(native.text, { maxTokens: 4 });
+    expect(load.ok ? load.tokens.length : load.error).toBe(4);
+    const parsed = await readGguf(native.text);
+    expect(translateModel(parsed)).toBeNull();
+    await parsed.close();
+    const image = join(d, "grey.ppm"); // 32x32 binary PPM; llama.cpp's image loader reads PNM
+    await writeFile(image, Buffer.concat([Buffer.from("P6\n32 32\n255\n"), Buffer.alloc(32 * 32 * 3, 128)]));
+    const run = await runMtmdCli({
+      model: native.text,
+      mmproj: native.mmproj!,
+      image,
+      prompt: "Describe.",
+      // the fixture has no chat template (neither converter is given one)
+      args: ["--chat-template", "llama4"],
+    });
+    expect(run.ok, run.stderr).toBe(true);
+    expect(run.stderr).toMatch(/encoding mtmd batch/);
+  });
+});
