@@ -41,6 +41,7 @@ describe("nemotron_h_moe handler (Nemotron-H MoE as Ollama's legacy converter wr
     expect(m.has("nemotron_h_moe.moe_latent_size") ? m.getU32("nemotron_h_moe.moe_latent_size") : undefined).toBe(latent);
     expect(m.tensors.some((t) => t.name.startsWith("mtp.") || t.name.includes("ffn_latent_in") || t.name.includes("ffn_latent_out"))).toBe(false);
     expect(p.load.ok ? p.load.tokens.length : p.load.error).toBeGreaterThan(0);
+    expect(p.native.meta.reorderedTensors).toEqual(EXPECTED.data);
     expect(p.diff).toEqual(EXPECTED);
     expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
 
