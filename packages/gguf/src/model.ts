@@ -319,6 +319,20 @@ export class GgufModel implements Iterable<GgufKv> {
     return t;
   }
 
+  /**
+   * Swap a tensor for a new info (e.g. retyped, reshaped, renamed, new data) in the same
+   * position, after the same checks as addTensor.
+   */
+  replaceTensor(name: string, next: GgufTensor): GgufTensor {
+    const i = this.indexOfRequired(name);
+    if (next.name !== name && this.hasTensor(next.name)) {
+      throw new GgufError("DUPLICATE_TENSOR", `a tensor named "${next.name}" already exists`);
+    }
+    checkTensor(next);
+    this.tensors[i] = next;
+    return next;
+  }
+
   private indexOfRequired(name: string): number {
     const i = this.indexOf(name);
     if (i < 0) throw new GgufError("TENSOR_MISSING", `no tensor named "${name}"`);

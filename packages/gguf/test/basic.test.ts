@@ -18,6 +18,8 @@ import {
   ggufArray,
   blobSource,
   fileSource,
+  ggmlTypeInfo,
+  allGgmlTypes,
 } from "@compat/gguf";
 
 let dir: string;
@@ -160,6 +162,37 @@ describe("model", () => {
     c.setU32("llama.context_length", 1);
     expect(m.hasTensor("c")).toBe(true);
     expect(m.getNumber("llama.context_length")).toBe(128);
+  });
+
+  it("replaces a tensor in place with checks", () => {
+    const m = sampleModel();
+    const bytes = new Uint8Array(tensorByteSize(GgmlType.F16, [4, 3]));
+    m.replaceTensor("a", { name: "a16", type: GgmlType.F16, shape: [4, 3], data: { kind: "bytes", bytes } });
+    expect(m.tensors.map((t) => t.name)).toEqual(["a16", "b"]);
+    expect(() => m.replaceTensor("a16", { name: "b", type: GgmlType.F16, shape: [4, 3], data: { kind: "bytes", bytes } })).toThrow(
+      expect.objectContaining({ code: "DUPLICATE_TENSOR" }),
+    );
+    expect(() => m.replaceTensor("a16", { name: "a16", type: GgmlType.F16, shape: [4, 4], data: { kind: "bytes", bytes } })).toThrow(
+      expect.objectContaining({ code: "DATA_LENGTH" }),
+    );
+    expect(() => m.replaceTensor("a16", { name: "a16", type: GgmlType.Q4_0, shape: [16], data: { kind: "bytes", bytes } })).toThrow(
+      expect.objectContaining({ code: "BAD_SHAPE" }),
+    );
+  });
+
+  it("has the full ggml type table", () => {
+    expect(ggmlTypeInfo(GgmlType.BF16)).toEqual({ name: "bf16", blockSize: 1, typeSize: 2, quantized: false });
+    expect(ggmlTypeInfo(GgmlType.Q4_K)).toEqual({ name: "q4_K", blockSize: 256, typeSize: 144, quantized: true });
+    expect(ggmlTypeInfo(GgmlType.MXFP4)).toEqual({ name: "mxfp4", blockSize: 32, typeSize: 17, quantized: true });
+    expect(ggmlTypeInfo(GgmlType.NVFP4)).toMatchObject({ blockSize: 64, typeSize: 36 });
+    expect(ggmlTypeInfo(GgmlType.TQ1_0)).toMatchObject({ blockSize: 256, typeSize: 54 });
+    expect(ggmlTypeInfo(GgmlType.IQ4_XS)).toMatchObject({ blockSize: 256, typeSize: 136 });
+    expect(ggmlTypeInfo(GgmlType.Q1_0)).toMatchObject({ blockSize: 128, typeSize: 18 });
+    expect(allGgmlTypes()).toHaveLength(35);
+    expect(() => ggmlTypeInfo(4)).toThrow(expect.objectContaining({ code: "BAD_GGML_TYPE" }));
+    expect(tensorByteSize(GgmlType.Q8_0, [64, 3])).toBe(2 * 34 * 3);
+    expect(() => tensorByteSize(GgmlType.Q8_0, [48])).toThrow(expect.objectContaining({ code: "BAD_SHAPE" }));
+    expect(() => tensorByteSize(GgmlType.F32, [2 ** 30, 2 ** 30, 2 ** 30])).toThrow(expect.objectContaining({ code: "SHAPE_OVERFLOW" }));
   });
 
   it("summarizes", () => {
