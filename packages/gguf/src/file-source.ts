@@ -12,7 +12,12 @@ export async function fileSource(path: string): Promise<ByteSource> {
     throw new GgufError("IO", `cannot open: ${(cause as Error).message}`, { source: path, cause });
   }
   const fh = handle;
-  const { size } = await fh.stat();
+  const st = await fh.stat();
+  if (!st.isFile()) {
+    await fh.close();
+    throw new GgufError("IO", "not a regular file", { source: path });
+  }
+  const size = st.size;
   let closed = false;
   const check = (offset: number, length: number): void => {
     if (closed) throw new GgufError("IO", "read after close", { source: path, offset });
@@ -30,7 +35,12 @@ export async function fileSource(path: string): Promise<ByteSource> {
   const fill = async (out: Uint8Array, offset: number): Promise<void> => {
     let done = 0;
     while (done < out.length) {
-      const { bytesRead } = await fh.read(out, done, out.length - done, offset + done);
+      let bytesRead: number;
+      try {
+        ({ bytesRead } = await fh.read(out, done, out.length - done, offset + done));
+      } catch (cause) {
+        throw new GgufError("IO", `read failed: ${(cause as Error).message}`, { source: path, offset: offset + done, cause });
+      }
       if (bytesRead === 0) {
         throw new GgufError("TRUNCATED", `file ended after ${done} of ${out.length} bytes`, { source: path, offset: offset + done });
       }

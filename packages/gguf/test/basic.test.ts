@@ -112,6 +112,12 @@ describe("round trip", () => {
     await fsrc.close?.();
   });
 
+  it("reports I/O problems as GgufError IO", async () => {
+    await expect(readGguf(join(dir, "missing.gguf"))).rejects.toMatchObject({ name: "GgufError", code: "IO" });
+    await expect(readGguf(dir)).rejects.toMatchObject({ name: "GgufError", code: "IO" });
+    await expect(writeGguf(sampleModel(), join(dir, "no/such/dir/x.gguf"))).rejects.toMatchObject({ name: "GgufError", code: "IO" });
+  });
+
   it("removes the temp file when writing fails", async () => {
     const m = sampleModel();
     m.tensors.push({ name: "bad", type: GgmlType.F32, shape: [2], data: { kind: "computed", length: 8, label: "x", produce: async () => new Uint8Array(4) } });
