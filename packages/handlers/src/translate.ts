@@ -48,8 +48,16 @@ export async function translate(
   opts: TranslateOptions = {},
 ): Promise<TranslatedView | null> {
   if (!compatEnabled(opts.env)) return null;
-  const model = isModel(input) ? input : await readGguf(input);
-  return translateModel(model, opts);
+  if (isModel(input)) return translateModel(input, opts);
+  const model = await readGguf(input);
+  let view: TranslatedView | null = null;
+  try {
+    view = translateModel(model, opts);
+  } finally {
+    // The view reads tensor bytes from the file until view.close(); nothing else keeps it open.
+    if (view === null) await model.close();
+  }
+  return view;
 }
 
 /** Which handlers would run on this model, with their markers (empty: nothing to do). */

@@ -60,6 +60,12 @@ export class TranslatedView {
     return out;
   }
 
+  /** Releases the source file this view reads from (when translate() opened it). */
+  async close(): Promise<void> {
+    this.slot = undefined;
+    await this.source.close();
+  }
+
   /** Writes the translated file atomically (temp file + rename), one tensor in memory at a time. */
   async writeTo(path: string, opts?: WriteOptions): Promise<void> {
     await writeGguf(this.model, path, opts);

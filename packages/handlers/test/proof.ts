@@ -48,7 +48,8 @@ export async function proveHandler(
   const after = await sha256(ollama.text);
   await expectReadMatchesFile(view, outPath);
   expect(await translate(outPath), "translating the translated file again must be a no-op").toBeNull();
-  await view.source.close();
+  await view.close();
+  await translatedModel.close();
   return { view, outPath, native, load, diff, sourceDigest: { before, after }, translatedModel };
 }
 
