@@ -1,15 +1,9 @@
 import { readFileSync } from "node:fs";
-import { defineConfig } from "tsup";
+import { packageBuild } from "../../tsup.package";
 
 const { version } = JSON.parse(readFileSync(new URL("./package.json", import.meta.url), "utf8")) as { version: string };
 
-export default defineConfig({
+export default packageBuild({
   entry: ["src/index.ts", "src/bin.ts"],
-  format: ["esm", "cjs"],
-  dts: true,
-  clean: true,
-  sourcemap: true,
-  target: "node20",
-  external: [/^@compat\//],
   define: { __CLI_VERSION__: JSON.stringify(version) },
 });

@@ -1,11 +1,3 @@
-import { defineConfig } from "tsup";
+import { packageBuild } from "../../tsup.package";
 
-export default defineConfig({
-  entry: ["src/index.ts"],
-  format: ["esm", "cjs"],
-  dts: true,
-  clean: true,
-  sourcemap: true,
-  target: "node20",
-  external: [/^@compat\//],
-});
+export default packageBuild();

@@ -1,12 +1,4 @@
-import { defineConfig } from "tsup";
+import { packageBuild } from "../../tsup.package";
 
-export default defineConfig({
-  entry: ["src/index.ts"],
-  format: ["esm", "cjs"],
-  dts: true,
-  clean: true,
-  shims: true,
-  sourcemap: true,
-  target: "node20",
-  external: [/^@compat\//],
-});
+// import.meta.url (used to locate the native addon) also works in the CJS build.
+export default packageBuild({ shims: true });

@@ -1,13 +1,4 @@
-import { defineConfig } from "tsup";
+import { packageBuild } from "../../tsup.package";
 
-export default defineConfig({
-  entry: ["src/index.ts"],
-  format: ["esm", "cjs"],
-  dts: true,
-  clean: true,
-  sourcemap: true,
-  target: "node20",
-  // import.meta.url (used to locate the harness scripts) also works in the CJS build.
-  shims: true,
-  external: [/^@compat\//],
-});
+// import.meta.url (used to locate the harness scripts) also works in the CJS build.
+export default packageBuild({ shims: true });
