@@ -2,7 +2,7 @@ export { loadAndGenerate, type LoadAndGenerateOptions, type LoadResult } from ".
 export { runLoaderInSubprocess, type SubprocessLoaderOptions, type SubprocessLoadResult } from "./run-loader-subprocess";
 export { killAllSpawned, runProcess, type ProcessResult, type RunProcessOptions } from "./processes";
 export { LlamaHarnessError, type LlamaHarnessErrorCode } from "./errors";
-export { findLlamaTools, runLlamaQuantize, runMtmdCli, type LlamaTools, type MtmdCliOptions, type ToolRunOptions } from "./tools";
+export { findLlamaTools, llamaCppSourceDir, runLlamaQuantize, runMtmdCli, type LlamaTools, type MtmdCliOptions, type ToolRunOptions } from "./tools";
 export {
   freePort,
   PRINTABLE_ASCII_GRAMMAR,

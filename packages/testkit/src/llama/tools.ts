@@ -111,3 +111,16 @@ export async function runMtmdCli(options: MtmdCliOptions): Promise<ProcessResult
   ];
   return runProcess(tools.mtmdCli, args, { timeoutMs: options.timeoutMs, env: toolEnv(tools) });
 }
+
+/**
+ * The llama.cpp source tree our tools were built from (gguf-py, models/ vocab files):
+ * LLAMA_CPP_SRC if set, else the checkout build-llama-tools.sh keeps next to the bin
+ * directory in its cache. Undefined when neither exists.
+ */
+export async function llamaCppSourceDir(): Promise<string | undefined> {
+  const fromEnv = process.env.LLAMA_CPP_SRC;
+  if (fromEnv !== undefined && existsSync(fromEnv)) return fromEnv;
+  const { binDir } = await findLlamaTools();
+  const src = join(binDir, "..", "src");
+  return existsSync(join(src, "gguf-py")) ? src : undefined;
+}
