@@ -9,13 +9,15 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GgufValueType, readGguf, serializeGguf, writeGguf, ggufArray } from "@compat/gguf";
+import { llamaCppSourceDir } from "@compat/testkit";
 import { plainFields, plainTensors } from "./helpers/plain";
 
-const GGUF_PY = process.env.GGUF_PY ?? "/work/llama.cpp-src/gguf-py";
+// gguf-py from the llama.cpp tree scripts/build-llama-tools.sh checks out (or GGUF_PY).
+const GGUF_PY = process.env.GGUF_PY ?? join((await llamaCppSourceDir()) ?? "", "gguf-py");
 const SCRIPT = fileURLToPath(new URL("./fixtures/gguf_py_interop.py", import.meta.url));
 
+/** numpy is the one thing gguf-py needs that this repo cannot install (PyPI is out of reach here). */
 function havePython(): boolean {
-  if (!existsSync(join(GGUF_PY, "gguf"))) return false;
   try {
     execFileSync("python3", ["-c", "import numpy"], { stdio: "ignore" });
     return true;
@@ -33,6 +35,10 @@ interface Dump {
   fields: unknown[];
   tensors: unknown[];
 }
+
+it("finds gguf-py in the llama.cpp tree", () => {
+  expect(existsSync(join(GGUF_PY, "gguf")), `gguf-py not found at ${GGUF_PY}`).toBe(true);
+});
 
 describe.skipIf(!havePython())("interop with llama.cpp's gguf-py", () => {
   let dir: string;
