@@ -1,6 +1,6 @@
 import { readFile, readdir } from "node:fs/promises";
 import { join } from "node:path";
-import { GgmlType, GgufModel, GgufValueType, readGguf } from "@compat/gguf";
+import { GgmlType, GgufModel, GgufValueType, bufferSource, layoutGguf, parseGguf, readGguf, serializeGguf, type ByteSource } from "@compat/gguf";
 import { Translation, translate, translateModel, type Handler } from "@compat/handlers";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
@@ -79,6 +79,29 @@ describe("translateModel", () => {
   it("is idempotent: translating a translated model is a no-op", () => {
     const view = translateModel(ollamaGemma3())!;
     expect(translateModel(view.model)).toBeNull();
+  });
+});
+
+describe("translate()", () => {
+  it("reads only the header: a metadata-only translation never touches tensor data", async () => {
+    const m = ollamaGemma3();
+    addF32(m, "blk.0.ffn_up.weight", [1024, 4096], 5); // 16 MiB of tensor data
+    const bytes = await serializeGguf(m);
+    const dataStart = layoutGguf(parseGguf(bytes)).dataOffset;
+    let furthest = 0;
+    const source = bufferSource(bytes, "counting");
+    const counting: ByteSource = {
+      name: "counting",
+      size: source.size,
+      read: (offset, length) => {
+        furthest = Math.max(furthest, offset + length);
+        return source.read(offset, length);
+      },
+    };
+    const view = await translate(counting);
+    expect(view).not.toBeNull();
+    // the reader's first chunk is 1 MiB however small the header is; it never reads on into the data
+    expect(furthest).toBeLessThanOrEqual(Math.max(dataStart, 1 << 20));
   });
 });
 
