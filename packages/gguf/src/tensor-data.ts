@@ -2,7 +2,7 @@ import { GgufError } from "./errors";
 import type { GgufTensor, TensorData } from "./types";
 
 /** Chunk size for copying large source ranges (bounded memory while writing). */
-export const COPY_CHUNK = 16 * 1024 * 1024;
+export const COPY_CHUNK = 4 * 1024 * 1024;
 
 function lengthOf(d: TensorData): number {
   return d.kind === "bytes" ? d.bytes.length : d.length;
@@ -34,12 +34,32 @@ export async function readTensorData(t: GgufTensor): Promise<Uint8Array> {
 }
 
 /**
+ * Two reusable copy buffers. Only for sinks that are done with a chunk when their write
+ * resolves (a file handle): then the next chunk's read overlaps the current one's write.
+ */
+export class CopyBuffers {
+  private pair: [Uint8Array, Uint8Array] | undefined;
+  get(): [Uint8Array, Uint8Array] {
+    return (this.pair ??= [new Uint8Array(COPY_CHUNK), new Uint8Array(COPY_CHUNK)]);
+  }
+}
+
+/**
  * Feed a tensor's bytes to `emit` in pieces of at most COPY_CHUNK for ranges (computed data
  * arrives whole), verifying the total equals `expected`.
  */
-export async function streamTensorData(t: GgufTensor, expected: number, emit: (chunk: Uint8Array) => Promise<void> | void): Promise<void> {
+export async function streamTensorData(
+  t: GgufTensor,
+  expected: number,
+  emit: (chunk: Uint8Array) => Promise<void> | void,
+  buffers?: CopyBuffers,
+): Promise<void> {
   const d = t.data;
   checkLength(t.name, lengthOf(d), expected);
+  if (d.kind === "range" && buffers !== undefined && d.source.readInto !== undefined && d.length > 0) {
+    await copyDoubleBuffered(d.source.readInto.bind(d.source), d.offset, d.length, emit, buffers.get());
+    return;
+  }
   if (d.kind === "range") {
     let done = 0;
     while (done < d.length) {
@@ -54,4 +74,35 @@ export async function streamTensorData(t: GgufTensor, expected: number, emit: (c
   const bytes = await readTensorData(t);
   checkLength(t.name, bytes.length, expected);
   await emit(bytes);
+}
+
+/** Reads chunk k+1 into one buffer while chunk k, in the other, is being written. */
+async function copyDoubleBuffered(
+  readInto: (target: Uint8Array, offset: number) => Promise<void>,
+  offset: number,
+  length: number,
+  emit: (chunk: Uint8Array) => Promise<void> | void,
+  [first, second]: [Uint8Array, Uint8Array],
+): Promise<void> {
+  let current = first.subarray(0, Math.min(COPY_CHUNK, length));
+  let spare = second;
+  await readInto(current, offset);
+  let done = 0;
+  while (done < length) {
+    const nextAt = done + current.length;
+    const nextLength = Math.min(COPY_CHUNK, length - nextAt);
+    const next = nextLength > 0 ? spare.subarray(0, nextLength) : undefined;
+    const reading = next !== undefined ? readInto(next, offset + nextAt) : undefined;
+    try {
+      await emit(current);
+    } finally {
+      // never leave a read running into a buffer after a failed write
+      await reading?.catch(() => undefined);
+    }
+    if (reading !== undefined) await reading;
+    done = nextAt;
+    if (next === undefined) break;
+    spare = current.buffer === first.buffer ? first : second;
+    current = next;
+  }
 }

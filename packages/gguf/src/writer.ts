@@ -1,7 +1,7 @@
 import { GgufError } from "./errors";
 import { layoutGguf, type GgufLayout } from "./layout";
 import type { GgufModel } from "./model";
-import { readTensorData, streamTensorData } from "./tensor-data";
+import { CopyBuffers, readTensorData, streamTensorData } from "./tensor-data";
 
 /** Anything with a write(chunk) method; a returned promise is awaited. */
 export interface GgufSink {
@@ -29,7 +29,7 @@ export interface WriteResult {
 
 type Emit = (chunk: Uint8Array) => Promise<void>;
 
-async function emitModel(model: GgufModel, layout: GgufLayout, emit: Emit, opts: WriteOptions): Promise<number> {
+async function emitModel(model: GgufModel, layout: GgufLayout, emit: Emit, opts: WriteOptions, buffers?: CopyBuffers): Promise<number> {
   let written = 0;
   const out = async (chunk: Uint8Array): Promise<void> => {
     opts.signal?.throwIfAborted();
@@ -44,7 +44,7 @@ async function emitModel(model: GgufModel, layout: GgufLayout, emit: Emit, opts:
     const size = layout.tensorSizes[i]!;
     const expectedAt = layout.dataOffset + layout.tensorOffsets[i]!;
     if (written !== expectedAt) throw new GgufError("DATA_LENGTH", `internal: tensor "${t.name}" would start at ${written}`, { expected: `${expectedAt}` });
-    await streamTensorData(t, size, out);
+    await streamTensorData(t, size, out, buffers);
     const pad = (layout.alignment - (size % layout.alignment)) % layout.alignment;
     if (pad > 0) {
       if (zeros.length < pad) zeros = new Uint8Array(Math.min(pad, 1 << 20));
@@ -74,7 +74,8 @@ export async function writeGguf(model: GgufModel, target: WriteTarget, opts: Wri
   const layout = layoutGguf(model);
   if (typeof target === "string") {
     const { writeFileAtomic } = await import("./file-sink");
-    const bytesWritten = await writeFileAtomic(target, (write) => emitModel(model, layout, write, opts).then(() => undefined));
+    // The file sink is done with each chunk when its write resolves, so copy buffers can be reused.
+    const bytesWritten = await writeFileAtomic(target, (write) => emitModel(model, layout, write, opts, new CopyBuffers()).then(() => undefined));
     return { bytesWritten, layout };
   }
   if (isWebWritable(target)) {

@@ -1,7 +1,8 @@
 /**
  * Translation throughput against copying the same bytes: a 256 MiB Ollama-style
  * gemma3 file (vision tensors inline, missing RMS epsilon) is translated to a file
- * with TranslatedView.writeTo, next to `cp` of the source in the same run.
+ * with TranslatedView.writeTo, next to `cp` (and `cp` + `sync`, the same durability
+ * as writeTo's fsync) of the source in the same run.
  * Also times the metadata-only part (translate() on the path), which must not
  * depend on the size of the tensor data.
  */
@@ -48,10 +49,13 @@ try {
   await writeGguf(bigOllamaGemma3(256), src);
   const size = (await stat(src)).size;
   const cp: number[] = [];
+  const cpSync: number[] = [];
   const tr: number[] = [];
   const meta: number[] = [];
   for (let i = 0; i < REPEATS; i++) {
     cp.push(await time(() => execFileSync("cp", [src, join(dir, "copy.gguf")])));
+    // writeTo fsyncs before its rename; this is the same durability for cp
+    cpSync.push(await time(() => execFileSync("sh", ["-c", 'cp "$0" "$1" && sync "$1"', src, join(dir, "copy-synced.gguf")])));
     tr.push(
       await time(async () => {
         const view = (await translate(src))!;
@@ -72,6 +76,7 @@ try {
   console.log(`| case                          | median ms | MiB/s | ratio to cp |`);
   console.log(`|-------------------------------|----------:|------:|------------:|`);
   console.log(`| cp (same source bytes)        | ${median(cp).toFixed(0).padStart(9)} | ${mbps(median(cp), size).padStart(5)} |        1.0x |`);
+  console.log(`| cp + sync (same durability)   | ${median(cpSync).toFixed(0).padStart(9)} | ${mbps(median(cpSync), size).padStart(5)} | ${(median(cpSync) / median(cp)).toFixed(2).padStart(10)}x |`);
   console.log(`| translate + writeTo (atomic)  | ${median(tr).toFixed(0).padStart(9)} | ${mbps(median(tr), out).padStart(5)} | ${(median(tr) / median(cp)).toFixed(2).padStart(10)}x |`);
   console.log(`| translate, metadata only      | ${median(meta).toFixed(1).padStart(9)} |     - | ${(median(meta) / median(cp)).toFixed(3).padStart(10)}x |`);
 } finally {
