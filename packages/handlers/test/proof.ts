@@ -1,9 +1,18 @@
-import { join } from "node:path";
-import { readFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { readFile, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { readGguf, type GgufModel } from "@compat/gguf";
-import { translate, type TranslatedView } from "@compat/handlers";
-import { generateFixture, runLoaderInSubprocess, writeFixture, type FixtureOptions, type GeneratedFixture, type SubprocessLoadResult } from "@compat/testkit";
+import { translate, translateModel, type TranslatedView } from "@compat/handlers";
+import {
+  generateFixture,
+  runLoaderInSubprocess,
+  runMtmdCli,
+  writeFixture,
+  type FixtureOptions,
+  type FixturePaths,
+  type GeneratedFixture,
+  type SubprocessLoadResult,
+} from "@compat/testkit";
 import { expect } from "vitest";
 import { compareWithNative, type TwinDifferences, type TwinOptions } from "./twin";
 
@@ -18,6 +27,20 @@ export interface HandlerProof {
   /** sha256 of the Ollama fixture before and after the translation (must be equal). */
   sourceDigest: { before: string; after: string };
   translatedModel: GgufModel;
+  /** With the `nativeTwin` option: the native twin on disk, and what llama.cpp did with it. */
+  twin?: NativeTwinProof;
+}
+
+export interface NativeTwinProof {
+  paths: FixturePaths;
+  /** Undefined when the twin was not loaded (`load: false`). */
+  load?: SubprocessLoadResult;
+}
+
+export interface NativeTwinOptions {
+  /** Run the twin like the translation (greedy tokens, or an embedding). Default true. */
+  load?: boolean;
+  embedding?: boolean;
 }
 
 const sha256 = async (path: string) => createHash("sha256").update(await readFile(path)).digest("hex");
@@ -32,9 +55,14 @@ const sha256 = async (path: string) => createHash("sha256").update(await readFil
 export async function proveHandler(
   dir: string,
   arch: string,
-  opts: Omit<FixtureOptions, "layout"> & { embedding?: boolean; twin?: TwinOptions },
+  opts: Omit<FixtureOptions, "layout"> & {
+    embedding?: boolean;
+    twin?: TwinOptions;
+    /** Also prove the native twin: it loads in real llama.cpp and no handler claims it (see proveNativeTwin). */
+    nativeTwin?: boolean | Pick<NativeTwinOptions, "load">;
+  },
 ): Promise<HandlerProof> {
-  const { embedding, twin, ...fixtureOpts } = opts;
+  const { embedding, twin, nativeTwin, ...fixtureOpts } = opts;
   const ollama = await writeFixture(generateFixture(arch, { ...fixtureOpts, layout: "ollama" }), dir);
   const before = await sha256(ollama.text);
   const view = await translate(ollama.text);
@@ -50,7 +78,54 @@ export async function proveHandler(
   expect(await translate(outPath), "translating the translated file again must be a no-op").toBeNull();
   await view.close();
   await translatedModel.close();
-  return { view, outPath, native, load, diff, sourceDigest: { before, after }, translatedModel };
+  const twinProof = nativeTwin
+    ? await proveNativeTwin(dir, native, { ...(typeof nativeTwin === "object" ? nativeTwin : {}), embedding: embedding === true })
+    : undefined;
+  return { view, outPath, native, load, diff, sourceDigest: { before, after }, translatedModel, ...(twinProof ? { twin: twinProof } : {}) };
+}
+
+/**
+ * The other half of every proof: the native twin (what llama.cpp's own converter
+ * writes for the same weights) is written to `dir`, real llama.cpp runs it, and no
+ * handler claims it: translate() on the file and translateModel() on the parsed
+ * model are both null.
+ */
+export async function proveNativeTwin(dir: string, native: GeneratedFixture, opts: NativeTwinOptions = {}): Promise<NativeTwinProof> {
+  const paths = await writeFixture(native, dir);
+  const load = opts.load === false ? undefined : await runLoaderInSubprocess(paths.text, opts.embedding ? { embedding: true } : { maxTokens: 4 });
+  expect(await translate(paths.text), "no handler may translate the native twin").toBeNull();
+  const parsed = await readGguf(paths.text);
+  try {
+    expect(translateModel(parsed), "no handler may translate the native twin (parsed)").toBeNull();
+  } finally {
+    await parsed.close();
+  }
+  return { paths, ...(load ? { load } : {}) };
+}
+
+/**
+ * llama-mtmd-cli encodes an image with the twin's mmproj: a `side` x `side` binary
+ * PPM of one grey `level` (llama.cpp's image loader reads PNM). The fixtures carry no
+ * chat template (neither converter is given one), so `chatTemplate` names llama.cpp's built-in one.
+ */
+export async function expectMtmdEncodesImage(
+  paths: FixturePaths,
+  image: { side: number; level: number },
+  chatTemplate: string,
+): Promise<void> {
+  if (paths.mmproj === undefined) throw new Error(`${paths.text} has no mmproj`);
+  const imagePath = join(dirname(paths.text), `grey-${image.side}.ppm`);
+  const header = Buffer.from(`P6\n${image.side} ${image.side}\n255\n`);
+  await writeFile(imagePath, Buffer.concat([header, Buffer.alloc(image.side * image.side * 3, image.level)]));
+  const run = await runMtmdCli({
+    model: paths.text,
+    mmproj: paths.mmproj,
+    image: imagePath,
+    prompt: "Describe.",
+    args: ["--chat-template", chatTemplate],
+  });
+  expect(run.ok, run.stderr).toBe(true);
+  expect(run.stderr).toMatch(/encoding mtmd batch/);
 }
 
 export const NO_DIFFERENCES: TwinDifferences = { kv: [], missingTensors: [], extraTensors: [], layout: [], data: [] };

@@ -1,9 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { readGguf } from "@compat/gguf";
-import { translateModel } from "@compat/handlers";
-import { generateFixture, runLoaderInSubprocess, writeFixture } from "@compat/testkit";
+import { generateFixture } from "@compat/testkit";
 import { tempDir } from "../helpers";
-import { NO_DIFFERENCES, proveHandler } from "../proof";
+import { NO_DIFFERENCES, proveHandler, proveNativeTwin } from "../proof";
 
 const dir = tempDir();
 
@@ -40,12 +38,7 @@ describe("embeddinggemma handler (EmbeddingGemma as Ollama published it, arch ge
   });
 
   it("the native twin embeds in llama.cpp and is left alone by translate()", async () => {
-    const d = await dir();
-    const native = await writeFixture(generateFixture("embeddinggemma", { seed: 11, layout: "native" }), d);
-    const load = await runLoaderInSubprocess(native.text, { embedding: true });
-    expect(load.ok ? load.embedding?.length : load.error).toBe(32);
-    const parsed = await readGguf(native.text);
-    expect(translateModel(parsed)).toBeNull();
-    await parsed.close();
+    const { load } = await proveNativeTwin(await dir(), generateFixture("embeddinggemma", { seed: 11, layout: "native" }), { embedding: true });
+    expect(load!.ok ? load!.embedding?.length : load!.error).toBe(32);
   });
 });

@@ -1,11 +1,8 @@
-import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { readGguf } from "@compat/gguf";
-import { translateModel } from "@compat/handlers";
-import { generateFixture, killAllSpawned, runLoaderInSubprocess, runMtmdCli, writeFixture } from "@compat/testkit";
+import { generateFixture, killAllSpawned } from "@compat/testkit";
 import { tempDir } from "../helpers";
-import { NO_DIFFERENCES, proveHandler } from "../proof";
+import { expectMtmdEncodesImage, NO_DIFFERENCES, proveHandler, proveNativeTwin } from "../proof";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
@@ -39,23 +36,8 @@ describe("llama4 handler (Llama 4 Maverick-style MoE as Ollama converted it, vis
 
   it("the native twin (text + llama4 mmproj): loads, is left alone by translate(), and llama-mtmd-cli runs it", async () => {
     const d = join(await dir(), "native");
-    const native = await writeFixture(generateFixture("llama4", { seed: 9, layout: "native" }), d);
-    const load = await runLoaderInSubprocess(native.text, { maxTokens: 4 });
-    expect(load.ok ? load.tokens.length : load.error).toBe(4);
-    const parsed = await readGguf(native.text);
-    expect(translateModel(parsed)).toBeNull();
-    await parsed.close();
-    const image = join(d, "grey.ppm"); // 32x32 binary PPM; llama.cpp's image loader reads PNM
-    await writeFile(image, Buffer.concat([Buffer.from("P6\n32 32\n255\n"), Buffer.alloc(32 * 32 * 3, 128)]));
-    const run = await runMtmdCli({
-      model: native.text,
-      mmproj: native.mmproj!,
-      image,
-      prompt: "Describe.",
-      // the fixture has no chat template (neither converter is given one)
-      args: ["--chat-template", "llama4"],
-    });
-    expect(run.ok, run.stderr).toBe(true);
-    expect(run.stderr).toMatch(/encoding mtmd batch/);
+    const { paths: native, load } = await proveNativeTwin(d, generateFixture("llama4", { seed: 9, layout: "native" }));
+    expect(load!.ok ? load!.tokens.length : load!.error).toBe(4);
+    await expectMtmdEncodesImage(native, { side: 32, level: 128 }, "llama4");
   });
 });

@@ -1,18 +1,15 @@
-import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { readGguf } from "@compat/gguf";
-import { translateModel } from "@compat/handlers";
-import { generateFixture, killAllSpawned, runLoaderInSubprocess, runMtmdCli, writeFixture } from "@compat/testkit";
+import { generateFixture, killAllSpawned } from "@compat/testkit";
 import { tempDir } from "../helpers";
-import { NO_DIFFERENCES, proveHandler } from "../proof";
+import { expectMtmdEncodesImage, NO_DIFFERENCES, proveHandler, proveNativeTwin } from "../proof";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
 
 describe("mistral3 handler (Mistral Small 3.x as Ollama converted it, Pixtral tower inline)", () => {
   it("hides the vision tower and names the tekken pre-tokenizer; real llama.cpp generates what the native twin generates", async () => {
-    const p = await proveHandler(await dir(), "mistral3", { seed: 5 });
+    const p = await proveHandler(await dir(), "mistral3", { seed: 5, nativeTwin: true });
     expect(p.view.report.handlers.map((h) => h.name)).toEqual(["mistral3"]);
     const m = p.translatedModel;
     expect(m.getString("tokenizer.ggml.pre")).toBe("tekken");
@@ -22,14 +19,13 @@ describe("mistral3 handler (Mistral Small 3.x as Ollama converted it, Pixtral to
     expect(p.diff).toEqual(NO_DIFFERENCES);
     expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
 
-    const native = await writeFixture(p.native, join(await dir(), "native"));
-    const nativeLoad = await runLoaderInSubprocess(native.text, { maxTokens: 4 });
+    const nativeLoad = p.twin!.load!;
     expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
     expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
   });
 
   it("ministral3 variant: copies Ollama's YaRN and scaling-beta keys to llama.cpp's names; generates what the native twin generates", async () => {
-    const p = await proveHandler(await dir(), "mistral3", { seed: 5, variant: "ministral3" });
+    const p = await proveHandler(await dir(), "mistral3", { seed: 5, variant: "ministral3", nativeTwin: true });
     expect(p.view.report.handlers.map((h) => h.name)).toEqual(["mistral3"]);
     const m = p.translatedModel;
     expect(m.getNumber("mistral3.rope.scaling.yarn_beta_fast")).toBe(32);
@@ -38,29 +34,14 @@ describe("mistral3 handler (Mistral Small 3.x as Ollama converted it, Pixtral to
     expect(m.getNumber("mistral3.attention.temperature_scale")).toBeCloseTo(0.1, 7);
     expect(p.diff).toEqual(NO_DIFFERENCES);
 
-    const native = await writeFixture(p.native, join(await dir(), "native-ministral3"));
-    const nativeLoad = await runLoaderInSubprocess(native.text, { maxTokens: 4 });
+    const nativeLoad = p.twin!.load!;
     expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
     expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
   });
 
   it("the native twin: translate() leaves it alone, and llama-mtmd-cli runs its pixtral mmproj", async () => {
     const d = join(await dir(), "native-mtmd");
-    const native = await writeFixture(generateFixture("mistral3", { seed: 5, layout: "native" }), d);
-    const parsed = await readGguf(native.text);
-    expect(translateModel(parsed)).toBeNull();
-    await parsed.close();
-    const image = join(d, "red.ppm"); // 16x16 binary PPM; llama.cpp's image loader reads PNM
-    await writeFile(image, Buffer.concat([Buffer.from("P6\n16 16\n255\n"), Buffer.alloc(16 * 16 * 3, 200)]));
-    const run = await runMtmdCli({
-      model: native.text,
-      mmproj: native.mmproj!,
-      image,
-      prompt: "Describe.",
-      // the fixture has no chat template (neither converter is given one)
-      args: ["--chat-template", "mistral-v7"],
-    });
-    expect(run.ok, run.stderr).toBe(true);
-    expect(run.stderr).toMatch(/encoding mtmd batch/);
+    const { paths: native } = await proveNativeTwin(d, generateFixture("mistral3", { seed: 5, layout: "native" }), { load: false });
+    await expectMtmdEncodesImage(native, { side: 16, level: 200 }, "mistral-v7");
   });
 });
