@@ -11,7 +11,8 @@ describe("llama3-metadata handler (Llama 3 as Ollama converted it)", () => {
       variant: "llama3-metadata-gap",
       twin: {
         ignoreKeys: [
-          // llama.cpp defaults add_bos to true for the llama-bpe pre-tokenizer, as the native file states
+          // reference gap: Ollama wrote add_bos_token = false (tokenizer_config has no add_bos_token) and the
+          // reference keeps it; the native file says true (tokenizer.json's post-processor), so prompts lack BOS
           "tokenizer.ggml.add_bos_token",
           // deliberate: the reference points EOS at <|eot_id|> (128009) so chats stop; the base
           // converter keeps <|end_of_text|> and relies on llama.cpp marking <|eot_id|> as EOG
@@ -22,6 +23,7 @@ describe("llama3-metadata handler (Llama 3 as Ollama converted it)", () => {
     expect(p.view.report.handlers.map((h) => h.name)).toEqual(["llama3-metadata"]);
     expect(p.translatedModel.getString("tokenizer.ggml.pre")).toBe("llama-bpe");
     expect(p.translatedModel.getU32("tokenizer.ggml.eos_token_id")).toBe(128009);
+    expect(p.translatedModel.getBool("tokenizer.ggml.add_bos_token")).toBe(false);
     expect(p.load.ok ? p.load.tokens.length : p.load.error).toBeGreaterThan(0);
     expect(p.diff).toEqual(NO_DIFFERENCES);
     expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
