@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds llama-server, llama-mtmd-cli and llama-quantize from the llama.cpp source
+# Builds llama-server, llama-mtmd-cli, llama-quantize and rpc-server (with the RPC
+# backend on, so llama-server --rpc works) from the llama.cpp source
 # that node-llama-cpp ships as a git bundle. The result is cached outside the
 # checkout, keyed by the bundle's commit, so CI and later sessions reuse it.
 # Also compiles scripts/llama-log-drain.c into the bin directory (see there).
@@ -13,9 +14,10 @@ bundle=${LLAMA_BUNDLE:-$(node -e 'const p=require("path"); console.log(p.join(p.
 
 commit=$(git bundle list-heads "$bundle" | awk '$2=="HEAD"{print $1; exit}')
 [ -n "$commit" ] || commit=$(git bundle list-heads "$bundle" | awk '{print $1; exit}')
-cache=${OLLAMA_COMPAT_CACHE:-$HOME/.cache/ollama-compat}/llama.cpp/$commit
+# The build flavour is part of the key: "-rpc" builds have GGML_RPC=ON.
+cache=${OLLAMA_COMPAT_CACHE:-$HOME/.cache/ollama-compat}/llama.cpp/$commit-rpc
 bin=$cache/bin
-targets=(llama-server llama-mtmd-cli llama-quantize)
+targets=(llama-server llama-mtmd-cli llama-quantize rpc-server)
 
 drain_src=$root/scripts/llama-log-drain.c
 drain_lib=$bin/liblog-drain.so
@@ -48,7 +50,7 @@ launcher=()
 command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S "$src" -B "$cache/build" -DCMAKE_BUILD_TYPE=Release \
   -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=ON \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=ON -DGGML_RPC=ON \
   "${launcher[@]}" >&2
 cmake --build "$cache/build" -j "$(nproc)" --target "${targets[@]}" >&2
 
