@@ -18,6 +18,8 @@ commit=$(git bundle list-heads "$bundle" | awk '$2=="HEAD"{print $1; exit}')
 cache=${OLLAMA_COMPAT_CACHE:-$HOME/.cache/ollama-compat}/llama.cpp/$commit-rpc
 bin=$cache/bin
 targets=(llama-server llama-mtmd-cli llama-quantize rpc-server)
+# CMake target of each tool where it differs from the installed name.
+cmake_target() { case $1 in rpc-server) echo ggml-rpc-server ;; *) echo "$1" ;; esac; }
 
 drain_src=$root/scripts/llama-log-drain.c
 drain_lib=$bin/liblog-drain.so
@@ -52,10 +54,12 @@ cmake -S "$src" -B "$cache/build" -DCMAKE_BUILD_TYPE=Release \
   -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=ON -DGGML_RPC=ON \
   "${launcher[@]}" >&2
-cmake --build "$cache/build" -j "$(nproc)" --target "${targets[@]}" >&2
+cmake_targets=()
+for t in "${targets[@]}"; do cmake_targets+=("$(cmake_target "$t")"); done
+cmake --build "$cache/build" -j "$(nproc)" --target "${cmake_targets[@]}" >&2
 
 mkdir -p "$bin.tmp"
-for t in "${targets[@]}"; do cp "$cache/build/bin/$t" "$bin.tmp/"; done
+for t in "${targets[@]}"; do cp "$cache/build/bin/$(cmake_target "$t")" "$bin.tmp/$t"; done
 rm -rf "$bin"; mv "$bin.tmp" "$bin"
 build_drain
 echo "$bin"

@@ -1,4 +1,5 @@
 // Node-only: kept apart so browser bundles that never read paths do not pull in node:fs.
+import { constants } from "node:fs";
 import { open } from "node:fs/promises";
 import { GgufError } from "./errors";
 import type { ByteSource } from "./types";
@@ -7,7 +8,9 @@ import type { ByteSource } from "./types";
 export async function fileSource(path: string): Promise<ByteSource> {
   let handle;
   try {
-    handle = await open(path, "r");
+    // O_NONBLOCK: opening a FIFO (or device) for reading must not wait for a writer;
+    // it is refused just below. Regular files ignore the flag.
+    handle = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
   } catch (cause) {
     throw new GgufError("IO", `cannot open: ${(cause as Error).message}`, { source: path, cause });
   }

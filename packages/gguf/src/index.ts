@@ -35,5 +35,6 @@ export { GgufModel, checkTensor, tensorDataLength, type CreateModelOptions, type
 export { readGguf, parseGguf, type ReadOptions, type ParseOptions, type GgufInput } from "./read";
 export { layoutGguf, type GgufLayout } from "./layout";
 export { writeGguf, serializeGguf, type WriteTarget, type WriteOptions, type WriteResult, type GgufSink } from "./writer";
+export { pendingTempFiles } from "./temp-files";
 export { readTensorData } from "./tensor-data";
 export { summarize, type GgufSummary } from "./summary";

@@ -268,19 +268,47 @@ export class GgufModel implements Iterable<GgufKv> {
 
   // ---- tensors --------------------------------------------------------------------------
 
+  /**
+   * Name -> tensor index, so lookups stay O(1) on files with 100k tensors (a translation
+   * asks thousands of has/find questions). `tensors` is a public array, so the index is
+   * rebuilt whenever that array was replaced or resized behind our back, and a hit is
+   * checked against the tensor's current name. Rename through renameTensor: a name
+   * assigned directly is found only after the next rebuild.
+   */
+  private byName: Map<string, GgufTensor> | undefined;
+  private indexedArray: GgufTensor[] | undefined;
+  private indexedLength = 0;
+
+  private nameIndex(): Map<string, GgufTensor> {
+    if (this.byName !== undefined && this.indexedArray === this.tensors && this.indexedLength === this.tensors.length) return this.byName;
+    const map = new Map<string, GgufTensor>();
+    // the first tensor of a name wins, as a linear search would find it
+    for (const t of this.tensors) if (!map.has(t.name)) map.set(t.name, t);
+    this.byName = map;
+    this.indexedArray = this.tensors;
+    this.indexedLength = this.tensors.length;
+    return map;
+  }
+
+  private lookup(name: string): GgufTensor | undefined {
+    const t = this.nameIndex().get(name);
+    if (t === undefined || t.name === name) return t;
+    // renamed by direct assignment: rebuild once
+    this.byName = undefined;
+    return this.nameIndex().get(name);
+  }
+
   private indexOf(name: string): number {
-    const ts = this.tensors;
-    for (let i = 0; i < ts.length; i++) if (ts[i]!.name === name) return i;
-    return -1;
+    const t = this.lookup(name);
+    return t === undefined ? -1 : this.tensors.indexOf(t);
   }
 
   hasTensor(name: string): boolean {
-    return this.indexOf(name) >= 0;
+    return this.lookup(name) !== undefined;
   }
 
   findTensor(name: string): GgufTensor | undefined {
-    const i = this.indexOf(name);
-    return i >= 0 ? this.tensors[i] : undefined;
+    return this.lookup(name);
   }
 
   /** The tensor named `name`; throws TENSOR_MISSING if there is none. */
@@ -295,6 +323,9 @@ export class GgufModel implements Iterable<GgufKv> {
     if (from === to) return t;
     if (this.hasTensor(to)) throw new GgufError("DUPLICATE_TENSOR", `cannot rename "${from}": a tensor named "${to}" exists`);
     t.name = to;
+    const map = this.nameIndex();
+    map.delete(from);
+    map.set(to, t);
     return t;
   }
 
@@ -302,7 +333,11 @@ export class GgufModel implements Iterable<GgufKv> {
   dropTensor(name: string): GgufTensor {
     const i = this.indexOf(name);
     if (i < 0) throw new GgufError("TENSOR_MISSING", `no tensor named "${name}"`);
-    return this.tensors.splice(i, 1)[0]!;
+    const map = this.nameIndex();
+    const dropped = this.tensors.splice(i, 1)[0]!;
+    map.delete(name);
+    this.indexedLength = this.tensors.length;
+    return dropped;
   }
 
   /**
@@ -315,7 +350,10 @@ export class GgufModel implements Iterable<GgufKv> {
     let at = this.tensors.length;
     if (where.before !== undefined) at = this.indexOfRequired(where.before);
     else if (where.after !== undefined) at = this.indexOfRequired(where.after) + 1;
+    const map = this.nameIndex();
     this.tensors.splice(at, 0, t);
+    map.set(t.name, t);
+    this.indexedLength = this.tensors.length;
     return t;
   }
 
@@ -329,7 +367,10 @@ export class GgufModel implements Iterable<GgufKv> {
       throw new GgufError("DUPLICATE_TENSOR", `a tensor named "${next.name}" already exists`);
     }
     checkTensor(next);
+    const map = this.nameIndex();
     this.tensors[i] = next;
+    map.delete(name);
+    map.set(next.name, next);
     return next;
   }
 

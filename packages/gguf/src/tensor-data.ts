@@ -93,6 +93,9 @@ async function copyDoubleBuffered(
     const nextLength = Math.min(COPY_CHUNK, length - nextAt);
     const next = nextLength > 0 ? spare.subarray(0, nextLength) : undefined;
     const reading = next !== undefined ? readInto(next, offset + nextAt) : undefined;
+    // The read-ahead may fail (source truncated) while the write is still awaited: mark it
+    // handled now so it is not an unhandled rejection; it is awaited (and thrown) below.
+    reading?.catch(() => undefined);
     try {
       await emit(current);
     } finally {

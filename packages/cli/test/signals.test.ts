@@ -1,0 +1,111 @@
+import { spawn } from "node:child_process";
+import { existsSync, openSync, closeSync } from "node:fs";
+import { mkdtemp, open, readdir, rm } from "node:fs/promises";
+import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { GgmlType, fileSource, readGguf, writeGguf } from "@compat/gguf";
+import { generateFixture, writeFixture } from "@compat/testkit";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+const bin = fileURLToPath(new URL("../src/bin.ts", import.meta.url));
+const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
+const node = (args: string[], stdout: "pipe" | number = "pipe") =>
+  spawn(process.execPath, ["--import", tsx, bin, ...args], { stdio: ["ignore", stdout, "pipe"] });
+
+const collect = (s: NodeJS.ReadableStream | null) => {
+  let text = "";
+  s?.on("data", (d) => (text += d));
+  return () => text;
+};
+const exited = (child: ReturnType<typeof spawn>) =>
+  new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => child.on("close", (code, signal) => r({ code, signal })));
+
+let dir: string;
+let big: string;
+let small: string;
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), "compat-cli-signals-"));
+  small = (await writeFixture(generateFixture("llama", { seed: 3, layout: "ollama", variant: "llama3-metadata-gap" }), dir)).text;
+  // The same Ollama-format file with a 512 MiB tensor appended (data from a sparse file), so a translation takes a while.
+  const sparse = join(dir, "zeros.bin");
+  const size = 512 * 1024 * 1024;
+  const fh = await open(sparse, "w");
+  await fh.truncate(size);
+  await fh.close();
+  const model = await readGguf(small);
+  model.addTensor({ name: "zz.padding", type: GgmlType.I8, shape: [size], data: { kind: "range", source: await fileSource(sparse), offset: 0, length: size } });
+  big = join(dir, "big-ollama.gguf");
+  await writeGguf(model, big);
+  await model.close();
+  await rm(sparse);
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe("signals during translate", () => {
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
+    it(`${signal} mid-write leaves neither the output nor its temp file`, async () => {
+      const outDir = await mkdtemp(join(dir, `${signal}-`));
+      const out = join(outDir, "out.gguf");
+      const child = node(["translate", big, "-o", out]);
+      const stderr = collect(child.stderr);
+      const done = exited(child);
+      // wait until the writer has created its temp file, then interrupt
+      const deadline = Date.now() + 30_000;
+      while (!(await readdir(outDir)).some((e) => e.endsWith(".tmp"))) {
+        if (Date.now() > deadline) throw new Error(`no temp file appeared; stderr: ${stderr()}`);
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      child.kill(signal);
+      const { code } = await done;
+      expect(code).toBeGreaterThan(128);
+      expect(await readdir(outDir)).toEqual([]);
+      expect(stderr()).not.toMatch(/\n\s+at /);
+    });
+  }
+
+  it("after a SIGKILL, the next run removes the dead process's temp file and completes", async () => {
+    const outDir = await mkdtemp(join(dir, "kill-"));
+    const out = join(outDir, "out.gguf");
+    const child = node(["translate", big, "-o", out]);
+    const done = exited(child);
+    while (!(await readdir(outDir)).some((e) => e.endsWith(".tmp"))) await new Promise((r) => setTimeout(r, 5));
+    child.kill("SIGKILL");
+    await done;
+    expect((await readdir(outDir)).filter((e) => e.endsWith(".tmp"))).toHaveLength(1);
+    const again = node(["translate", big, "-o", out]);
+    expect((await exited(again)).code).toBe(0);
+    expect(await readdir(outDir)).toEqual(["out.gguf"]);
+  });
+});
+
+describe("standard output that goes away", () => {
+  it("a pipe closed early (| head -c 10) ends quietly", async () => {
+    const child = node(["inspect", small, "--json"]);
+    const stderr = collect(child.stderr);
+    const done = exited(child);
+    child.stdout!.once("data", () => child.stdout!.destroy());
+    const { code } = await done;
+    expect(stderr()).toBe("");
+    expect(code).toBe(0);
+  });
+
+  it("a full device (> /dev/full) is one line on stderr and exit 1", async () => {
+    if (!existsSync("/dev/full")) return;
+    const fd = openSync("/dev/full", "w");
+    try {
+      const child = node(["inspect", small], fd);
+      const stderr = collect(child.stderr);
+      const { code } = await exited(child);
+      expect(code).toBe(1);
+      expect(stderr().trim().split("\n")).toHaveLength(1);
+      expect(stderr()).toMatch(/^ollama-compat: cannot write to standard output: ENOSPC/);
+    } finally {
+      closeSync(fd);
+    }
+  });
+});
