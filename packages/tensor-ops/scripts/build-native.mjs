@@ -2,7 +2,7 @@
 // Never fails the surrounding build: without a compiler or node headers the JS kernels are used.
 // Pass --strict to exit non-zero on failure (CI jobs that must exercise the native path).
 import { spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -34,7 +34,12 @@ function nodeDirArgs() {
 const [cmd, pre] = nodeGypCommand();
 const result = spawnSync(cmd, [...pre, "rebuild", ...nodeDirArgs()], { cwd: pkgDir, stdio: "inherit" });
 if (result.status === 0 && existsSync(join(pkgDir, "build/Release/tensor_ops.node"))) {
-  console.log("tensor-ops: native kernels built (build/Release/tensor_ops.node)");
+  // Ship it as a prebuild (node-gyp-build's layout): N-API keeps it valid across Node versions,
+  // and the addon picks AVX2 or scalar kernels at load, so it is not tied to this CPU.
+  const prebuildDir = join(pkgDir, "prebuilds", `${process.platform}-${process.arch}`);
+  mkdirSync(prebuildDir, { recursive: true });
+  copyFileSync(join(pkgDir, "build/Release/tensor_ops.node"), join(prebuildDir, "node.napi.node"));
+  console.log(`tensor-ops: native kernels built (build/Release/tensor_ops.node, prebuilds/${process.platform}-${process.arch}/node.napi.node)`);
 } else {
   const why = result.error ? result.error.message : `exit ${result.status}`;
   console.warn(`tensor-ops: native build failed (${why}); the JS kernels will be used`);

@@ -4,6 +4,7 @@
  * which produce bit-identical output.
  */
 import { createRequire } from "node:module";
+import { fileURLToPath } from "node:url";
 
 export type Backend = "native" | "js";
 
@@ -19,7 +20,9 @@ export interface NativeAddon {
   setIsa(choice: "scalar" | "auto"): string;
 }
 
-const ADDON_PATHS = ["../build/Release/tensor_ops.node", "../../build/Release/tensor_ops.node"];
+// Resolved by node-gyp-build from the package root: build/Release (a local build) first, then
+// prebuilds/<platform>-<arch>/ (the binary shipped in the tarball).
+const PACKAGE_ROOT = new URL("..", import.meta.url);
 
 let loaded: NativeAddon | null | undefined;
 let loadError: unknown;
@@ -35,14 +38,8 @@ function loadAddon(): NativeAddon | null {
   loaded = null;
   try {
     const require = createRequire(import.meta.url);
-    for (const path of ADDON_PATHS) {
-      try {
-        loaded = require(path) as NativeAddon;
-        break;
-      } catch (error) {
-        loadError = error;
-      }
-    }
+    const load = require("node-gyp-build") as (dir: string) => NativeAddon;
+    loaded = load(fileURLToPath(PACKAGE_ROOT));
   } catch (error) {
     loadError = error;
   }
