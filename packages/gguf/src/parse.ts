@@ -26,6 +26,11 @@ export const MAX_STRING_LENGTH = 1024 * 1024 * 1024;
 export const MAX_ARRAY_ELEMENTS = 1024 * 1024 * 1024;
 /** Nested arrays deeper than this are rejected (llama.cpp allows none at all). */
 export const MAX_ARRAY_DEPTH = 32;
+/**
+ * Nested arrays in one header, all keys together. Each costs an object far larger than its
+ * 12 encoded bytes, so a byte bound alone lets a 300 MB header of empty arrays take gigabytes.
+ */
+export const MAX_NESTED_ARRAYS = 1 << 16;
 /** GGML_MAX_DIMS */
 export const MAX_DIMS = 4;
 
@@ -120,6 +125,9 @@ export class Parser {
   private readonly seenNames = new Set<string>();
   private alignment = GGUF_DEFAULT_ALIGNMENT;
   private pendingStrings: StringScan | undefined;
+  /** Nested arrays in the KVs completed so far, and in the one being read (restarted on NeedMoreBytes). */
+  private nestedArrays = 0;
+  private nestedInKv = 0;
 
   constructor(
     bytes: Uint8Array,
@@ -271,6 +279,10 @@ export class Parser {
     if (itemType === GgufValueType.STRING) return this.stringArray(n);
     if (itemType === GgufValueType.ARRAY) {
       if (depth >= MAX_ARRAY_DEPTH) this.fail("BAD_VALUE_TYPE", `arrays nested deeper than ${MAX_ARRAY_DEPTH}`, typeAt);
+      if (this.nestedArrays + this.nestedInKv + n > MAX_NESTED_ARRAYS) {
+        this.fail("COUNT_TOO_LARGE", `${n} nested arrays exceed the header's budget`, countAt, `at most ${MAX_NESTED_ARRAYS} nested arrays in all`);
+      }
+      this.nestedInKv += n;
       const items: GgufArray[] = [];
       for (let i = 0; i < n; i++) items.push(this.array(depth + 1));
       return new NestedArray(items);
@@ -465,11 +477,13 @@ export class Parser {
     const typeAt = this.pos;
     const type = this.i32("value type");
     let value: GgufValue;
+    this.nestedInKv = 0;
     if (type === GgufValueType.ARRAY) value = this.array(1);
     else if (type >= 0 && type <= 12) value = this.scalar(type, typeAt);
     else this.fail("BAD_VALUE_TYPE", `key "${key}" has unknown value type ${type}`, typeAt, "a GGUF value type 0..12");
     this.seenKeys.add(key);
     this.kvs.push({ key, type, value });
+    this.nestedArrays += this.nestedInKv;
   }
 
   private checkAlignment(): void {

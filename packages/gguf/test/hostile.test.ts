@@ -68,6 +68,21 @@ describe("hostile input", () => {
     await expectCode(new RawGguf().header(0, 1).str("k").i32(9).i32(9).u64(10).zeros(100).build(), "COUNT_TOO_LARGE");
   });
 
+  it("bounds nested arrays by count, not only by bytes (a header of millions of empty arrays)", async () => {
+    // 100,000 empty nested arrays: 1.2 MB of input that would be 100,000 objects
+    const raw = new RawGguf().header(0, 1).str("k").i32(9).i32(9).u64(100_000);
+    for (let i = 0; i < 100_000; i++) raw.i32(4).u64(0);
+    const e = await expectCode(raw.build(), "COUNT_TOO_LARGE");
+    expect(e.message).toMatch(/nested arrays/);
+    // the same budget across keys
+    const many = new RawGguf().header(0, 2);
+    for (const key of ["a", "b"]) {
+      many.str(key).i32(9).i32(9).u64(40_000);
+      for (let i = 0; i < 40_000; i++) many.i32(4).u64(0);
+    }
+    await expectCode(many.build(), "COUNT_TOO_LARGE");
+  });
+
   it("rejects string lengths past the end of the file", async () => {
     await expectCode(new RawGguf().header(0, 1).u64(1_000_000).zeros(20).build(), "STRING_TOO_LONG");
     await expectCode(new RawGguf().header(0, 1).u64(2n ** 63n).zeros(20).build(), "STRING_TOO_LONG");
