@@ -1,5 +1,6 @@
 import { embeddinggemma } from "./archs/embeddinggemma";
 import { gemma3 } from "./archs/gemma3";
+import { gemma3n } from "./archs/gemma3n";
 import { glm4moelite } from "./archs/glm4moelite";
 import { gptoss } from "./archs/gptoss";
 import { laguna } from "./archs/laguna";
@@ -24,7 +25,7 @@ export const textHandlers: readonly Handler[] = Object.freeze([
   embeddinggemma, //  gemma3 -> gemma-embedding; must precede gemma3
   gemma3,
   snowflakeArcticEmbed2, // bert
-  // gemma3n
+  gemma3n,
   // gemma4
   // qwen35moe
   // qwen35
