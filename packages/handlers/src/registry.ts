@@ -1,6 +1,7 @@
 import { embeddinggemma } from "./archs/embeddinggemma";
 import { gemma3 } from "./archs/gemma3";
 import { gemma3n } from "./archs/gemma3n";
+import { gemma4 } from "./archs/gemma4";
 import { glm4moelite } from "./archs/glm4moelite";
 import { gptoss } from "./archs/gptoss";
 import { laguna } from "./archs/laguna";
@@ -26,7 +27,7 @@ export const textHandlers: readonly Handler[] = Object.freeze([
   gemma3,
   snowflakeArcticEmbed2, // bert
   gemma3n,
-  // gemma4
+  gemma4,
   // qwen35moe
   // qwen35
   qwen3next,
