@@ -96,6 +96,13 @@ describe("gemma4 handler", () => {
     await expectFusedFromSource(p, "moe", dtype, blocks);
   });
 
+  it("MoE as the converter writes it (fused experts, ffn_down_exps.scale): only tokenizer and tower change; equals the native twin", async () => {
+    const p = await prove("moe-fused");
+    expect(p.view.report.ops).toEqual([]);
+    expect(p.view.report.tensors.renamed).toEqual([]);
+    expect(p.view.report.tensors.hidden.some((n) => n.startsWith("v.blk."))).toBe(true);
+  });
+
   it("MoE with Q8_0 experts: the interleave moves quantized rows; equals the native twin", async () => {
     const p = await prove("moe-q8");
     expect(p.translatedModel.findTensor("blk.1.ffn_gate_up_exps.weight")?.type).toBe(GgmlType.Q8_0);
