@@ -1,5 +1,4 @@
 import { GgufValueType, type GgufModel } from "@compat/gguf";
-import { archIs } from "../detect";
 import type { Handler } from "../handler";
 import type { Translation } from "../translation";
 
@@ -39,7 +38,6 @@ export const gemma3n: Handler = {
 };
 
 function perLayerMismatch(m: GgufModel): { embd: number; perLayer: number } | undefined {
-  if (!archIs(m, "gemma3n")) return undefined;
   const embd = m.findTensor("token_embd.weight")?.shape[1];
   const perLayer = m.findTensor("per_layer_token_embd.weight")?.shape[1];
   if (embd === undefined || perLayer === undefined || embd === perLayer) return undefined;

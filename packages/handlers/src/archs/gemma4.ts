@@ -1,6 +1,6 @@
 import { tensorByteSize } from "@compat/gguf";
 import { interleaveExperts } from "@compat/tensor-ops";
-import { anyOf, archIs, hasTensorPrefix, stringKv, u32Kv } from "../detect";
+import { anyOf, hasTensorPrefix, stringKv, u32Kv } from "../detect";
 import type { Handler } from "../handler";
 import type { Translation } from "../translation";
 
@@ -19,7 +19,6 @@ export const gemma4: Handler = {
   name: "gemma4",
   arch: "gemma4",
   detect(m) {
-    if (!archIs(m, "gemma4")) return null;
     return anyOf(
       ...TOWER_PREFIXES.map((p) => hasTensorPrefix(m, p) && `embedded tensors ${p}*`),
       stringKv(m, "tokenizer.ggml.model") === "llama" && "tokenizer.ggml.model llama",
