@@ -74,7 +74,7 @@ describe("gemma3n handler", () => {
     expect(p.load.ok && nativeLoad.ok && p.load.tokens.join() !== nativeLoad.tokens.join()).toBe(true);
   });
 
-  it("EOS list: i32 and u32 lists gain 106 once, a missing one becomes [1, 106], other item types stay", () => {
+  it("EOS list: i32 and u32 lists gain 106 once, a missing one becomes [1, 106], other item types stay; tokenizer model and types", () => {
     const base = () => {
       const m = GgufModel.create({ version: 3, littleEndian: true });
       m.setString("general.architecture", "gemma3n");
@@ -96,7 +96,10 @@ describe("gemma3n handler", () => {
     expect(eos((m) => m.setArray("tokenizer.ggml.eos_token_ids", GgufValueType.FLOAT32, [1]))).toEqual({ type: GgufValueType.FLOAT32, ids: [1] });
     expect(eos((m) => m.setU32("tokenizer.ggml.eos_token_ids", 1))).toEqual({ type: GgufValueType.INT32, ids: [1, 106] });
 
-    const out = translateModel(base())!.model;
+    const src = base();
+    src.setString("tokenizer.ggml.model", "gpt2");
+    const out = translateModel(src)!.model;
+    expect(out.getString("tokenizer.ggml.model")).toBe("llama");
     expect(out.getArray("tokenizer.ggml.token_type").toArray()).toEqual([3, 6, 1, 1]);
     expect(out.getArray("tokenizer.ggml.tokens").length).toBe(4);
     expect(out.findTensor("token_embd.weight")?.shape).toEqual([2, 4]);

@@ -137,6 +137,34 @@ describe("gemma4 handler", () => {
     expect(m.findTensor("blk.0.ffn_up_exps.weight")?.type).toBe(GgmlType.F16);
   });
 
+  it("fuses only under the reference's conditions (input_scale side-car, existing fused tensor, missing block_count)", async () => {
+    const model = (opts: { blockCount?: number; extra?: string }) => {
+      const m = GgufModel.create({ version: 3, littleEndian: true });
+      m.setString("general.architecture", "gemma4");
+      m.setString("tokenizer.ggml.model", "llama");
+      if (opts.blockCount !== undefined) m.setU32("gemma4.block_count", opts.blockCount);
+      const f32 = (name: string, shape: number[], start: number) => {
+        const n = shape.reduce((a, b) => a * b, 1);
+        m.addTensor({ name, type: GgmlType.F32, shape, data: { kind: "bytes", bytes: new Uint8Array(Float32Array.from({ length: n }, (_, i) => start + i).buffer) } });
+      };
+      f32("blk.0.ffn_gate_exps.weight", [2, 3, 2], 0);
+      f32("blk.0.ffn_up_exps.weight", [2, 3, 2], 100);
+      if (opts.extra !== undefined) f32(opts.extra, [2], 0);
+      return m;
+    };
+    const fusedValues = async (m: GgufModel) => {
+      const t = translateModel(m)!.model.findTensor("blk.0.ffn_gate_up_exps.weight");
+      return t === undefined ? undefined : [...new Float32Array((await readTensorBytes(t.data)).slice().buffer)];
+    };
+    // expert 0: gate rows 0-5, up rows 100-105; expert 1: gate 6-11, up 106-111
+    expect(await fusedValues(model({ blockCount: 1 }))).toEqual([0, 1, 2, 3, 4, 5, 100, 101, 102, 103, 104, 105, 6, 7, 8, 9, 10, 11, 106, 107, 108, 109, 110, 111]);
+    expect(await fusedValues(model({ blockCount: 1, extra: "blk.0.ffn_up_exps.input_scale" }))).toBeUndefined();
+    expect(await fusedValues(model({ blockCount: 1, extra: "blk.0.ffn_gate_exps.input_scale" }))).toBeUndefined();
+    expect(await fusedValues(model({}))).toBeUndefined();
+    const already = model({ blockCount: 1, extra: "blk.0.ffn_gate_up_exps.weight" });
+    expect(translateModel(already)!.model.findTensor("blk.0.ffn_gate_exps.weight")).toBeDefined();
+  });
+
   it("hides model.vision_tower.* and leaves files without Ollama markers alone", () => {
     const m = GgufModel.create({ version: 3, littleEndian: true });
     m.setString("general.architecture", "gemma4");
