@@ -1,5 +1,7 @@
 import { embeddinggemma } from "./archs/embeddinggemma";
 import { gemma3 } from "./archs/gemma3";
+import { gemma3n } from "./archs/gemma3n";
+import { gemma4 } from "./archs/gemma4";
 import { glm4moelite } from "./archs/glm4moelite";
 import { gptoss } from "./archs/gptoss";
 import { laguna } from "./archs/laguna";
@@ -24,8 +26,8 @@ export const textHandlers: readonly Handler[] = Object.freeze([
   embeddinggemma, //  gemma3 -> gemma-embedding; must precede gemma3
   gemma3,
   snowflakeArcticEmbed2, // bert
-  // gemma3n
-  // gemma4
+  gemma3n,
+  gemma4,
   // qwen35moe
   // qwen35
   qwen3next,

@@ -292,16 +292,18 @@ export class Translation {
       return !hide;
     });
     for (const t of this.draft.tensors) {
-      if (t.data.kind !== "range") continue;
+      if (t.data.kind === "computed") continue;
       const want = tensorByteSize(t.type, t.shape);
-      if (want > t.data.length) {
+      const have = t.data.kind === "range" ? t.data.length : t.data.bytes.length;
+      if (want > have) {
         throw new TranslationError(
           "RESHAPE_GROWS",
-          `tensor "${t.name}" needs ${want} bytes after retype/reshape but its source range holds ${t.data.length}`,
+          `tensor "${t.name}" needs ${want} bytes after retype/reshape but its source holds ${have}`,
           { tensor: t.name },
         );
       }
-      if (want < t.data.length) t.data = { ...t.data, length: want };
+      // a shrunk tensor keeps the first bytes of its data (e.g. the first rows after a reshape)
+      if (want < have) t.data = t.data.kind === "range" ? { ...t.data, length: want } : { kind: "bytes", bytes: t.data.bytes.subarray(0, want) };
     }
     const opNames = new Set(this.draft.tensors.map((t) => t.name));
     return { hidden: hiddenNames, dropped: this.dropped.slice(), ops: this.ops.filter((o) => opNames.has(o.tensor)) };
