@@ -17,7 +17,7 @@ export const compatAliases = {
 export default defineConfig({
   resolve: { alias: compatAliases },
   test: {
-    include: ["packages/*/test/**/*.test.ts"],
+    include: ["packages/*/test/**/*.test.ts", "examples/*/test/**/*.test.ts"],
     testTimeout: 60_000,
     hookTimeout: 600_000,
     pool: "forks",

@@ -3,8 +3,7 @@
  * missing, fails to load, or COMPAT_TENSOR_OPS=js is set, every conversion uses the JS kernels,
  * which produce bit-identical output.
  */
-import { createRequire } from "node:module";
-import { fileURLToPath } from "node:url";
+import { loadNativeAddon } from "./native-loader";
 
 export type Backend = "native" | "js";
 
@@ -20,10 +19,6 @@ export interface NativeAddon {
   setIsa(choice: "scalar" | "auto"): string;
 }
 
-// Resolved by node-gyp-build from the package root: build/Release (a local build) first, then
-// prebuilds/<platform>-<arch>/ (the binary shipped in the tarball).
-const PACKAGE_ROOT = new URL("..", import.meta.url);
-
 let loaded: NativeAddon | null | undefined;
 let loadError: unknown;
 let forcedJs = readEnvForce();
@@ -37,9 +32,7 @@ function loadAddon(): NativeAddon | null {
   if (loaded !== undefined) return loaded;
   loaded = null;
   try {
-    const require = createRequire(import.meta.url);
-    const load = require("node-gyp-build") as (dir: string) => NativeAddon;
-    loaded = load(fileURLToPath(PACKAGE_ROOT));
+    loaded = loadNativeAddon<NativeAddon>();
   } catch (error) {
     loadError = error;
   }
