@@ -5,7 +5,7 @@
  */
 import { readGguf, type GgufModel, type GgufTensor } from "@compat/gguf";
 import { readTensorBytes } from "@compat/handlers";
-import { generateFixture } from "@compat/testkit";
+import { generateFixture, serverCompletion, startLlamaServer } from "@compat/testkit";
 import { toF32 } from "@compat/tensor-ops";
 import { expect } from "vitest";
 import { NO_DIFFERENCES, type HandlerProof } from "../proof";
@@ -95,5 +95,23 @@ export async function expectMtpOpsElementwise(p: HandlerProof, arch: string, var
     }
   } finally {
     await out.close();
+  }
+}
+
+/**
+ * The MTP head really loads and drafts: llama-server (built from the same llama.cpp) with
+ * `--spec-type draft-mtp`, as Ollama launches these models, builds its MTP draft context on
+ * block 2 (shapes checked, which a plain load skips) and drafts tokens during a completion.
+ */
+export async function expectMtpDrafts(model: string): Promise<void> {
+  const server = await startLlamaServer({ model, args: ["--spec-type", "draft-mtp"] });
+  try {
+    const { tokens, raw } = await serverCompletion(server, { prompt: "Hello", nPredict: 8 });
+    expect(tokens).toHaveLength(8);
+    expect(server.logs()).toMatch(/creating MTP draft context/);
+    const timings = raw.timings as { draft_n?: number } | undefined;
+    expect(timings?.draft_n ?? 0, "tokens drafted by the MTP head").toBeGreaterThan(0);
+  } finally {
+    await server.stop();
   }
 }

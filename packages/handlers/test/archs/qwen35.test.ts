@@ -1,9 +1,11 @@
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
+import { killAllSpawned } from "@compat/testkit";
 import { tempDir } from "../helpers";
 import { proveHandler } from "../proof";
-import { expectedDiff, expectMtpOpsElementwise, MTP_BLOCK, twinOptions } from "./qwen35-family";
+import { expectedDiff, expectMtpDrafts, expectMtpOpsElementwise, MTP_BLOCK, twinOptions } from "./qwen35-family";
 
 const dir = tempDir();
+afterAll(() => killAllSpawned());
 const SEED = 35;
 
 describe("qwen35 handler (Qwen 3.5 dense as Ollama's legacy converter wrote it)", () => {
@@ -20,6 +22,8 @@ describe("qwen35 handler (Qwen 3.5 dense as Ollama's legacy converter wrote it)"
     expect({ ...p.diff, data: [...p.diff.data].sort() }).toEqual(expectedDiff(mtp));
     expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
     if (p.twin?.load) expect(p.twin.load.ok ? p.twin.load.tokens.length : p.twin.load.error).toBeGreaterThan(0);
+    // the native twin's MTP head drafts the same way
+    if (p.twin?.load && mtp) await expectMtpDrafts(p.twin.paths.text);
     if (mtp) {
       expect(p.view.report.ops.map((o) => `${o.tensor} <- ${o.label}`).sort()).toEqual(
         ["attn_k_norm", "attn_norm", "attn_q_norm", "nextn.enorm", "nextn.hnorm", "nextn.shared_head_norm", "post_attention_norm"]
@@ -27,6 +31,7 @@ describe("qwen35 handler (Qwen 3.5 dense as Ollama's legacy converter wrote it)"
           .sort(),
       );
       await expectMtpOpsElementwise(p, "qwen35", variant, SEED, false);
+      await expectMtpDrafts(p.outPath);
     } else {
       expect(p.view.report.ops).toEqual([]);
     }

@@ -1,9 +1,12 @@
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
+import { readGguf, writeGguf } from "@compat/gguf";
+import { killAllSpawned, runLoaderInSubprocess } from "@compat/testkit";
 import { tempDir } from "../helpers";
 import { proveHandler } from "../proof";
-import { expectedDiff, expectMtpOpsElementwise, MTP_BLOCK, twinOptions } from "./qwen35-family";
+import { expectedDiff, expectMtpDrafts, expectMtpOpsElementwise, MTP_BLOCK, twinOptions } from "./qwen35-family";
 
 const dir = tempDir();
+afterAll(() => killAllSpawned());
 const SEED = 36;
 
 const FULL_MARKERS = [
@@ -50,7 +53,30 @@ describe("qwen35moe handler (Qwen 3.5 MoE as Ollama's legacy converter wrote it)
     expect({ ...p.diff, data: [...p.diff.data].sort() }).toEqual(expectedDiff(mtp));
     expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
     if (p.twin?.load) expect(p.twin.load.ok ? p.twin.load.tokens.length : p.twin.load.error).toBeGreaterThan(0);
+    // the native twin's MTP head drafts the same way
+    if (p.twin?.load && mtp) await expectMtpDrafts(p.twin.paths.text);
     expect(p.view.report.ops.map((o) => `${o.tensor} <- ${o.label}`).sort()).toEqual([...ops].sort());
     if (mtp) await expectMtpOpsElementwise(p, "qwen35moe", variant, SEED, true);
+    if (mtp) await expectMtpDrafts(p.outPath);
+    if (variant === "35b-a3b-mixed") await expectRejectedWithoutStack(p.outPath);
   });
 });
+
+/**
+ * Why the mixed-type stack is promoted rather than skipped as the reference does: without
+ * it the MTP block lacks ffn_gate_exps, and llama.cpp refuses the file even when it does not
+ * load the MTP head (a skipped tensor must still exist).
+ */
+async function expectRejectedWithoutStack(outPath: string): Promise<void> {
+  const name = `blk.${MTP_BLOCK}.ffn_gate_exps.weight`;
+  const m = await readGguf(outPath);
+  const without = outPath.replace(/\.gguf$/, "-without-gate-stack.gguf");
+  try {
+    m.dropTensor(name);
+    await writeGguf(m, without);
+  } finally {
+    await m.close();
+  }
+  const load = await runLoaderInSubprocess(without, { maxTokens: 1 });
+  expect(load.ok ? "loaded" : load.error).toContain(`missing tensor '${name}'`);
+}
