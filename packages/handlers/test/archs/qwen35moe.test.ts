@@ -1,7 +1,8 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { readGguf, writeGguf } from "@compat/gguf";
+import { GgmlType, GgufModel, GgufValueType, readGguf, writeGguf } from "@compat/gguf";
+import { readTensorBytes, translateModel } from "@compat/handlers";
 import { killAllSpawned, runLoaderInSubprocess } from "@compat/testkit";
-import { tempDir } from "../helpers";
+import { addF32, tempDir } from "../helpers";
 import { proveHandler } from "../proof";
 import { expectedDiff, expectMtpDrafts, expectMtpOpsElementwise, MTP_BLOCK, twinOptions } from "./qwen35-family";
 
@@ -80,3 +81,62 @@ async function expectRejectedWithoutStack(outPath: string): Promise<void> {
   const load = await runLoaderInSubprocess(without, { maxTokens: 1 });
   expect(load.ok ? "loaded" : load.error).toContain(`missing tensor '${name}'`);
 }
+
+/** A bare Ollama-style qwen35moe model: 2 trunk blocks plus whatever MTP tensors the case adds. */
+function bareQwen35moe(mtp: Array<[name: string, shape: number[], type?: number]>): GgufModel {
+  const m = GgufModel.create();
+  m.setString("general.architecture", "qwen35moe");
+  m.setU32("qwen35moe.block_count", 2);
+  m.setU32("qwen35moe.feed_forward_length", 0);
+  m.setArray("qwen35moe.attention.head_count_kv", GgufValueType.UINT32, [0, 2]);
+  m.setArray("qwen35moe.rope.dimension_sections", GgufValueType.INT32, [11, 11, 10]);
+  addF32(m, "blk.0.attn_norm.weight", [4]);
+  addF32(m, "blk.1.attn_norm.weight", [4]);
+  for (const [name, shape, type] of mtp) {
+    if (type === GgmlType.F16) m.addTensor({ name, type, shape, data: { kind: "bytes", bytes: new Uint8Array(shape.reduce((a, b) => a * b, 2)) } });
+    else addF32(m, name, shape);
+  }
+  return m;
+}
+
+describe("qwen35moe MTP rules on bare models (the reference's edge cases)", () => {
+  it("pads three sections as i32 and collapses head_count_kv", () => {
+    const out = translateModel(bareQwen35moe([]))!.model;
+    expect(out.getNumberArray("qwen35moe.rope.dimension_sections")).toEqual([11, 11, 10, 0]);
+    expect(out.getArray("qwen35moe.rope.dimension_sections").itemType).toBe(GgufValueType.INT32);
+    expect(out.getU32("qwen35moe.attention.head_count_kv")).toBe(2);
+    expect(out.has("qwen35moe.nextn_predict_layers")).toBe(false);
+  });
+
+  it("two MTP layers: layers renamed to blocks 2 and 3, the shared head left hidden", () => {
+    const out = translateModel(bareQwen35moe([["mtp.layers.0.attn_norm.weight", [4]], ["mtp.layers.1.attn_q.weight", [4, 4]], ["mtp.fc.weight", [8, 4]]]))!;
+    expect(out.model.getU32("qwen35moe.nextn_predict_layers")).toBe(2);
+    expect(out.model.getU32("qwen35moe.block_count")).toBe(4);
+    expect(out.model.tensors.map((t) => t.name)).toEqual(["blk.0.attn_norm.weight", "blk.1.attn_norm.weight", "blk.2.attn_norm.weight", "blk.3.attn_q.weight"]);
+    expect(out.report.tensors.hidden).toEqual(["mtp.fc.weight"]);
+  });
+
+  it("an expert gap or mixed shapes: no stack, the experts stay hidden", () => {
+    const gap = translateModel(bareQwen35moe([["mtp.layers.0.mlp.experts.0.up_proj.weight", [4, 4]], ["mtp.layers.0.mlp.experts.2.up_proj.weight", [4, 4]]]))!;
+    expect(gap.report.ops).toEqual([]);
+    expect(gap.report.tensors.hidden).toHaveLength(2);
+    const shapes = translateModel(bareQwen35moe([["mtp.layers.0.mlp.experts.0.up_proj.weight", [4, 4]], ["mtp.layers.0.mlp.experts.1.up_proj.weight", [4, 8]]]))!;
+    expect(shapes.report.ops).toEqual([]);
+  });
+
+  it("a file that already has llama.cpp's MTP names is left to the other fixes; mtp.* hidden", () => {
+    const m = bareQwen35moe([["mtp.fc.weight", [8, 4]]]);
+    addF32(m, "blk.2.nextn.eh_proj.weight", [8, 4]);
+    const out = translateModel(m)!;
+    expect(out.model.has("qwen35moe.nextn_predict_layers")).toBe(false);
+    expect(out.report.tensors.hidden).toEqual(["mtp.fc.weight"]);
+  });
+
+  it("mixed F32/F16 experts stack as F32 in expert order; the stack's values are each expert's", async () => {
+    const out = translateModel(bareQwen35moe([["mtp.layers.0.mlp.experts.0.down_proj.weight", [2, 2]], ["mtp.layers.0.mlp.experts.1.down_proj.weight", [2, 2], GgmlType.F16]]))!;
+    const t = out.model.findTensor("blk.2.ffn_down_exps.weight")!;
+    expect([t.type, t.shape]).toEqual([GgmlType.F32, [2, 2, 2]]);
+    const values = new Float32Array((await readTensorBytes(t.data)).slice().buffer);
+    expect(Array.from(values)).toEqual([0, 1, 2, 3, 0, 0, 0, 0]);
+  });
+});
