@@ -57,8 +57,13 @@ function tensorOf(m: GgufModel, name: string): GgufTensor {
  * norms native + 1. Each stacked expert tensor holds the Ollama experts in order, and
  * equals the native stack.
  */
-export async function expectMtpOpsElementwise(p: HandlerProof, arch: string, variant: string, seed: number, moe: boolean): Promise<void> {
-  const source = generateFixture(arch, { seed, variant, layout: "ollama" }).text;
+export async function expectMtpOpsElementwise(
+  p: HandlerProof,
+  arch: string,
+  fixture: { variant: string; seed: number; sourceDtype?: "f16" | "bf16" },
+  moe: boolean,
+): Promise<void> {
+  const source = generateFixture(arch, { ...fixture, layout: "ollama" }).text;
   const out = await readGguf(p.outPath);
   try {
     const native = p.native.text;

@@ -10,11 +10,12 @@ const SEED = 35;
 
 describe("qwen35 handler (Qwen 3.5 dense as Ollama's legacy converter wrote it)", () => {
   it.each([
-    { variant: "9b", mtp: true, markers: ["kv qwen35.vision.block_count", "kv qwen35.image_token_id", "kv qwen35.ssm.v_head_reordered", "kv qwen35.rope.mrope_interleaved", "embedded MTP tensors mtp.*", "embedded vision tensors v.*"] },
-    { variant: "9b-q8_0", mtp: true, markers: ["kv qwen35.vision.block_count", "kv qwen35.image_token_id", "kv qwen35.ssm.v_head_reordered", "kv qwen35.rope.mrope_interleaved", "embedded MTP tensors mtp.*", "embedded vision tensors v.*"] },
-    { variant: "9b-text", mtp: false, markers: ["kv qwen35.ssm.v_head_reordered", "kv qwen35.rope.mrope_interleaved"] },
-  ])("$variant: fixes hparams, renames ssm_dt, moves the MTP head to block 2 with its norms +1, hides v.*; real llama.cpp loads it; matches the native twin", async ({ variant, mtp, markers }) => {
-    const p = await proveHandler(await dir(), "qwen35", { seed: SEED, variant, twin: twinOptions(false, mtp), nativeTwin: { load: variant !== "9b-q8_0" } });
+    { variant: "9b", sourceDtype: "f16" as const, mtp: true, markers: ["kv qwen35.vision.block_count", "kv qwen35.image_token_id", "kv qwen35.ssm.v_head_reordered", "kv qwen35.rope.mrope_interleaved", "embedded MTP tensors mtp.*", "embedded vision tensors v.*"] },
+    { variant: "9b-q8_0", sourceDtype: "f16" as const, mtp: true, markers: ["kv qwen35.vision.block_count", "kv qwen35.image_token_id", "kv qwen35.ssm.v_head_reordered", "kv qwen35.rope.mrope_interleaved", "embedded MTP tensors mtp.*", "embedded vision tensors v.*"] },
+    { variant: "9b", sourceDtype: "bf16" as const, mtp: true, markers: ["kv qwen35.vision.block_count", "kv qwen35.image_token_id", "kv qwen35.ssm.v_head_reordered", "kv qwen35.rope.mrope_interleaved", "embedded MTP tensors mtp.*", "embedded vision tensors v.*"] },
+    { variant: "9b-text", sourceDtype: "f16" as const, mtp: false, markers: ["kv qwen35.ssm.v_head_reordered", "kv qwen35.rope.mrope_interleaved"] },
+  ])("$variant ($sourceDtype): fixes hparams, renames ssm_dt, moves the MTP head to block 2 with its norms +1, hides v.*; real llama.cpp loads it; matches the native twin", async ({ variant, sourceDtype, mtp, markers }) => {
+    const p = await proveHandler(await dir(), "qwen35", { seed: SEED, variant, sourceDtype, twin: twinOptions(false, mtp), nativeTwin: { load: variant !== "9b-q8_0" && sourceDtype === "f16" } });
     expect(p.view.report.handlers).toEqual([{ name: "qwen35", markers }]);
     const m = p.translatedModel;
     expect(m.tensors.some((t) => /^(v|mm|mtp)\./.test(t.name))).toBe(false);
@@ -30,7 +31,7 @@ describe("qwen35 handler (Qwen 3.5 dense as Ollama's legacy converter wrote it)"
           .map((n) => `blk.${MTP_BLOCK}.${n}.weight <- F32 norm +1`)
           .sort(),
       );
-      await expectMtpOpsElementwise(p, "qwen35", variant, SEED, false);
+      await expectMtpOpsElementwise(p, "qwen35", { variant, seed: SEED, sourceDtype }, false);
       await expectMtpDrafts(p.outPath);
     } else {
       expect(p.view.report.ops).toEqual([]);

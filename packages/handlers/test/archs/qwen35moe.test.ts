@@ -27,10 +27,12 @@ const stacks = (label: string) => ["down", "gate", "up"].map((p) => `blk.${MTP_B
 
 describe("qwen35moe handler (Qwen 3.5 MoE as Ollama's legacy converter wrote it)", () => {
   it.each([
-    { variant: "35b-a3b", mtp: true, markers: FULL_MARKERS, ops: [...NORM_SHIFTS, ...stacks("stack experts")] },
-    { variant: "35b-a3b-q8_0", mtp: true, markers: FULL_MARKERS, ops: [...NORM_SHIFTS, ...stacks("stack experts")] },
+    { variant: "35b-a3b", sourceDtype: "f16" as const, mtp: true, markers: FULL_MARKERS, ops: [...NORM_SHIFTS, ...stacks("stack experts")] },
+    { variant: "35b-a3b", sourceDtype: "bf16" as const, mtp: true, markers: FULL_MARKERS, ops: [...NORM_SHIFTS, ...stacks("stack experts")] },
+    { variant: "35b-a3b-q8_0", sourceDtype: "f16" as const, mtp: true, markers: FULL_MARKERS, ops: [...NORM_SHIFTS, ...stacks("stack experts")] },
     {
       variant: "35b-a3b-text",
+      sourceDtype: "f16" as const,
       mtp: false,
       markers: ["kv qwen35moe.ssm.v_head_reordered", "kv qwen35moe.feed_forward_length", "kv qwen35moe.rope.mrope_interleaved"],
       ops: [],
@@ -39,14 +41,15 @@ describe("qwen35moe handler (Qwen 3.5 MoE as Ollama's legacy converter wrote it)
       // the reference refuses to stack experts of mixed types (then llama.cpp misses the MTP block's
       // ffn_gate_exps); we promote that stack to F32, which keeps every value
       variant: "35b-a3b-mixed",
+      sourceDtype: "f16" as const,
       mtp: true,
       markers: ["kv qwen35moe.ssm.v_head_reordered", "kv qwen35moe.feed_forward_length", "kv qwen35moe.rope.mrope_interleaved", "embedded MTP tensors mtp.*"],
       ops: [...NORM_SHIFTS, `blk.${MTP_BLOCK}.ffn_down_exps.weight <- stack experts`, `blk.${MTP_BLOCK}.ffn_gate_exps.weight <- stack experts (promoted to F32)`, `blk.${MTP_BLOCK}.ffn_up_exps.weight <- stack experts`],
       layout: [`blk.${MTP_BLOCK}.ffn_gate_exps.weight`],
     },
-  ])("$variant: fixes hparams, renames ssm_dt, moves the MTP head to block 2 (norms +1, experts stacked), hides v.*; real llama.cpp loads it; matches the native twin", async ({ variant, mtp, markers, ops, layout }) => {
-    const nativeTwin = { load: variant === "35b-a3b" || variant === "35b-a3b-text" };
-    const p = await proveHandler(await dir(), "qwen35moe", { seed: SEED, variant, twin: twinOptions(true, mtp, layout), nativeTwin });
+  ])("$variant ($sourceDtype): fixes hparams, renames ssm_dt, moves the MTP head to block 2 (norms +1, experts stacked), hides v.*; real llama.cpp loads it; matches the native twin", async ({ variant, sourceDtype, mtp, markers, ops, layout }) => {
+    const nativeTwin = { load: (variant === "35b-a3b" || variant === "35b-a3b-text") && sourceDtype === "f16" };
+    const p = await proveHandler(await dir(), "qwen35moe", { seed: SEED, variant, sourceDtype, twin: twinOptions(true, mtp, layout), nativeTwin });
     expect(p.view.report.handlers).toEqual([{ name: "qwen35moe", markers }]);
     const m = p.translatedModel;
     expect(m.tensors.some((t) => /^(v|mm|mtp)\./.test(t.name))).toBe(false);
@@ -57,7 +60,7 @@ describe("qwen35moe handler (Qwen 3.5 MoE as Ollama's legacy converter wrote it)
     // the native twin's MTP head drafts the same way
     if (p.twin?.load && mtp) await expectMtpDrafts(p.twin.paths.text);
     expect(p.view.report.ops.map((o) => `${o.tensor} <- ${o.label}`).sort()).toEqual([...ops].sort());
-    if (mtp) await expectMtpOpsElementwise(p, "qwen35moe", variant, SEED, true);
+    if (mtp) await expectMtpOpsElementwise(p, "qwen35moe", { variant, seed: SEED, sourceDtype }, true);
     if (mtp) await expectMtpDrafts(p.outPath);
     if (variant === "35b-a3b-mixed") await expectRejectedWithoutStack(p.outPath);
   });
