@@ -110,7 +110,11 @@ function translateMtp(t: Translation, p: string): void {
   for (const [from, to] of SHARED_HEADS) renameMtpTensor(t, from, `blk.${base}.${to}`);
 }
 
-/** Destinations whose values need llama.cpp's +1 (Ollama stored Qwen 3.5 RMSNorm gains as offsets). */
+/**
+ * Destinations the reference gives llama.cpp's RMSNorm +1. Right for the head's norms, which
+ * Ollama wrote as raw offsets; the MTP layer's `_norm.weight` already had the +1 from Ollama's
+ * writer and end up one too high. Kept for equivalence (docs/reference/findings.md).
+ */
 function needsNormShift(name: string): boolean {
   if (name.endsWith(".ssm_norm.weight")) return false;
   return name.endsWith("_norm.weight") || name.endsWith(".nextn.enorm.weight") || name.endsWith(".nextn.hnorm.weight");
