@@ -11,6 +11,8 @@ import { llama4 } from "./archs/llama4";
 import { mistral3 } from "./archs/mistral3";
 import { nemotronHMoe } from "./archs/nemotron-h-moe";
 import { olmo3 } from "./archs/olmo3";
+import { qwen35 } from "./archs/qwen35";
+import { qwen35moe } from "./archs/qwen35moe";
 import { qwen3next } from "./archs/qwen3next";
 import { snowflakeArcticEmbed2 } from "./archs/snowflake-arctic-embed2";
 import type { Handler } from "./handler";
@@ -28,8 +30,8 @@ export const textHandlers: readonly Handler[] = Object.freeze([
   snowflakeArcticEmbed2, // bert
   gemma3n,
   gemma4,
-  // qwen35moe
-  // qwen35
+  qwen35moe,
+  qwen35,
   qwen3next,
   laguna,
   gptoss, // gptoss -> gpt-oss

@@ -74,6 +74,7 @@ export {
   zeros,
   interleaveExperts,
   deinterleaveExperts,
+  stack,
 } from "./layout/concat";
 export { permute, inversePermutation, permuteQK, unpermuteQK } from "./layout/permute";
 export { addScalar, resamplePositionGrid, type ResampleOptions } from "./layout/arith";

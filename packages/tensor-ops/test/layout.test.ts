@@ -16,6 +16,7 @@ import {
   permuteQK,
   resamplePositionGrid,
   split,
+  stack,
   TensorOpsError,
   toF32,
   truncateRows,
@@ -182,6 +183,19 @@ describe("concat / split / experts", () => {
     expect(a?.data).toEqual(concat([{ data: t.data.subarray(0, 18), shape: [32, 1] }, { data: t.data.subarray(36, 54), shape: [32, 1] }], T.Q4_0, 1).data);
     expect(b?.shape).toEqual([32, 2]);
     expect(codeOf(() => split(t, T.Q4_0, 0, [16, 48]))).toBe("UNALIGNED_BLOCKS");
+  });
+  it("stack puts equally shaped parts one after another along a new slowest axis", () => {
+    const parts = [{ data: u8(1, 2, 3, 4), shape: [2, 2] }, { data: u8(5, 6, 7, 8), shape: [2, 2] }, { data: u8(9, 10, 11, 12), shape: [2, 2] }];
+    expect(stack(parts, { elementBytes: 1 })).toEqual({ data: u8(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12), shape: [2, 2, 3] });
+    expect(codeOf(() => stack([parts[0]!, { data: u8(1, 2, 3, 4), shape: [4, 1] }], { elementBytes: 1 }))).toBe("BAD_SHAPE");
+    expect(codeOf(() => stack([], { elementBytes: 1 }))).toBe("BAD_ARGUMENT");
+  });
+  it("stack keeps quantized blocks intact: part e decodes to slab e", () => {
+    const parts = [0, 1, 2].map((e) => ({ data: randomBlocks(T.Q8_0, 2, 10 + e), shape: [32, 2] }));
+    const stacked = stack(parts, T.Q8_0);
+    expect(stacked.shape).toEqual([32, 2, 3]);
+    const all = toF32(T.Q8_0, stacked.data, 192);
+    parts.forEach((p, e) => expect(all.subarray(e * 64, (e + 1) * 64)).toEqual(toF32(T.Q8_0, p.data, 64)));
   });
 });
 

@@ -194,6 +194,25 @@ describe("per-arch quirks", () => {
     expect(n.hasTensor("blk.0.ssm_dt.bias")).toBe(true);
     expect(n.tensor("blk.0.ffn_gate_inp_shexp.weight")).toMatchObject({ type: GgmlType.F32, shape: [32, 1] });
   });
+
+  it("qwen35moe 35b-a3b: MTP head under HF names, per-expert MTP experts, vision tower (ollama) vs block 2 (native)", async () => {
+    const { model: o } = await roundTrip(generateFixture("qwen35moe", { seed: 1, layout: "ollama" }).text);
+    expect(o.getNumber("qwen35moe.block_count")).toBe(2);
+    expect(o.has("qwen35moe.nextn_predict_layers")).toBe(false);
+    expect(o.getNumberArray("qwen35moe.rope.dimension_sections")).toEqual([2, 1, 1]);
+    expect(o.tensor("mtp.fc.weight")).toMatchObject({ type: GgmlType.F16, shape: [64, 32] });
+    expect(o.tensor("mtp.layers.0.mlp.experts.3.down_proj.weight")).toMatchObject({ type: GgmlType.F16, shape: [32, 32] });
+    expect(o.tensor("mtp.layers.0.attn_norm.weight").type).toBe(GgmlType.F32);
+    expect(o.tensor("v.patch_embed.weight")).toMatchObject({ type: GgmlType.F16, shape: [16, 16, 2, 96] });
+    expect(o.tensor("v.blk.0.attn_q.bias").type).toBe(GgmlType.F32);
+    expect(o.tensor("v.pos_embed.weight").type).toBe(GgmlType.F16);
+    expect(o.tensor("blk.0.ffn_gate_inp_shexp.weight")).toMatchObject({ type: GgmlType.F16, shape: [32, 1] });
+    const n = generateFixture("qwen35moe", { seed: 1, layout: "native" }).text;
+    expect([n.getNumber("qwen35moe.block_count"), n.getNumber("qwen35moe.nextn_predict_layers")]).toEqual([3, 1]);
+    expect(n.tensor("blk.2.ffn_down_exps.weight").shape).toEqual([32, 32, 4]);
+    expect(n.tensor("blk.2.nextn.enorm.weight").type).toBe(GgmlType.F32);
+    expect(n.tensors.some((t) => /^(v|mm|mtp)\./.test(t.name))).toBe(false);
+  });
 });
 
 describe("both layouts carry the same weights", () => {

@@ -149,3 +149,19 @@ export function deinterleaveExperts(fused: TensorBytes, dtype: Dtype): { gate: T
   const [gate, up] = split(fused, dtype, 1, [rows / 2, rows / 2]) as [TensorBytes, TensorBytes];
   return { gate, up };
 }
+
+/**
+ * Stacks equally shaped tensors along a new slowest axis: n parts of shape [a, b] give
+ * [a, b, n], part i being slab i (how per-expert matrices become one *_exps tensor).
+ * Rows move as opaque bytes, so any ggml type works.
+ */
+export function stack(parts: readonly TensorBytes[], dtype: Dtype): TensorBytes {
+  if (parts.length === 0) throw new ArgumentError("stack needs at least one part");
+  const shape = (parts[0] as TensorBytes).shape;
+  for (const [i, p] of parts.entries()) {
+    if (p.shape.length !== shape.length || p.shape.some((d, k) => d !== shape[k])) {
+      throw new ShapeError(`stack part ${i} has shape [${p.shape.join(", ")}], expected [${shape.join(", ")}]`);
+    }
+  }
+  return concat(parts.map((p) => ({ data: p.data, shape: [...shape, 1] })), dtype, shape.length);
+}

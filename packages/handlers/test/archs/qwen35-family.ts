@@ -1,0 +1,122 @@
+/**
+ * What the qwen35 and qwen35moe proofs share: the twin options, the expected reference
+ * gap, and the element-by-element checks of the byte-changing ops (norm +1, expert
+ * stacking) against the Ollama source, independent F32 arithmetic and the native twin.
+ */
+import { readGguf, type GgufModel, type GgufTensor } from "@compat/gguf";
+import { readTensorBytes } from "@compat/handlers";
+import { generateFixture, serverCompletion, startLlamaServer } from "@compat/testkit";
+import { toF32 } from "@compat/tensor-ops";
+import { expect } from "vitest";
+import { NO_DIFFERENCES, type HandlerProof } from "../proof";
+import type { TwinDifferences, TwinOptions } from "../twin";
+
+export const MTP_BLOCK = 2;
+
+/** The MTP layer's own RMSNorm gains: Ollama's writer already added 1, the reference adds another. */
+export const MTP_LAYER_NORMS = ["attn_norm", "post_attention_norm", "attn_q_norm", "attn_k_norm"].map((n) => `blk.${MTP_BLOCK}.${n}.weight`);
+
+/** The MTP head's norms: stored as Hugging Face offsets, the +1 is right for them. */
+export const MTP_HEAD_NORMS: ReadonlyArray<readonly [ollama: string, native: string]> = [
+  ["mtp.pre_fc_norm_embedding.weight", `blk.${MTP_BLOCK}.nextn.enorm.weight`],
+  ["mtp.pre_fc_norm_hidden.weight", `blk.${MTP_BLOCK}.nextn.hnorm.weight`],
+  ["mtp.norm.weight", `blk.${MTP_BLOCK}.nextn.shared_head_norm.weight`],
+];
+
+export function twinOptions(moe: boolean, mtp: boolean, extraLayout: readonly string[] = []): TwinOptions {
+  const blocks = mtp ? [0, 1, MTP_BLOCK] : [0, 1];
+  return {
+    ignoreKeys: [
+      // unused: for this pre-tokenizer llama.cpp defaults add_bos to false, as the native file states
+      "tokenizer.ggml.bos_token_id",
+      "tokenizer.ggml.add_bos_token",
+    ],
+    // Ollama wrote the shared-expert gate F16, llama.cpp's converter F32 (same [n_embd, 1]); llama.cpp takes both
+    layoutMayDiffer: [...(moe ? blocks.map((b) => `blk.${b}.ffn_gate_inp_shexp.weight`) : []), ...extraLayout],
+  };
+}
+
+/** Reference gap: the MTP layer norms come out as native + 1 (see findings.md). */
+export function expectedDiff(mtp: boolean): TwinDifferences {
+  return { ...NO_DIFFERENCES, data: mtp ? [...MTP_LAYER_NORMS].sort() : [] };
+}
+
+async function f32Of(t: GgufTensor): Promise<Float32Array> {
+  return toF32(t.type, await readTensorBytes(t.data), t.shape.reduce((a, b) => a * b, 1));
+}
+
+function tensorOf(m: GgufModel, name: string): GgufTensor {
+  const t = m.findTensor(name);
+  if (t === undefined) throw new Error(`no tensor ${name}`);
+  return t;
+}
+
+/**
+ * The byte-changing ops, element by element: every shifted norm is F32 and equals the
+ * Ollama value + 1 done here in F32; the head norms then equal the native twin, the layer
+ * norms native + 1. Each stacked expert tensor holds the Ollama experts in order, and
+ * equals the native stack.
+ */
+export async function expectMtpOpsElementwise(
+  p: HandlerProof,
+  arch: string,
+  fixture: { variant: string; seed: number; sourceDtype?: "f16" | "bf16" },
+  moe: boolean,
+): Promise<void> {
+  const source = generateFixture(arch, { ...fixture, layout: "ollama" }).text;
+  const out = await readGguf(p.outPath);
+  try {
+    const native = p.native.text;
+    const shifted: Array<[ollama: string, translated: string, nativeOffset: number]> = [
+      ...MTP_HEAD_NORMS.map(([o, n]) => [o, n, 0] as [string, string, number]),
+      ...MTP_LAYER_NORMS.map((n) => [`mtp.layers.0.${n.slice(`blk.${MTP_BLOCK}.`.length)}`, n, 1] as [string, string, number]),
+    ];
+    for (const [from, to, nativeOffset] of shifted) {
+      const t = tensorOf(out, to);
+      expect(t.type, `${to} is F32`).toBe(0);
+      const got = await f32Of(t);
+      const src = await f32Of(tensorOf(source, from));
+      const nat = await f32Of(tensorOf(native, to));
+      expect(got.length).toBe(src.length);
+      for (let i = 0; i < got.length; i++) {
+        expect(got[i], `${to}[${i}] = ${from}[${i}] + 1`).toBe(Math.fround(src[i]! + 1));
+        expect(got[i], `${to}[${i}] vs native`).toBe(Math.fround(nat[i]! + nativeOffset));
+      }
+    }
+    if (!moe) return;
+    for (const proj of ["gate", "up", "down"]) {
+      const name = `blk.${MTP_BLOCK}.ffn_${proj}_exps.weight`;
+      const t = tensorOf(out, name);
+      const got = await f32Of(t);
+      const nat = await f32Of(tensorOf(native, name));
+      expect(t.shape, name).toEqual(tensorOf(native, name).shape);
+      const nExpert = t.shape[2]!;
+      const slab = t.shape[0]! * t.shape[1]!;
+      for (let e = 0; e < nExpert; e++) {
+        const src = await f32Of(tensorOf(source, `mtp.layers.0.mlp.experts.${e}.${proj}_proj.weight`));
+        expect(Array.from(got.subarray(e * slab, (e + 1) * slab)), `${name} expert ${e} = Ollama expert ${e}`).toEqual(Array.from(src));
+      }
+      expect(Array.from(got), `${name} = native`).toEqual(Array.from(nat));
+    }
+  } finally {
+    await out.close();
+  }
+}
+
+/**
+ * The MTP head really loads and drafts: llama-server (built from the same llama.cpp) with
+ * `--spec-type draft-mtp`, as Ollama launches these models, builds its MTP draft context on
+ * block 2 (shapes checked, which a plain load skips) and drafts tokens during a completion.
+ */
+export async function expectMtpDrafts(model: string): Promise<void> {
+  const server = await startLlamaServer({ model, args: ["--spec-type", "draft-mtp"] });
+  try {
+    const { tokens, raw } = await serverCompletion(server, { prompt: "Hello", nPredict: 8 });
+    expect(tokens).toHaveLength(8);
+    expect(server.logs()).toMatch(/creating MTP draft context/);
+    const timings = raw.timings as { draft_n?: number } | undefined;
+    expect(timings?.draft_n ?? 0, "tokens drafted by the MTP head").toBeGreaterThan(0);
+  } finally {
+    await server.stop();
+  }
+}

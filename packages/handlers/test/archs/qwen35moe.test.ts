@@ -1,0 +1,149 @@
+import { afterAll, describe, expect, it } from "vitest";
+import { GgmlType, GgufModel, GgufValueType, readGguf, writeGguf } from "@compat/gguf";
+import { readTensorBytes, translateModel } from "@compat/handlers";
+import { killAllSpawned, runLoaderInSubprocess } from "@compat/testkit";
+import { addF32, tempDir } from "../helpers";
+import { proveHandler } from "../proof";
+import { expectedDiff, expectMtpDrafts, expectMtpOpsElementwise, MTP_BLOCK, twinOptions } from "./qwen35-family";
+
+const dir = tempDir();
+afterAll(() => killAllSpawned());
+const SEED = 36;
+
+const FULL_MARKERS = [
+  "kv qwen35moe.vision.block_count",
+  "kv qwen35moe.image_token_id",
+  "kv qwen35moe.ssm.v_head_reordered",
+  "kv qwen35moe.feed_forward_length",
+  "kv qwen35moe.rope.mrope_interleaved",
+  "embedded MTP tensors mtp.*",
+  "embedded vision tensors v.*",
+];
+
+const NORM_SHIFTS = ["attn_k_norm", "attn_norm", "attn_q_norm", "nextn.enorm", "nextn.hnorm", "nextn.shared_head_norm", "post_attention_norm"].map(
+  (n) => `blk.${MTP_BLOCK}.${n}.weight <- F32 norm +1`,
+);
+const stacks = (label: string) => ["down", "gate", "up"].map((p) => `blk.${MTP_BLOCK}.ffn_${p}_exps.weight <- ${label}`);
+
+describe("qwen35moe handler (Qwen 3.5 MoE as Ollama's legacy converter wrote it)", () => {
+  it.each([
+    { variant: "35b-a3b", sourceDtype: "f16" as const, mtp: true, markers: FULL_MARKERS, ops: [...NORM_SHIFTS, ...stacks("stack experts")] },
+    { variant: "35b-a3b", sourceDtype: "bf16" as const, mtp: true, markers: FULL_MARKERS, ops: [...NORM_SHIFTS, ...stacks("stack experts")] },
+    { variant: "35b-a3b-q8_0", sourceDtype: "f16" as const, mtp: true, markers: FULL_MARKERS, ops: [...NORM_SHIFTS, ...stacks("stack experts")] },
+    {
+      variant: "35b-a3b-text",
+      sourceDtype: "f16" as const,
+      mtp: false,
+      markers: ["kv qwen35moe.ssm.v_head_reordered", "kv qwen35moe.feed_forward_length", "kv qwen35moe.rope.mrope_interleaved"],
+      ops: [],
+    },
+    {
+      // the reference refuses to stack experts of mixed types (then llama.cpp misses the MTP block's
+      // ffn_gate_exps); we promote that stack to F32, which keeps every value
+      variant: "35b-a3b-mixed",
+      sourceDtype: "f16" as const,
+      mtp: true,
+      markers: ["kv qwen35moe.ssm.v_head_reordered", "kv qwen35moe.feed_forward_length", "kv qwen35moe.rope.mrope_interleaved", "embedded MTP tensors mtp.*"],
+      ops: [...NORM_SHIFTS, `blk.${MTP_BLOCK}.ffn_down_exps.weight <- stack experts`, `blk.${MTP_BLOCK}.ffn_gate_exps.weight <- stack experts (promoted to F32)`, `blk.${MTP_BLOCK}.ffn_up_exps.weight <- stack experts`],
+      layout: [`blk.${MTP_BLOCK}.ffn_gate_exps.weight`],
+    },
+  ])("$variant ($sourceDtype): fixes hparams, renames ssm_dt, moves the MTP head to block 2 (norms +1, experts stacked), hides v.*; real llama.cpp loads it; matches the native twin", async ({ variant, sourceDtype, mtp, markers, ops, layout }) => {
+    const nativeTwin = { load: (variant === "35b-a3b" || variant === "35b-a3b-text") && sourceDtype === "f16" };
+    const p = await proveHandler(await dir(), "qwen35moe", { seed: SEED, variant, sourceDtype, twin: twinOptions(true, mtp, layout), nativeTwin });
+    expect(p.view.report.handlers).toEqual([{ name: "qwen35moe", markers }]);
+    const m = p.translatedModel;
+    expect(m.tensors.some((t) => /^(v|mm|mtp)\./.test(t.name))).toBe(false);
+    expect(p.load.ok ? p.load.tokens.length : p.load.error).toBeGreaterThan(0);
+    expect({ ...p.diff, data: [...p.diff.data].sort() }).toEqual(expectedDiff(mtp));
+    expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
+    if (p.twin?.load) {
+      expect(p.twin.load.ok ? p.twin.load.tokens.length : p.twin.load.error).toBeGreaterThan(0);
+      // the trunk is the native one, so greedy decoding agrees token for token
+      if (p.load.ok && p.twin.load.ok) expect(p.load.tokens).toEqual(p.twin.load.tokens);
+    }
+    // the native twin's MTP head drafts the same way
+    if (p.twin?.load && mtp) await expectMtpDrafts(p.twin.paths.text);
+    expect(p.view.report.ops.map((o) => `${o.tensor} <- ${o.label}`).sort()).toEqual([...ops].sort());
+    if (mtp) await expectMtpOpsElementwise(p, "qwen35moe", { variant, seed: SEED, sourceDtype }, true);
+    if (mtp) await expectMtpDrafts(p.outPath);
+    if (variant === "35b-a3b-mixed") await expectRejectedWithoutStack(p.outPath);
+  });
+});
+
+/**
+ * Why the mixed-type stack is promoted rather than skipped as the reference does: without
+ * it the MTP block lacks ffn_gate_exps, and llama.cpp refuses the file even when it does not
+ * load the MTP head (a skipped tensor must still exist).
+ */
+async function expectRejectedWithoutStack(outPath: string): Promise<void> {
+  const name = `blk.${MTP_BLOCK}.ffn_gate_exps.weight`;
+  const m = await readGguf(outPath);
+  const without = outPath.replace(/\.gguf$/, "-without-gate-stack.gguf");
+  try {
+    m.dropTensor(name);
+    await writeGguf(m, without);
+  } finally {
+    await m.close();
+  }
+  const load = await runLoaderInSubprocess(without, { maxTokens: 1 });
+  expect(load.ok ? "loaded" : load.error).toContain(`missing tensor '${name}'`);
+}
+
+/** A bare Ollama-style qwen35moe model: 2 trunk blocks plus whatever MTP tensors the case adds. */
+function bareQwen35moe(mtp: Array<[name: string, shape: number[], type?: number]>): GgufModel {
+  const m = GgufModel.create();
+  m.setString("general.architecture", "qwen35moe");
+  m.setU32("qwen35moe.block_count", 2);
+  m.setU32("qwen35moe.feed_forward_length", 0);
+  m.setArray("qwen35moe.attention.head_count_kv", GgufValueType.UINT32, [0, 2]);
+  m.setArray("qwen35moe.rope.dimension_sections", GgufValueType.INT32, [11, 11, 10]);
+  addF32(m, "blk.0.attn_norm.weight", [4]);
+  addF32(m, "blk.1.attn_norm.weight", [4]);
+  for (const [name, shape, type] of mtp) {
+    if (type === GgmlType.F16) m.addTensor({ name, type, shape, data: { kind: "bytes", bytes: new Uint8Array(shape.reduce((a, b) => a * b, 2)) } });
+    else addF32(m, name, shape);
+  }
+  return m;
+}
+
+describe("qwen35moe MTP rules on bare models (the reference's edge cases)", () => {
+  it("pads three sections as i32 and collapses head_count_kv", () => {
+    const out = translateModel(bareQwen35moe([]))!.model;
+    expect(out.getNumberArray("qwen35moe.rope.dimension_sections")).toEqual([11, 11, 10, 0]);
+    expect(out.getArray("qwen35moe.rope.dimension_sections").itemType).toBe(GgufValueType.INT32);
+    expect(out.getU32("qwen35moe.attention.head_count_kv")).toBe(2);
+    expect(out.has("qwen35moe.nextn_predict_layers")).toBe(false);
+  });
+
+  it("two MTP layers: layers renamed to blocks 2 and 3, the shared head left hidden", () => {
+    const out = translateModel(bareQwen35moe([["mtp.layers.0.attn_norm.weight", [4]], ["mtp.layers.1.attn_q.weight", [4, 4]], ["mtp.fc.weight", [8, 4]]]))!;
+    expect(out.model.getU32("qwen35moe.nextn_predict_layers")).toBe(2);
+    expect(out.model.getU32("qwen35moe.block_count")).toBe(4);
+    expect(out.model.tensors.map((t) => t.name)).toEqual(["blk.0.attn_norm.weight", "blk.1.attn_norm.weight", "blk.2.attn_norm.weight", "blk.3.attn_q.weight"]);
+    expect(out.report.tensors.hidden).toEqual(["mtp.fc.weight"]);
+  });
+
+  it("an expert gap or mixed shapes: no stack, the experts stay hidden", () => {
+    const gap = translateModel(bareQwen35moe([["mtp.layers.0.mlp.experts.0.up_proj.weight", [4, 4]], ["mtp.layers.0.mlp.experts.2.up_proj.weight", [4, 4]]]))!;
+    expect(gap.report.ops).toEqual([]);
+    expect(gap.report.tensors.hidden).toHaveLength(2);
+    const shapes = translateModel(bareQwen35moe([["mtp.layers.0.mlp.experts.0.up_proj.weight", [4, 4]], ["mtp.layers.0.mlp.experts.1.up_proj.weight", [4, 8]]]))!;
+    expect(shapes.report.ops).toEqual([]);
+  });
+
+  it("a file that already has llama.cpp's MTP names is left to the other fixes; mtp.* hidden", () => {
+    const m = bareQwen35moe([["mtp.fc.weight", [8, 4]]]);
+    addF32(m, "blk.2.nextn.eh_proj.weight", [8, 4]);
+    const out = translateModel(m)!;
+    expect(out.model.has("qwen35moe.nextn_predict_layers")).toBe(false);
+    expect(out.report.tensors.hidden).toEqual(["mtp.fc.weight"]);
+  });
+
+  it("mixed F32/F16 experts stack as F32 in expert order; the stack's values are each expert's", async () => {
+    const out = translateModel(bareQwen35moe([["mtp.layers.0.mlp.experts.0.down_proj.weight", [2, 2]], ["mtp.layers.0.mlp.experts.1.down_proj.weight", [2, 2], GgmlType.F16]]))!;
+    const t = out.model.findTensor("blk.2.ffn_down_exps.weight")!;
+    expect([t.type, t.shape]).toEqual([GgmlType.F32, [2, 2, 2]]);
+    const values = new Float32Array((await readTensorBytes(t.data)).slice().buffer);
+    expect(Array.from(values)).toEqual([0, 1, 2, 3, 0, 0, 0, 0]);
+  });
+});
