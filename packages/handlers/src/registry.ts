@@ -9,6 +9,7 @@ import { llama4 } from "./archs/llama4";
 import { mistral3 } from "./archs/mistral3";
 import { nemotronHMoe } from "./archs/nemotron-h-moe";
 import { olmo3 } from "./archs/olmo3";
+import { qwen25vl } from "./archs/qwen25vl";
 import { qwen3next } from "./archs/qwen3next";
 import { snowflakeArcticEmbed2 } from "./archs/snowflake-arctic-embed2";
 import type { Handler } from "./handler";
@@ -34,7 +35,7 @@ export const textHandlers: readonly Handler[] = Object.freeze([
   lfm2,
   olmo3, // olmo3 -> olmo2
   mistral3,
-  // qwen25vl   (qwen25vl -> qwen2vl)
+  qwen25vl, // qwen25vl -> qwen2vl
   // qwen3vl / qwen3vlmoe
   glm4moelite, // glm4moelite -> deepseek2
   // deepseekocr  (deepseekocr -> deepseek2-ocr)
