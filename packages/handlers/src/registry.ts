@@ -1,6 +1,7 @@
 import { embeddinggemma } from "./archs/embeddinggemma";
 import { gemma3 } from "./archs/gemma3";
 import { glm4moelite } from "./archs/glm4moelite";
+import { glmocr } from "./archs/glmocr";
 import { gptoss } from "./archs/gptoss";
 import { laguna } from "./archs/laguna";
 import { lfm2 } from "./archs/lfm2";
@@ -43,5 +44,5 @@ export const textHandlers: readonly Handler[] = Object.freeze([
   nemotronHMoe,
   llama3, // llama
   llama4,
-  // glmocr  (glmocr -> glm4)
+  glmocr, // glmocr -> glm4
 ]);
