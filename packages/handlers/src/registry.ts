@@ -12,6 +12,8 @@ import { nemotronHMoe } from "./archs/nemotron-h-moe";
 import { olmo3 } from "./archs/olmo3";
 import { qwen25vl } from "./archs/qwen25vl";
 import { qwen3next } from "./archs/qwen3next";
+import { qwen3vl } from "./archs/qwen3vl";
+import { qwen3vlmoe } from "./archs/qwen3vlmoe";
 import { snowflakeArcticEmbed2 } from "./archs/snowflake-arctic-embed2";
 import type { Handler } from "./handler";
 
@@ -37,7 +39,8 @@ export const textHandlers: readonly Handler[] = Object.freeze([
   olmo3, // olmo3 -> olmo2
   mistral3,
   qwen25vl, // qwen25vl -> qwen2vl
-  // qwen3vl / qwen3vlmoe
+  qwen3vl,
+  qwen3vlmoe,
   glm4moelite, // glm4moelite -> deepseek2
   // deepseekocr  (deepseekocr -> deepseek2-ocr)
   // nemotron_h_omni  (-> nemotron_h_moe | nemotron_h)
