@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { GgmlType, readGguf, type GgufModel } from "@compat/gguf";
-import { readTensorBytes } from "@compat/handlers";
+import { GgmlType, GgufModel, GgufValueType, readGguf } from "@compat/gguf";
+import { readTensorBytes, translateModel } from "@compat/handlers";
 import { generateFixture, writeFixture } from "@compat/testkit";
-import { tempDir } from "../helpers";
+import { addF32, tempDir } from "../helpers";
 import { proveHandler, type HandlerProof } from "../proof";
 import type { TwinOptions } from "../twin";
 
@@ -157,5 +157,49 @@ describe("glmocr handler (GLM-OCR as Ollama converted it: split gate/up, no Next
     }
     expect(p.translatedModel.findTensor("blk.0.ffn_up.weight")).toMatchObject({ type: GgmlType.F32, shape: [32, 128] });
     await expectFusedGateUp(p, ollamaPath);
+  });
+});
+
+describe("glmocr handler: the reference's conditions, on small synthetic models", () => {
+  function model(edit: (m: GgufModel) => void): GgufModel {
+    const m = GgufModel.create();
+    m.setString("general.architecture", "glmocr");
+    m.setU32("glmocr.attention.key_length", 16);
+    edit(m);
+    addF32(m, "token_embd.weight", [4, 4]);
+    return m;
+  }
+
+  it("pads mrope_section only when it has exactly 3 items; keeps an existing rope.dimension_count", () => {
+    const three = translateModel(model((m) => m.setArray("glmocr.rope.mrope_section", GgufValueType.INT32, [1, 2, 3])))!.model;
+    expect(three.getArray("glm4.rope.dimension_sections").toArray()).toEqual([1, 2, 3, 0]);
+    expect(three.getU32("glm4.rope.dimension_count")).toBe(16);
+    const four = translateModel(
+      model((m) => {
+        m.setArray("glmocr.rope.mrope_section", GgufValueType.INT32, [1, 2, 3, 4]);
+        m.setU32("glmocr.rope.dimension_count", 8);
+      }),
+    )!.model;
+    expect(four.has("glm4.rope.dimension_sections")).toBe(false);
+    expect(four.getU32("glm4.rope.dimension_count")).toBe(8);
+  });
+
+  it("sets chatglm-bpe only over an existing pre-tokenizer; without block_count it fuses blocks 0..15", () => {
+    const noPre = translateModel(model(() => {}))!.model;
+    expect(noPre.has("tokenizer.ggml.pre")).toBe(false);
+    const m = model((x) => {
+      x.setString("tokenizer.ggml.pre", "llama-bpe");
+      addF32(x, "blk.15.ffn_gate.weight", [4, 2], 1);
+      addF32(x, "blk.15.ffn_up.weight", [4, 2], 100);
+      addF32(x, "blk.16.ffn_gate.weight", [4, 2], 1);
+      addF32(x, "blk.16.ffn_up.weight", [4, 2], 100);
+    });
+    const view = translateModel(m)!;
+    expect(view.model.getString("tokenizer.ggml.pre")).toBe("chatglm-bpe");
+    expect(view.model.findTensor("blk.15.ffn_up.weight")!.shape).toEqual([4, 4]);
+    expect(view.model.hasTensor("blk.15.ffn_gate.weight")).toBe(false);
+    // block 16 is past the reference's default count: left as it is
+    expect(view.model.findTensor("blk.16.ffn_up.weight")!.shape).toEqual([4, 2]);
+    expect(view.model.hasTensor("blk.16.ffn_gate.weight")).toBe(true);
   });
 });

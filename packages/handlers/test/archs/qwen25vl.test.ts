@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { GgufValueType } from "@compat/gguf";
-import { tempDir } from "../helpers";
+import { GgufModel, GgufValueType } from "@compat/gguf";
+import { translateModel } from "@compat/handlers";
+import { addF32, tempDir } from "../helpers";
 import { NO_DIFFERENCES, proveHandler } from "../proof";
 
 const dir = tempDir();
@@ -41,5 +42,28 @@ describe("qwen25vl handler (Qwen2.5-VL as Ollama converted it, vision tower inli
     const nativeLoad = p.twin!.load!;
     expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
     expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
+  });
+});
+
+describe("qwen25vl handler: the reference's conditions, on small synthetic models", () => {
+  it("renames without mrope_section (no sections key), pads from the first 3 of a longer one, never touches qwen2vl files", () => {
+    const base = (edit: (m: GgufModel) => void) => {
+      const m = GgufModel.create();
+      m.setString("general.architecture", "qwen25vl");
+      m.setU32("qwen25vl.block_count", 1);
+      edit(m);
+      addF32(m, "token_embd.weight", [4, 4]);
+      return m;
+    };
+    const none = translateModel(base(() => {}))!.model;
+    expect(none.getString("general.architecture")).toBe("qwen2vl");
+    expect(none.getU32("qwen2vl.block_count")).toBe(1);
+    expect(none.has("qwen2vl.rope.dimension_sections")).toBe(false);
+    const longer = translateModel(base((m) => m.setArray("qwen25vl.rope.mrope_section", GgufValueType.INT32, [4, 6, 6, 2])))!.model;
+    expect(longer.getArray("qwen2vl.rope.dimension_sections").toArray()).toEqual([4, 6, 6, 0]);
+    const native = GgufModel.create();
+    native.setString("general.architecture", "qwen2vl");
+    addF32(native, "token_embd.weight", [4, 4]);
+    expect(translateModel(native)).toBeNull();
   });
 });

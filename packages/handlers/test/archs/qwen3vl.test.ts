@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { GgufValueType } from "@compat/gguf";
-import { tempDir } from "../helpers";
+import { GgufModel, GgufValueType } from "@compat/gguf";
+import { translateModel } from "@compat/handlers";
+import { addF32, tempDir } from "../helpers";
 import { NO_DIFFERENCES, proveHandler } from "../proof";
 
 const dir = tempDir();
@@ -57,5 +58,32 @@ describe("qwen3vl handler (Qwen3-VL dense as Ollama converted it: no M-RoPE sect
     expect(p.load.ok ? "" : p.load.error).toMatch(/GGML_ASSERT\(sect_dims <= ne0\)/);
     const nativeLoad = p.twin!.load!;
     expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
+  });
+});
+
+describe("qwen3vl handler: the reference's conditions, on small synthetic models", () => {
+  function model(arch: string, edit: (m: GgufModel) => void = () => {}): GgufModel {
+    const m = GgufModel.create();
+    m.setString("general.architecture", arch);
+    edit(m);
+    addF32(m, "token_embd.weight", [4, 4]);
+    return m;
+  }
+
+  it("leaves a file that has rope.dimension_sections alone (llama.cpp's converter always writes it)", () => {
+    expect(translateModel(model("qwen3vl", (m) => m.setArray("qwen3vl.rope.dimension_sections", GgufValueType.INT32, [8, 4, 4, 0])))).toBeNull();
+  });
+
+  it("without deepstack indexes injects 0, and keeps an existing n_deepstack_layers", () => {
+    const none = translateModel(model("qwen3vlmoe"))!.model;
+    expect(none.getArray("qwen3vlmoe.rope.dimension_sections").toArray()).toEqual([24, 20, 20, 0]);
+    expect(none.getU32("qwen3vlmoe.n_deepstack_layers")).toBe(0);
+    const kept = translateModel(
+      model("qwen3vl", (m) => {
+        m.setArray("qwen3vl.vision.deepstack_visual_indexes", GgufValueType.INT32, [8, 16, 24]);
+        m.setU32("qwen3vl.n_deepstack_layers", 2);
+      }),
+    )!.model;
+    expect(kept.getU32("qwen3vl.n_deepstack_layers")).toBe(2);
   });
 });
