@@ -1,10 +1,12 @@
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { GgufModel, GgufValueType } from "@compat/gguf";
 import { translateModel } from "@compat/handlers";
+import { killAllSpawned, serverCompletion, startLlamaServer } from "@compat/testkit";
 import { addF32, tempDir } from "../helpers";
 import { NO_DIFFERENCES, proveHandler } from "../proof";
 
 const dir = tempDir();
+afterAll(() => killAllSpawned());
 
 const twin = {
   ignoreKeys: [
@@ -29,6 +31,19 @@ describe("qwen3vl handler (Qwen3-VL dense as Ollama converted it: no M-RoPE sect
     const nativeLoad = p.twin!.load!;
     expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
     expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
+
+    // llama-server (built from the same llama.cpp) serves the translated file and answers as it does for the twin
+    const answers: number[][] = [];
+    for (const model of [p.outPath, p.twin!.paths.text]) {
+      const server = await startLlamaServer({ model });
+      try {
+        answers.push((await serverCompletion(server, { prompt: "Hello", nPredict: 4 })).tokens);
+      } finally {
+        await server.stop();
+      }
+    }
+    expect(answers[0]).toHaveLength(4);
+    expect(answers[0]).toEqual(answers[1]);
   });
 
   it("bf16 source: the same, with BF16 text weights", async () => {
