@@ -51,3 +51,20 @@ export function anyOf(...checks: Array<string | false | undefined | null>): stri
   const found = checks.filter((c): c is string => typeof c === "string");
   return found.length > 0 ? found : null;
 }
+
+/**
+ * The items of an integer array KV (any 8/16/32/64-bit item type) as numbers, or
+ * undefined when the key is missing or not an integer array. 32-bit items keep
+ * their bits as i32, as the reference reads them through an int32_t pointer.
+ */
+export function intArrayKv(m: GgufModel, key: string): number[] | undefined {
+  const kv = m.get(key);
+  if (kv?.type !== GgufValueType.ARRAY) return undefined;
+  const arr = m.getArray(key);
+  const ints: GgufValueType[] = [
+    GgufValueType.INT8, GgufValueType.UINT8, GgufValueType.INT16, GgufValueType.UINT16,
+    GgufValueType.INT32, GgufValueType.UINT32, GgufValueType.INT64, GgufValueType.UINT64,
+  ];
+  if (!ints.includes(arr.itemType)) return undefined;
+  return arr.toArray().map((v) => (typeof v === "bigint" ? Number(BigInt.asIntN(32, v)) : (v as number) | 0));
+}

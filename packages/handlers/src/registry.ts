@@ -3,6 +3,7 @@ import { gemma3 } from "./archs/gemma3";
 import { gemma3n } from "./archs/gemma3n";
 import { gemma4 } from "./archs/gemma4";
 import { glm4moelite } from "./archs/glm4moelite";
+import { glmocr } from "./archs/glmocr";
 import { gptoss } from "./archs/gptoss";
 import { laguna } from "./archs/laguna";
 import { lfm2 } from "./archs/lfm2";
@@ -13,7 +14,10 @@ import { nemotronHMoe } from "./archs/nemotron-h-moe";
 import { olmo3 } from "./archs/olmo3";
 import { qwen35 } from "./archs/qwen35";
 import { qwen35moe } from "./archs/qwen35moe";
+import { qwen25vl } from "./archs/qwen25vl";
 import { qwen3next } from "./archs/qwen3next";
+import { qwen3vl } from "./archs/qwen3vl";
+import { qwen3vlmoe } from "./archs/qwen3vlmoe";
 import { snowflakeArcticEmbed2 } from "./archs/snowflake-arctic-embed2";
 import type { Handler } from "./handler";
 
@@ -38,13 +42,14 @@ export const textHandlers: readonly Handler[] = Object.freeze([
   lfm2,
   olmo3, // olmo3 -> olmo2
   mistral3,
-  // qwen25vl   (qwen25vl -> qwen2vl)
-  // qwen3vl / qwen3vlmoe
+  qwen25vl, // qwen25vl -> qwen2vl
+  qwen3vl,
+  qwen3vlmoe,
   glm4moelite, // glm4moelite -> deepseek2
   // deepseekocr  (deepseekocr -> deepseek2-ocr)
   // nemotron_h_omni  (-> nemotron_h_moe | nemotron_h)
   nemotronHMoe,
   llama3, // llama
   llama4,
-  // glmocr  (glmocr -> glm4)
+  glmocr, // glmocr -> glm4
 ]);

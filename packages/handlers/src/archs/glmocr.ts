@@ -1,0 +1,84 @@
+import { GgmlType, GgufValueType } from "@compat/gguf";
+import { concat, toF32 } from "@compat/tensor-ops";
+import { intArrayKv, stringKv, u32Kv } from "../detect";
+import type { Handler } from "../handler";
+import type { OpInput, Translation } from "../translation";
+
+/**
+ * GLM-OCR as Ollama wrote it: llama.cpp loads it as glm4, which wants M-RoPE sections
+ * as a 4-item list, llama.cpp's norm/output names, the chatglm pre-tokenizer, and the
+ * FFN gate and up projections fused into one ffn_up (gate rows first) where Ollama's
+ * converter split them. The vision tower in the same file is hidden.
+ */
+export const glmocr: Handler = {
+  name: "glmocr",
+  arch: "glmocr",
+  // the architecture name itself is the marker: llama.cpp has no "glmocr"
+  detect: () => ["architecture glmocr"],
+  apply(t) {
+    t.setArch("glm4");
+    t.copyKvPrefix("glmocr.", "glm4.");
+    const sections = intArrayKv(t.draft, "glm4.rope.mrope_section");
+    if (sections !== undefined && sections.length === 3) {
+      t.setArray("glm4.rope.dimension_sections", GgufValueType.INT32, [...sections, 0]);
+    }
+    if (!t.has("glm4.rope.dimension_count")) {
+      const keyLength = u32Kv(t.draft, "glm4.attention.key_length");
+      if (keyLength !== undefined) t.setU32("glm4.rope.dimension_count", keyLength);
+    }
+    const pre = stringKv(t.draft, "tokenizer.ggml.pre");
+    if (pre !== undefined && pre !== "chatglm-bpe") t.setString("tokenizer.ggml.pre", "chatglm-bpe");
+
+    t.renameTensorsContaining(".attn_out.", ".attn_output.");
+    t.renameTensorsContaining(".post_attn_norm.", ".post_attention_norm.");
+    t.renameTensorsContaining(".post_ffn_norm.", ".post_ffw_norm.");
+
+    // The reference's default when the block count is missing.
+    const blocks = u32Kv(t.draft, "glm4.block_count") ?? 16;
+    for (let b = 0; b < blocks; b++) {
+      fuseGateUp(t, `blk.${b}.ffn_gate.weight`, `blk.${b}.ffn_up.weight`);
+      t.hide(`blk.${b}.ffn_gate.`);
+    }
+    t.hide("v.");
+    t.hide("mm.");
+  },
+};
+
+/**
+ * ffn_up becomes [ne0, 2*ne1] holding gate's rows then up's. Same types: the bytes are
+ * joined as they are (the reference's raw concat). Different types cannot be joined as
+ * bytes (the reference's op would fail its size check), so both halves are widened to
+ * F32 first, the rule the reference applies to its other mixed-type merges.
+ */
+function fuseGateUp(t: Translation, gate: string, up: string): void {
+  const g = t.tensor(gate);
+  const u = t.tensor(up);
+  if (g === undefined || u === undefined) return;
+  const shape = [u.shape[0]!, u.shape[1]! * 2];
+  if (g.type === u.type) {
+    t.op(up, {
+      label: "concat ffn_gate+ffn_up",
+      inputs: [gate, up],
+      shape,
+      compute: ([a, b]) => concat([asTensor(a!), asTensor(b!)], a!.type, 1).data,
+    });
+    return;
+  }
+  t.op(up, {
+    label: "concat ffn_gate+ffn_up (mixed types -> F32)",
+    inputs: [gate, up],
+    type: GgmlType.F32,
+    shape,
+    compute: ([a, b]) => concat([asF32Tensor(a!), asF32Tensor(b!)], GgmlType.F32, 1).data,
+  });
+}
+
+function asTensor(x: OpInput): { data: Uint8Array; shape: readonly number[] } {
+  return { data: x.bytes, shape: x.shape };
+}
+
+function asF32Tensor(x: OpInput): { data: Uint8Array; shape: readonly number[] } {
+  const count = x.shape.reduce((a, b) => a * b, 1);
+  const f = toF32(x.type, x.bytes, count);
+  return { data: new Uint8Array(f.buffer, f.byteOffset, f.byteLength), shape: x.shape };
+}

@@ -1,0 +1,104 @@
+import { afterAll, describe, expect, it } from "vitest";
+import { GgufModel, GgufValueType } from "@compat/gguf";
+import { translateModel } from "@compat/handlers";
+import { killAllSpawned, serverCompletion, startLlamaServer } from "@compat/testkit";
+import { addF32, tempDir } from "../helpers";
+import { NO_DIFFERENCES, proveHandler } from "../proof";
+
+const dir = tempDir();
+afterAll(() => killAllSpawned());
+
+const twin = {
+  ignoreKeys: [
+    // unused: for the qwen2 pre-tokenizer llama.cpp adds no BOS, which is what the native file states
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.add_bos_token",
+  ],
+};
+
+describe("qwen3vl handler (Qwen3-VL dense as Ollama converted it: no M-RoPE sections, vision tower inline)", () => {
+  it("head_dim 128: injects [24, 20, 20, 0] and the DeepStack count; exactly the native twin, same greedy tokens in llama.cpp", async () => {
+    const p = await proveHandler(await dir(), "qwen3vl", { seed: 5, nativeTwin: true, twin });
+    expect(p.view.report.handlers.map((h) => h.name)).toEqual(["qwen3vl"]);
+    const m = p.translatedModel;
+    const sections = m.getArray("qwen3vl.rope.dimension_sections");
+    expect(sections.itemType).toBe(GgufValueType.INT32);
+    expect(sections.toArray()).toEqual([24, 20, 20, 0]);
+    expect(m.get("qwen3vl.n_deepstack_layers")).toEqual({ key: "qwen3vl.n_deepstack_layers", type: GgufValueType.UINT32, value: 3 });
+    expect(m.tensors.some((t) => t.name.startsWith("v.") || t.name.startsWith("mm."))).toBe(false);
+    expect(p.diff).toEqual(NO_DIFFERENCES);
+    expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
+    const nativeLoad = p.twin!.load!;
+    expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
+    expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
+
+    // llama-server (built from the same llama.cpp) serves the translated file and answers as it does for the twin
+    const answers: number[][] = [];
+    for (const model of [p.outPath, p.twin!.paths.text]) {
+      const server = await startLlamaServer({ model });
+      try {
+        answers.push((await serverCompletion(server, { prompt: "Hello", nPredict: 4 })).tokens);
+      } finally {
+        await server.stop();
+      }
+    }
+    expect(answers[0]).toHaveLength(4);
+    expect(answers[0]).toEqual(answers[1]);
+  });
+
+  it("bf16 source: the same, with BF16 text weights", async () => {
+    const p = await proveHandler(await dir(), "qwen3vl", { seed: 6, sourceDtype: "bf16", nativeTwin: true, twin });
+    expect(p.diff).toEqual(NO_DIFFERENCES);
+    const nativeLoad = p.twin!.load!;
+    expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
+    expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
+  });
+
+  it("head_dim 64: the hard-coded sections differ from the config's [12, 10, 10, 0] yet load; text-only tokens still match", async () => {
+    const p = await proveHandler(await dir(), "qwen3vl", { seed: 5, variant: "head64", nativeTwin: true, twin });
+    expect(p.translatedModel.getArray("qwen3vl.rope.dimension_sections").toArray()).toEqual([24, 20, 20, 0]);
+    expect(p.native.text.getArray("qwen3vl.rope.dimension_sections").toArray()).toEqual([12, 10, 10, 0]);
+    // reference gap: only the sections differ
+    expect(p.diff).toEqual({ ...NO_DIFFERENCES, kv: [expect.stringMatching(/^qwen3vl\.rope\.dimension_sections: /)] });
+    // with text only, the time/height/width positions are equal, so the split does not change the rotation
+    const nativeLoad = p.twin!.load!;
+    expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
+    expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
+  });
+
+  it("head_dim 32: the reference's 64 section dims exceed the head, and llama.cpp aborts where the native twin runs", async () => {
+    const p = await proveHandler(await dir(), "qwen3vl", { seed: 5, variant: "head32", nativeTwin: true, twin });
+    expect(p.translatedModel.getArray("qwen3vl.rope.dimension_sections").toArray()).toEqual([24, 20, 20, 0]);
+    expect(p.load.ok).toBe(false);
+    expect(p.load.ok ? "" : p.load.error).toMatch(/GGML_ASSERT\(sect_dims <= ne0\)/);
+    const nativeLoad = p.twin!.load!;
+    expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
+  });
+});
+
+describe("qwen3vl handler: the reference's conditions, on small synthetic models", () => {
+  function model(arch: string, edit: (m: GgufModel) => void = () => {}): GgufModel {
+    const m = GgufModel.create();
+    m.setString("general.architecture", arch);
+    edit(m);
+    addF32(m, "token_embd.weight", [4, 4]);
+    return m;
+  }
+
+  it("leaves a file that has rope.dimension_sections alone (llama.cpp's converter always writes it)", () => {
+    expect(translateModel(model("qwen3vl", (m) => m.setArray("qwen3vl.rope.dimension_sections", GgufValueType.INT32, [8, 4, 4, 0])))).toBeNull();
+  });
+
+  it("without deepstack indexes injects 0, and keeps an existing n_deepstack_layers", () => {
+    const none = translateModel(model("qwen3vlmoe"))!.model;
+    expect(none.getArray("qwen3vlmoe.rope.dimension_sections").toArray()).toEqual([24, 20, 20, 0]);
+    expect(none.getU32("qwen3vlmoe.n_deepstack_layers")).toBe(0);
+    const kept = translateModel(
+      model("qwen3vl", (m) => {
+        m.setArray("qwen3vl.vision.deepstack_visual_indexes", GgufValueType.INT32, [8, 16, 24]);
+        m.setU32("qwen3vl.n_deepstack_layers", 2);
+      }),
+    )!.model;
+    expect(kept.getU32("qwen3vl.n_deepstack_layers")).toBe(2);
+  });
+});
