@@ -1,3 +1,4 @@
+import { deepseekocr } from "./archs/deepseekocr";
 import { embeddinggemma } from "./archs/embeddinggemma";
 import { gemma3 } from "./archs/gemma3";
 import { glm4moelite } from "./archs/glm4moelite";
@@ -37,7 +38,7 @@ export const textHandlers: readonly Handler[] = Object.freeze([
   // qwen25vl   (qwen25vl -> qwen2vl)
   // qwen3vl / qwen3vlmoe
   glm4moelite, // glm4moelite -> deepseek2
-  // deepseekocr  (deepseekocr -> deepseek2-ocr)
+  deepseekocr, // deepseekocr -> deepseek2-ocr
   // nemotron_h_omni  (-> nemotron_h_moe | nemotron_h)
   nemotronHMoe,
   llama3, // llama

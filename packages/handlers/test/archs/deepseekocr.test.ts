@@ -1,0 +1,46 @@
+import { describe, expect, it } from "vitest";
+import { tempDir } from "../helpers";
+import { NO_DIFFERENCES, proveHandler } from "../proof";
+
+const dir = tempDir();
+
+const IGNORE_KEYS = [
+  // 10000 is llama.cpp's default base, and the only one its deepseek2-ocr graph accepts
+  "deepseek2-ocr.rope.freq_base",
+  // one group choosing one group is no grouping, the same routing as llama.cpp's default 0
+  "deepseek2-ocr.expert_group_count",
+  "deepseek2-ocr.expert_group_used_count",
+  // without it llama.cpp counts tokenizer.ggml.tokens, the same number
+  "deepseek2-ocr.vocab_size",
+  // qk_rope_head_dim = 0; the deepseek2-ocr graph rotates the whole head whatever n_rot says
+  "deepseek2-ocr.rope.dimension_count",
+  // reference gap, kept for equivalence: Ollama's generic "default" pre-tokenizer stays (native: deepseek-v3)
+  "tokenizer.ggml.pre",
+  // reference gap: Ollama's file has no template (Ollama renders prompts itself); llama.cpp's converter
+  // adds a pass-through one, which only matters for chat requests
+  "tokenizer.chat_template",
+];
+
+describe("deepseekocr handler (DeepSeek-OCR as Ollama's converter wrote it)", () => {
+  it.each(["bf16", "f16"] as const)(
+    "%s source: renames to deepseek2-ocr, recovers the expert sizes, hides s./v./mm.; real llama.cpp loads it; matches the native twin",
+    async (sourceDtype) => {
+      const p = await proveHandler(await dir(), "deepseekocr", { seed: 11, sourceDtype, nativeTwin: true, twin: { ignoreKeys: IGNORE_KEYS } });
+      expect(p.view.report.handlers).toEqual([{ name: "deepseekocr", markers: ["architecture deepseekocr"] }]);
+      const m = p.translatedModel;
+      expect(m.getString("general.architecture")).toBe("deepseek2-ocr");
+      expect(m.getU32("deepseek2-ocr.expert_feed_forward_length")).toBe(16); // ne[0] of blk.1.ffn_down_exps
+      expect(m.getU32("deepseek2-ocr.expert_shared_count")).toBe(2); // 32-wide shared FFN / 16
+      expect(m.getNumber("deepseek2-ocr.attention.layer_norm_rms_epsilon")).toBeCloseTo(1e-6, 12);
+      expect(m.getU32("deepseek2-ocr.sam.block_count")).toBe(12); // the clip side's keys ride along under the new prefix
+      expect(m.tensors.some((t) => /^(s|v|mm)\./.test(t.name))).toBe(false);
+      expect(p.view.report.tensors.hidden.length).toBeGreaterThan(12 * 14);
+      expect(p.load.ok ? p.load.tokens.length : p.load.error).toBeGreaterThan(0);
+      expect(p.diff).toEqual(NO_DIFFERENCES);
+      expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
+      // The native twin loads, is left alone, and generates the same greedy tokens.
+      const nativeLoad = p.twin!.load!;
+      expect(nativeLoad.ok ? nativeLoad.tokens : nativeLoad.error).toEqual(p.load.ok ? p.load.tokens : []);
+    },
+  );
+});
