@@ -9,6 +9,7 @@ import { llama3 } from "./archs/llama3";
 import { llama4 } from "./archs/llama4";
 import { mistral3 } from "./archs/mistral3";
 import { nemotronHMoe } from "./archs/nemotron-h-moe";
+import { nemotronHOmni } from "./archs/nemotron-h-omni";
 import { olmo3 } from "./archs/olmo3";
 import { qwen3next } from "./archs/qwen3next";
 import { snowflakeArcticEmbed2 } from "./archs/snowflake-arctic-embed2";
@@ -39,7 +40,7 @@ export const textHandlers: readonly Handler[] = Object.freeze([
   // qwen3vl / qwen3vlmoe
   glm4moelite, // glm4moelite -> deepseek2
   deepseekocr, // deepseekocr -> deepseek2-ocr
-  // nemotron_h_omni  (-> nemotron_h_moe | nemotron_h)
+  nemotronHOmni, // nemotron_h_omni -> nemotron_h_moe | nemotron_h; must precede nemotronHMoe
   nemotronHMoe,
   llama3, // llama
   llama4,

@@ -1,0 +1,73 @@
+import { describe, expect, it } from "vitest";
+import { tempDir } from "../helpers";
+import { NO_DIFFERENCES, proveHandler } from "../proof";
+
+const dir = tempDir();
+
+/** The nemotron_h_moe proof's ignored keys (same text converter, same reasons), under the text arch. */
+function ignoreKeys(arch: string): string[] {
+  return [
+    // n_ctx_train only sets the default context; llama.cpp's converter writes a 2^20 placeholder for rope-less hybrids
+    `${arch}.context_length`,
+    // Ollama wrote u32 arrays, llama.cpp's converter i32 arrays; the loader's array getter accepts both
+    `${arch}.feed_forward_length`,
+    `${arch}.attention.head_count_kv`,
+    // without it llama.cpp counts tokenizer.ggml.tokens, the same number
+    `${arch}.vocab_size`,
+    // Nemotron-H attention has no RoPE: n_rot is read but never used
+    `${arch}.rope.dimension_count`,
+    // informational flag, not read for this arch
+    `${arch}.rope.scaling.finetuned`,
+    // reference gap, kept for equivalence: Ollama's generic "default" pre-tokenizer stays (native: pixtral)
+    "tokenizer.ggml.pre",
+  ];
+}
+
+// llama.cpp's converter RoPE-permutes attention Q/K rows (see the nemotron_h_moe proof): bytes differ, scores do not.
+const EXPECTED = { ...NO_DIFFERENCES, data: ["blk.3.attn_k.weight", "blk.3.attn_q.weight"] };
+
+describe("nemotron_h_omni handler (Nemotron-H with RADIO vision / Parakeet audio inline, as Ollama's converter wrote it)", () => {
+  it.each([
+    {
+      variant: "omni",
+      sourceDtype: "bf16",
+      textArch: "nemotron_h_moe",
+      markers: ["vision tensors v.*", "audio tensors a.*", "projector tensors mm.*"],
+      extraIgnored: [],
+    },
+    {
+      variant: "vl",
+      sourceDtype: "f16",
+      textArch: "nemotron_h",
+      markers: ["vision tensors v.*", "projector tensors mm.*"],
+      // reference gap: NemotronHModel turns BOS on for the dense models, Ollama wrote add_bos_token = false
+      // and the reference keeps it, so llama.cpp adds no BOS to prompts
+      extraIgnored: ["tokenizer.ggml.add_bos_token"],
+    },
+  ] as const)(
+    "$variant ($sourceDtype): loads as $textArch with the towers hidden; real llama.cpp runs it; matches the native twin",
+    async ({ variant, sourceDtype, textArch, markers, extraIgnored }) => {
+      const p = await proveHandler(await dir(), "nemotron_h_omni", {
+        seed: 13,
+        variant,
+        sourceDtype,
+        nativeTwin: true,
+        twin: { ignoreKeys: [...ignoreKeys(textArch), ...extraIgnored] },
+      });
+      // no latent or MTP tensors, so the nemotron_h_moe handler that follows finds nothing to do
+      expect(p.view.report.handlers).toEqual([{ name: "nemotron_h_omni", markers }]);
+      const m = p.translatedModel;
+      expect(m.getString("general.architecture")).toBe(textArch);
+      expect(m.keys().filter((k) => k.startsWith(`${textArch}.vision.`) || k.startsWith(`${textArch}.audio.`))).toEqual([]);
+      expect(m.getU32(`${textArch}.ssm.inner_size`)).toBe(64);
+      expect(m.tensors.some((t) => /^(a|v|mm)\./.test(t.name))).toBe(false);
+      expect(p.load.ok ? p.load.tokens.length : p.load.error).toBeGreaterThan(0);
+      expect(p.native.meta.reorderedTensors).toEqual(EXPECTED.data);
+      expect(p.diff).toEqual(EXPECTED);
+      expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
+      // The native twin loads, is left alone, and generates the same greedy tokens from the same prompt tokens.
+      const nativeLoad = p.twin!.load!;
+      expect(nativeLoad.ok ? nativeLoad.tokens : nativeLoad.error).toEqual(p.load.ok ? p.load.tokens : []);
+    },
+  );
+});
