@@ -1,3 +1,4 @@
+import { GgmlType } from "@compat/gguf";
 import { describe, expect, it } from "vitest";
 import { tempDir } from "../helpers";
 import { NO_DIFFERENCES, proveHandler } from "../proof";
@@ -22,10 +23,15 @@ const IGNORE_KEYS = [
 ];
 
 describe("deepseekocr handler (DeepSeek-OCR as Ollama's converter wrote it)", () => {
-  it.each(["bf16", "f16"] as const)(
-    "%s source: renames to deepseek2-ocr, recovers the expert sizes, hides s./v./mm.; real llama.cpp loads it; matches the native twin",
-    async (sourceDtype) => {
-      const p = await proveHandler(await dir(), "deepseekocr", { seed: 11, sourceDtype, nativeTwin: true, twin: { ignoreKeys: IGNORE_KEYS } });
+  it.each([
+    { variant: "3b", sourceDtype: "bf16" },
+    { variant: "3b", sourceDtype: "f16" },
+    // quantized by Ollama; the twin is --outtype q8_0 (F16 where rows are not whole Q8_0 blocks, on both sides)
+    { variant: "3b-q8_0", sourceDtype: "bf16" },
+  ] as const)(
+    "$variant ($sourceDtype source): renames to deepseek2-ocr, recovers the expert sizes, hides s./v./mm.; real llama.cpp loads it; matches the native twin",
+    async ({ variant, sourceDtype }) => {
+      const p = await proveHandler(await dir(), "deepseekocr", { seed: 11, variant, sourceDtype, nativeTwin: true, twin: { ignoreKeys: IGNORE_KEYS } });
       expect(p.view.report.handlers).toEqual([{ name: "deepseekocr", markers: ["architecture deepseekocr"] }]);
       const m = p.translatedModel;
       expect(m.getString("general.architecture")).toBe("deepseek2-ocr");
@@ -35,6 +41,7 @@ describe("deepseekocr handler (DeepSeek-OCR as Ollama's converter wrote it)", ()
       expect(m.getU32("deepseek2-ocr.sam.block_count")).toBe(12); // the clip side's keys ride along under the new prefix
       expect(m.tensors.some((t) => /^(s|v|mm)\./.test(t.name))).toBe(false);
       expect(p.view.report.tensors.hidden.length).toBeGreaterThan(12 * 14);
+      if (variant === "3b-q8_0") expect(m.findTensor("blk.1.ffn_up_exps.weight")?.type).toBe(GgmlType.Q8_0);
       expect(p.load.ok ? p.load.tokens.length : p.load.error).toBeGreaterThan(0);
       expect(p.diff).toEqual(NO_DIFFERENCES);
       expect(p.sourceDigest.after).toBe(p.sourceDigest.before);

@@ -1,3 +1,4 @@
+import { GgmlType } from "@compat/gguf";
 import { describe, expect, it } from "vitest";
 import { tempDir } from "../helpers";
 import { NO_DIFFERENCES, proveHandler } from "../proof";
@@ -36,6 +37,14 @@ describe("nemotron_h_omni handler (Nemotron-H with RADIO vision / Parakeet audio
       extraIgnored: [],
     },
     {
+      // quantized by Ollama; the twin is --outtype q8_0 (F16 where rows are not whole Q8_0 blocks, on both sides)
+      variant: "omni-q8_0",
+      sourceDtype: "bf16",
+      textArch: "nemotron_h_moe",
+      markers: ["vision tensors v.*", "audio tensors a.*", "projector tensors mm.*"],
+      extraIgnored: [],
+    },
+    {
       variant: "vl",
       sourceDtype: "f16",
       textArch: "nemotron_h",
@@ -61,6 +70,7 @@ describe("nemotron_h_omni handler (Nemotron-H with RADIO vision / Parakeet audio
       expect(m.keys().filter((k) => k.startsWith(`${textArch}.vision.`) || k.startsWith(`${textArch}.audio.`))).toEqual([]);
       expect(m.getU32(`${textArch}.ssm.inner_size`)).toBe(64);
       expect(m.tensors.some((t) => /^(a|v|mm)\./.test(t.name))).toBe(false);
+      if (variant === "omni-q8_0") expect(m.findTensor("blk.0.ssm_in.weight")?.type).toBe(GgmlType.Q8_0);
       expect(p.load.ok ? p.load.tokens.length : p.load.error).toBeGreaterThan(0);
       expect(p.native.meta.reorderedTensors).toEqual(EXPECTED.data);
       expect(p.diff).toEqual(EXPECTED);
