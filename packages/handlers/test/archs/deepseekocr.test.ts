@@ -1,5 +1,8 @@
+import { join } from "node:path";
 import { GgmlType } from "@compat/gguf";
-import { describe, expect, it } from "vitest";
+import { translate } from "@compat/handlers";
+import { generateFixture, killAllSpawned, serverCompletion, startLlamaServer, writeFixture } from "@compat/testkit";
+import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../helpers";
 import { NO_DIFFERENCES, proveHandler } from "../proof";
 
@@ -50,4 +53,30 @@ describe("deepseekocr handler (DeepSeek-OCR as Ollama's converter wrote it)", ()
       expect(nativeLoad.ok ? nativeLoad.tokens : nativeLoad.error).toEqual(p.load.ok ? p.load.tokens : []);
     },
   );
+});
+
+describe("deepseekocr in llama-server (upstream llama.cpp from LLAMA_BIN)", () => {
+  afterAll(() => killAllSpawned());
+
+  it("serves the translated Q8_0 file, greedy completion equal to the native twin's", async () => {
+    const d = await dir();
+    const opts = { seed: 11, variant: "3b-q8_0", sourceDtype: "bf16" } as const;
+    const ollama = await writeFixture(generateFixture("deepseekocr", { ...opts, layout: "ollama" }), d);
+    const view = await translate(ollama.text);
+    const translated = join(d, "deepseekocr-q8_0-server.gguf");
+    await view!.writeTo(translated);
+    await view!.close();
+    const native = await writeFixture(generateFixture("deepseekocr", { ...opts, layout: "native" }), d);
+    const complete = async (model: string) => {
+      const server = await startLlamaServer({ model });
+      try {
+        return (await serverCompletion(server, { prompt: "Hello" })).tokens;
+      } finally {
+        await server.stop();
+      }
+    };
+    const tokens = await complete(translated);
+    expect(tokens).toHaveLength(4);
+    expect(tokens).toEqual(await complete(native.text));
+  });
 });

@@ -1,5 +1,8 @@
+import { join } from "node:path";
 import { GgmlType } from "@compat/gguf";
-import { describe, expect, it } from "vitest";
+import { translate } from "@compat/handlers";
+import { generateFixture, killAllSpawned, serverCompletion, startLlamaServer, writeFixture } from "@compat/testkit";
+import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../helpers";
 import { NO_DIFFERENCES, proveHandler } from "../proof";
 
@@ -80,4 +83,42 @@ describe("nemotron_h_omni handler (Nemotron-H with RADIO vision / Parakeet audio
       expect(nativeLoad.ok ? nativeLoad.tokens : nativeLoad.error).toEqual(p.load.ok ? p.load.tokens : []);
     },
   );
+});
+
+describe("nemotron_h_omni in llama-server (upstream llama.cpp from LLAMA_BIN)", () => {
+  afterAll(() => killAllSpawned());
+
+  async function promptTokens(model: string): Promise<number[]> {
+    const server = await startLlamaServer({ model });
+    try {
+      const res = await fetch(`${server.url}/tokenize`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ content: "Hello", add_special: true }),
+      });
+      expect(res.status).toBe(200);
+      const tokens = ((await res.json()) as { tokens: number[] }).tokens;
+      // and it serves a completion
+      expect((await serverCompletion(server, { prompt: "Hello" })).tokens).toHaveLength(4);
+      return tokens;
+    } finally {
+      await server.stop();
+    }
+  }
+
+  it("vl: the native twin's prompts start with BOS, the translation's do not (the add_bos_token reference gap)", async () => {
+    const d = await dir();
+    const ollama = await writeFixture(generateFixture("nemotron_h_omni", { seed: 13, variant: "vl", layout: "ollama" }), d);
+    const view = await translate(ollama.text);
+    const translated = join(d, "nemotron_h_omni-vl-server.gguf");
+    await view!.writeTo(translated);
+    await view!.close();
+    const native = await writeFixture(generateFixture("nemotron_h_omni", { seed: 13, variant: "vl", layout: "native" }), d);
+    const bos = 1; // <s>
+    const nativeTokens = await promptTokens(native.text);
+    const translatedTokens = await promptTokens(translated);
+    expect(nativeTokens[0]).toBe(bos);
+    expect(translatedTokens[0]).not.toBe(bos);
+    expect(translatedTokens).toEqual(nativeTokens.slice(1));
+  });
 });
