@@ -1,3 +1,4 @@
+import { deepseekocr } from "./archs/deepseekocr";
 import { embeddinggemma } from "./archs/embeddinggemma";
 import { gemma3 } from "./archs/gemma3";
 import { gemma3n } from "./archs/gemma3n";
@@ -11,6 +12,7 @@ import { llama3 } from "./archs/llama3";
 import { llama4 } from "./archs/llama4";
 import { mistral3 } from "./archs/mistral3";
 import { nemotronHMoe } from "./archs/nemotron-h-moe";
+import { nemotronHOmni } from "./archs/nemotron-h-omni";
 import { olmo3 } from "./archs/olmo3";
 import { qwen35 } from "./archs/qwen35";
 import { qwen35moe } from "./archs/qwen35moe";
@@ -26,7 +28,6 @@ import type { Handler } from "./handler";
  * Each is gated on the architecture as earlier handlers left it, so an arch-renaming
  * handler (embeddinggemma, gptoss, olmo3, qwen25vl, glm4moelite, deepseekocr,
  * nemotron_h_omni) must stand before anything that gates on its new name.
- * Handlers not yet ported are listed as comments in their place.
  */
 export const textHandlers: readonly Handler[] = Object.freeze([
   embeddinggemma, //  gemma3 -> gemma-embedding; must precede gemma3
@@ -46,8 +47,8 @@ export const textHandlers: readonly Handler[] = Object.freeze([
   qwen3vl,
   qwen3vlmoe,
   glm4moelite, // glm4moelite -> deepseek2
-  // deepseekocr  (deepseekocr -> deepseek2-ocr)
-  // nemotron_h_omni  (-> nemotron_h_moe | nemotron_h)
+  deepseekocr, // deepseekocr -> deepseek2-ocr
+  nemotronHOmni, // nemotron_h_omni -> nemotron_h_moe | nemotron_h; must precede nemotronHMoe
   nemotronHMoe,
   llama3, // llama
   llama4,

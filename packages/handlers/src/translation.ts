@@ -164,6 +164,16 @@ export class Translation {
     if (max !== 0) this.draft.setU32(key, max);
   }
 
+  /** copyKvPrefix, leaving out keys whose part after oldPrefix starts with one of `except`. */
+  copyKvPrefixExcept(oldPrefix: string, newPrefix: string, except: readonly string[]): void {
+    for (const key of [...this.draft.keys()]) {
+      if (!key.startsWith(oldPrefix)) continue;
+      const rest = key.slice(oldPrefix.length);
+      if (except.some((p) => rest.startsWith(p))) continue;
+      this.copyKv(key, newPrefix + rest);
+    }
+  }
+
   // ---- tensors ---------------------------------------------------------------------------
 
   tensor(name: string): GgufTensor | undefined {
