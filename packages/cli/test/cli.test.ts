@@ -154,6 +154,9 @@ describe("ollama-compat detect and inspect", () => {
     expect(hit.stdout).toMatch(/llama3-metadata \(markers: .*<\|eot_id\|>/);
     const miss = await cli(["detect", nativePath]);
     expect(miss.stdout).toMatch(/nothing to do/);
+    const vision = await cli(["detect", visionPath]);
+    expect(vision.stdout).toMatch(/: gemma3 \(markers: /);
+    expect(vision.stdout).toMatch(/: mmproj gemma3-clip \(markers: embedded vision tensors v\.\*/);
   });
 
   it("inspect lists KVs with GGUF types and tensors with dtype and shape", async () => {
