@@ -18,9 +18,12 @@ function buildProgram(io: CliIo): Command {
 
   program
     .command("translate")
-    .description("write the llama.cpp-loadable text GGUF for an Ollama GGUF (the source is never modified)")
+    .description(
+      "write the llama.cpp-loadable text GGUF for an Ollama GGUF, and its vision/audio projector as an mmproj GGUF when it embeds one (the source is never modified)",
+    )
     .argument("<in>", "the Ollama GGUF (a blob or a .gguf file)")
     .option("-o, --output <out>", "where to write the translated GGUF (atomically)")
+    .option("--mmproj <file>", "where to write the projector (default: mmproj-<name of OUT> beside OUT)")
     .option("--dry-run", "print what would change, write nothing")
     .option("--json", "print machine-readable output")
     .action((file: string, opts) => translateCommand(file, opts, io));

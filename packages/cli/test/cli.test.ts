@@ -33,11 +33,13 @@ function cli(args: string[], env: Record<string, string> = {}): Promise<Run> {
 let dir: string;
 let ollamaPath: string;
 let nativePath: string;
+let visionPath: string;
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "compat-cli-"));
   ollamaPath = (await writeFixture(generateFixture("llama", { seed: 3, layout: "ollama", variant: "llama3-metadata-gap" }), dir)).text;
   nativePath = (await writeFixture(generateFixture("llama", { seed: 3, layout: "native" }), dir)).text;
+  visionPath = (await writeFixture(generateFixture("gemma3", { seed: 3, layout: "ollama", variant: "4b-vision" }), dir)).text;
 });
 afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
@@ -90,6 +92,61 @@ describe("ollama-compat translate", () => {
   });
 });
 
+describe("ollama-compat translate on a monolithic vision blob", () => {
+  const inspect = async (path: string) => JSON.parse((await cli(["inspect", path, "--json"])).stdout);
+  const arch = (j: { metadata: { key: string; value: unknown }[] }) => j.metadata.find((kv) => kv.key === "general.architecture")?.value;
+
+  it("without --mmproj: writes mmproj-<OUT> beside OUT and says so on stderr", async () => {
+    const out = join(dir, "vision.gguf");
+    const r = await cli(["translate", visionPath, "-o", out]);
+    expect(r.code).toBe(0);
+    const mmproj = join(dir, "mmproj-vision.gguf");
+    expect(r.stderr).toContain(mmproj);
+    expect(r.stderr).toMatch(/projector/);
+    expect(r.stdout).toMatch(/gemma3-clip/);
+    expect(arch(await inspect(out))).toBe("gemma3");
+    const proj = await inspect(mmproj);
+    expect(arch(proj)).toBe("clip");
+    expect(proj.tensors.every((t: { name: string }) => t.name.startsWith("v.") || t.name.startsWith("mm."))).toBe(true);
+  });
+
+  it("--mmproj PATH writes the projector there, quietly", async () => {
+    const out = join(dir, "vision2.gguf");
+    const mmproj = join(dir, "proj.gguf");
+    const r = await cli(["translate", visionPath, "-o", out, "--mmproj", mmproj, "--json"]);
+    expect(r.code).toBe(0);
+    expect(r.stderr).toBe("");
+    const json = JSON.parse(r.stdout);
+    expect(json.output).toBe(out);
+    expect(json.mmproj.output).toBe(mmproj);
+    expect(json.mmproj.report.handlers[0].name).toBe("gemma3-clip");
+    expect(existsSync(join(dir, "mmproj-vision2.gguf"))).toBe(false);
+    expect(arch(await inspect(mmproj))).toBe("clip");
+  });
+
+  it("--dry-run reports both views and writes neither", async () => {
+    const out = join(dir, "vision-dry.gguf");
+    const r = await cli(["translate", visionPath, "-o", out, "--dry-run"]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/handlers: gemma3 /);
+    expect(r.stdout).toMatch(/mmproj \(.*mmproj-vision-dry\.gguf\):\n  handlers: gemma3-clip/);
+    expect(existsSync(out)).toBe(false);
+    expect(existsSync(join(dir, "mmproj-vision-dry.gguf"))).toBe(false);
+    const json = JSON.parse((await cli(["translate", visionPath, "--dry-run", "--json"])).stdout);
+    expect(json.report.handlers[0].name).toBe("gemma3");
+    expect(json.mmproj.report.arch).toEqual({ from: "gemma3", to: "clip" });
+    expect(json.mmproj.size).toBeGreaterThan(0);
+  });
+
+  it("a text-only blob has no projector: --mmproj writes nothing and says so", async () => {
+    const mmproj = join(dir, "none-mmproj.gguf");
+    const r = await cli(["translate", ollamaPath, "-o", join(dir, "text-only.gguf"), "--mmproj", mmproj]);
+    expect(r.code).toBe(0);
+    expect(r.stderr).toMatch(/no vision\/audio projector/);
+    expect(existsSync(mmproj)).toBe(false);
+  });
+});
+
 describe("ollama-compat detect and inspect", () => {
   it("detect names the handler and its markers, or says there is nothing to do", async () => {
     const hit = await cli(["detect", ollamaPath]);
@@ -97,6 +154,9 @@ describe("ollama-compat detect and inspect", () => {
     expect(hit.stdout).toMatch(/llama3-metadata \(markers: .*<\|eot_id\|>/);
     const miss = await cli(["detect", nativePath]);
     expect(miss.stdout).toMatch(/nothing to do/);
+    const vision = await cli(["detect", visionPath]);
+    expect(vision.stdout).toMatch(/: gemma3 \(markers: /);
+    expect(vision.stdout).toMatch(/: mmproj gemma3-clip \(markers: embedded vision tensors v\.\*/);
   });
 
   it("inspect lists KVs with GGUF types and tensors with dtype and shape", async () => {

@@ -1,1 +1,3 @@
-export {};
+export { clipView, clipViewModel, clipArchitectures, hasClipHandler, type ClipViewOptions } from "./view";
+export { clipHandlers } from "./registry";
+export { MMPROJ_TENSOR_PREFIXES, MMPROJ_KEY_PREFIXES } from "./tower";

@@ -1,4 +1,5 @@
-import { GgufKeys, GgufValueType, tensorByteSize, type GgufModel, type GgufTensor, type GgufValue, type TensorData } from "@compat/gguf";
+import { GgmlType, GgufKeys, GgufValueType, tensorByteSize, type GgufModel, type GgufTensor, type GgufValue, type TensorData } from "@compat/gguf";
+import { permuteQK, split, toF32 } from "@compat/tensor-ops";
 import { TranslationError } from "./errors";
 
 /** A tensor's bytes as an op sees them, with the type and shape they had when captured. */
@@ -52,6 +53,8 @@ export class Translation {
   /** Handler currently applying, for error messages. */
   handler: string | undefined;
   private readonly hidden: string[] = [];
+  private keptTensorPrefixes: readonly string[] | undefined;
+  private keptKeyPrefixes: readonly string[] | undefined;
   private readonly dropped: string[] = [];
   private readonly ops: OpRecord[] = [];
 
@@ -174,6 +177,14 @@ export class Translation {
     }
   }
 
+  /**
+   * When the translation finishes, drops every key that starts with none of `prefixes`
+   * (e.g. a clip view keeps only general.* and clip.*). Deferred, so keys set later count.
+   */
+  keepKeysOnly(prefixes: readonly string[]): void {
+    this.keptKeyPrefixes = prefixes.slice();
+  }
+
   // ---- tensors ---------------------------------------------------------------------------
 
   tensor(name: string): GgufTensor | undefined {
@@ -291,13 +302,76 @@ export class Translation {
     this.ops.push({ tensor: dest, label, inputs: spec.inputs.slice() });
   }
 
+  /**
+   * The complement of hide: when the translation finishes, every tensor whose final name
+   * starts with none of `prefixes` is hidden (a clip view keeps only its tower: v., mm., a.).
+   */
+  keepOnly(prefixes: readonly string[]): void {
+    this.keptTensorPrefixes = prefixes.slice();
+  }
+
+  /** Stores an F16 tensor as F32 (an op); tensors of any other type are left alone, as in the reference. */
+  promoteF16ToF32(name: string): void {
+    const t = this.draft.findTensor(name);
+    if (t?.type !== GgmlType.F16) return;
+    const n = elementCount(t.shape);
+    this.op(name, {
+      label: "F16->F32 promote",
+      inputs: [name],
+      type: GgmlType.F32,
+      shape: t.shape,
+      compute: ([x]) => bytesOf(toF32(GgmlType.F16, x!.bytes, n)),
+    });
+  }
+
+  /**
+   * Reorders the output rows of a Q or K projection from Hugging Face's rotate-half order
+   * to the interleaved pairs llama.cpp's RoPE expects (convert_hf_to_gguf's LLaMA permute),
+   * `nHead` heads of ne[1]/nHead rows each. Whole rows move, so any dtype works.
+   */
+  permuteQKRows(name: string, nHead: number): void {
+    const t = this.draft.findTensor(name);
+    if (t === undefined) return;
+    const rows = t.shape[t.shape.length - 1] ?? 0;
+    if (!Number.isInteger(nHead) || nHead <= 0 || rows % (2 * nHead) !== 0) {
+      throw new TranslationError("QK_HEADS", `"${name}" has ${rows} rows, which do not split into ${nHead} heads of two halves`, this.ctx(name));
+    }
+    this.op(name, {
+      label: `Q/K RoPE permute (${nHead} heads)`,
+      inputs: [name],
+      compute: ([x]) => permuteQK({ data: x!.bytes, shape: x!.shape }, x!.type, nHead).data,
+    });
+  }
+
+  /**
+   * Creates `dest`, a 1-D F32 tensor holding row `row` of the 2-D tensor `source` (e.g. one
+   * token's embedding). Silent when `source` is missing or has no such row.
+   */
+  rowAsF32Tensor(dest: string, source: string, row: number): void {
+    const t = this.draft.findTensor(source);
+    const rows = t?.shape[1];
+    if (t === undefined || t.shape.length !== 2 || rows === undefined || !Number.isInteger(row) || row < 0 || row >= rows) return;
+    const width = t.shape[0]!;
+    this.op(dest, {
+      label: `row ${row} of ${source} as F32`,
+      inputs: [source],
+      type: GgmlType.F32,
+      shape: [width],
+      compute: ([x]) => {
+        const picked = split({ data: x!.bytes, shape: x!.shape }, x!.type, 1, [row, 1, rows - row - 1])[1]!;
+        return bytesOf(toF32(x!.type, picked.data, width));
+      },
+    });
+  }
+
   // ---- finishing -------------------------------------------------------------------------
 
-  /** Applies hides and range truncation; returns what the report needs. */
+  /** Applies hides, keepOnly/keepKeysOnly and range truncation; returns what the report needs. */
   finish(): { hidden: string[]; dropped: string[]; ops: OpRecord[] } {
     const hiddenNames: string[] = [];
+    const kept = this.keptTensorPrefixes;
     this.draft.tensors = this.draft.tensors.filter((t) => {
-      const hide = this.hidden.some((p) => t.name.startsWith(p));
+      const hide = this.hidden.some((p) => t.name.startsWith(p)) || (kept !== undefined && !kept.some((p) => t.name.startsWith(p)));
       if (hide) hiddenNames.push(t.name);
       return !hide;
     });
@@ -315,6 +389,8 @@ export class Translation {
       // a shrunk tensor keeps the first bytes of its data (e.g. the first rows after a reshape)
       if (want < have) t.data = t.data.kind === "range" ? { ...t.data, length: want } : { kind: "bytes", bytes: t.data.bytes.subarray(0, want) };
     }
+    const keys = this.keptKeyPrefixes;
+    if (keys !== undefined) for (const key of this.draft.keys()) if (!keys.some((p) => key.startsWith(p))) this.draft.delete(key);
     const opNames = new Set(this.draft.tensors.map((t) => t.name));
     return { hidden: hiddenNames, dropped: this.dropped.slice(), ops: this.ops.filter((o) => opNames.has(o.tensor)) };
   }
@@ -322,4 +398,13 @@ export class Translation {
   private ctx(tensor: string): { handler?: string; tensor: string } {
     return this.handler !== undefined ? { handler: this.handler, tensor } : { tensor };
   }
+}
+
+function elementCount(shape: readonly number[]): number {
+  return shape.reduce((a, b) => a * b, 1);
+}
+
+/** The bytes of a Float32Array (a view, no copy). */
+function bytesOf(a: Float32Array): Uint8Array {
+  return new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 }

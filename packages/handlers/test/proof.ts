@@ -131,7 +131,7 @@ export async function expectMtmdEncodesImage(
 export const NO_DIFFERENCES: TwinDifferences = { kv: [], missingTensors: [], extraTensors: [], layout: [], data: [] };
 
 /** read(offset, length) over a spread of ranges (header, boundaries, tensor data) equals the file. */
-async function expectReadMatchesFile(view: TranslatedView, path: string): Promise<void> {
+export async function expectReadMatchesFile(view: TranslatedView, path: string): Promise<void> {
   const file = new Uint8Array(await readFile(path));
   expect(view.size).toBe(file.length);
   const { dataOffset, tensorOffsets } = view.layout;

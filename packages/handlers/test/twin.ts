@@ -26,6 +26,12 @@ export interface TwinOptions {
   prefixOk?: readonly string[];
   /** Tensors whose dtype or shape may differ as long as the values agree element for element. */
   layoutMayDiffer?: readonly string[];
+  /**
+   * Tensors the Ollama file holds only at a lower precision than the native one (e.g. F16
+   * where llama.cpp's converter keeps F32): compared with the native values rounded
+   * through the given ggml type. Type and shape must still match.
+   */
+  roundedThrough?: Readonly<Record<string, number>>;
 }
 
 /**
@@ -68,6 +74,8 @@ export async function compareWithNative(translated: GgufModel, native: GgufModel
     let b = toF32(n.type, await readTensorBytes(n.data), count(n.shape)).subarray(0, a.length);
     // a dtype difference is allowed here: compare with the native values stored as the translation's dtype
     if (t.type !== n.type) b = toF32(t.type, fromF32(t.type, b), b.length);
+    const via = opts.roundedThrough?.[n.name];
+    if (via !== undefined) b = toF32(via, fromF32(via, b), b.length);
     if (!sameFloats(a, b)) data.push(n.name);
   }
   return { kv, missingTensors, extraTensors, layout, data };

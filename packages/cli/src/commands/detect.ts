@@ -1,5 +1,6 @@
 import { readGguf } from "@compat/gguf";
 import { compatEnabled, detectHandlers } from "@compat/handlers";
+import { clipViewModel } from "@compat/clip";
 import type { CliIo } from "../io";
 
 export async function detectCommand(file: string, opts: { json?: boolean }, io: CliIo): Promise<void> {
@@ -7,14 +8,17 @@ export async function detectCommand(file: string, opts: { json?: boolean }, io: 
   try {
     const enabled = compatEnabled(io.env);
     const handlers = detectHandlers(model, { env: io.env });
+    // the clip side: which handler would write this file's mmproj
+    const clipHandlers = clipViewModel(model, { env: io.env })?.report.handlers.map((h) => ({ name: h.name, markers: h.markers })) ?? [];
     if (opts.json) {
-      io.out(JSON.stringify({ file, compatEnabled: enabled, handlers }, null, 2) + "\n");
+      io.out(JSON.stringify({ file, compatEnabled: enabled, handlers, clipHandlers }, null, 2) + "\n");
     } else if (!enabled) {
       io.out(`${file}: nothing to do (OLLAMA_LLAMA_CPP_COMPAT=0 disables translation)\n`);
-    } else if (handlers.length === 0) {
+    } else if (handlers.length === 0 && clipHandlers.length === 0) {
       io.out(`${file}: nothing to do (llama.cpp can load it as it is, or no handler knows it)\n`);
     } else {
       for (const h of handlers) io.out(`${file}: ${h.name} (markers: ${h.markers.join("; ")})\n`);
+      for (const h of clipHandlers) io.out(`${file}: mmproj ${h.name} (markers: ${h.markers.join("; ")})\n`);
     }
   } finally {
     await model.close();

@@ -1,36 +1,111 @@
-import { resolve } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 import { readGguf } from "@compat/gguf";
-import { formatReport, translateModel } from "@compat/handlers";
+import { formatReport, translateModel, type TranslatedView } from "@compat/handlers";
+import { clipViewModel } from "@compat/clip";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
 
 export interface TranslateFlags {
   output?: string;
+  mmproj?: string;
   dryRun?: boolean;
   json?: boolean;
 }
 
+/**
+ * Where the projector goes when --mmproj is not given: `mmproj-<name of OUT>` beside it,
+ * the prefix llama.cpp's tools (llama-server's --models-dir, LM Studio) look for.
+ */
+export function defaultMmprojPath(output: string): string {
+  return join(dirname(output), `mmproj-${basename(output)}`);
+}
+
 export async function translateCommand(file: string, opts: TranslateFlags, io: CliIo): Promise<void> {
   if (!opts.dryRun && opts.output === undefined) throw new CliError("usage", "translate needs -o OUT.gguf (or --dry-run)");
-  if (opts.output !== undefined && resolve(opts.output) === resolve(file)) {
-    throw new CliError("usage", "the output must not be the input: the source file is never modified");
+  for (const [flag, path] of [["-o", opts.output], ["--mmproj", opts.mmproj]] as const) {
+    if (path !== undefined && resolve(path) === resolve(file)) {
+      throw new CliError("usage", `${flag}: the output must not be the input: the source file is never modified`);
+    }
+  }
+  if (opts.output !== undefined && opts.mmproj !== undefined && resolve(opts.output) === resolve(opts.mmproj)) {
+    throw new CliError("usage", "-o and --mmproj must be different files");
   }
   const model = await readGguf(file);
   try {
-    const view = translateModel(model, { env: io.env });
-    if (view === null) {
-      if (opts.json) io.out(JSON.stringify({ file, translated: false }, null, 2) + "\n");
+    const text = translateModel(model, { env: io.env });
+    const clip = clipViewModel(model, { env: io.env });
+    if (text === null && clip === null) {
+      if (opts.json) io.out(JSON.stringify({ file, translated: false, mmproj: null }, null, 2) + "\n");
       else io.out(`${file}: nothing to do, no output written\n`);
+      if (opts.mmproj !== undefined) io.err(`ollama-compat: ${file} has no vision/audio projector to translate; nothing written to ${opts.mmproj}\n`);
       return;
     }
+    // A separate projector blob (old LLaVA) has no text side: its translation is the one output.
+    const standaloneProjector = text === null;
+    const mmprojOut = standaloneProjector ? (opts.mmproj ?? opts.output) : opts.mmproj ?? (opts.output !== undefined ? defaultMmprojPath(opts.output) : undefined);
+    if (mmprojOut !== undefined && resolve(mmprojOut) === resolve(file)) {
+      throw new CliError("usage", `the projector would be written over the input (${mmprojOut}); choose another path with --mmproj`);
+    }
+
     if (opts.dryRun) {
-      io.out(opts.json ? JSON.stringify({ file, translated: true, size: view.size, report: view.report }, null, 2) + "\n" : formatReport(view.report) + "\n");
+      if (opts.json) io.out(JSON.stringify({ file, ...describeText(text), mmproj: describeClip(clip, mmprojOut) }, null, 2) + "\n");
+      else {
+        if (text !== null) io.out(formatReport(text.report) + "\n");
+        if (clip !== null) io.out(`mmproj${mmprojOut !== undefined ? ` (${mmprojOut})` : ""}:\n${indent(formatReport(clip.report))}\n`);
+      }
       return;
     }
-    await view.writeTo(opts.output!);
-    if (opts.json) io.out(JSON.stringify({ file, translated: true, output: opts.output, size: view.size, report: view.report }, null, 2) + "\n");
-    else io.out(`${file} -> ${opts.output} (${view.report.handlers.map((h) => h.name).join(", ")}; ${view.size.toLocaleString("en-US")} bytes)\n`);
+
+    if (text !== null) await text.writeTo(opts.output!);
+    if (clip !== null) {
+      await clip.writeTo(mmprojOut!);
+      // Vision must never disappear quietly: say where the projector went when nobody asked.
+      if (opts.mmproj === undefined && !standaloneProjector) {
+        io.err(`ollama-compat: ${file} embeds a vision/audio projector; wrote it to ${mmprojOut} (pass it to llama.cpp as --mmproj, or choose the path with --mmproj)\n`);
+      }
+    } else if (opts.mmproj !== undefined) {
+      io.err(`ollama-compat: ${file} has no vision/audio projector to translate; nothing written to ${opts.mmproj}\n`);
+    }
+
+    if (opts.json) {
+      io.out(
+        JSON.stringify(
+          {
+            file,
+            ...describeText(text, opts.output),
+            mmproj: describeClip(clip, mmprojOut),
+          },
+          null,
+          2,
+        ) + "\n",
+      );
+    } else {
+      if (text !== null) io.out(`${file} -> ${opts.output} (${summary(text)})\n`);
+      if (clip !== null) io.out(`${file} -> ${mmprojOut} (${summary(clip)})\n`);
+    }
   } finally {
     await model.close();
   }
+}
+
+function summary(view: TranslatedView): string {
+  return `${view.report.handlers.map((h) => h.name).join(", ")}; ${view.size.toLocaleString("en-US")} bytes`;
+}
+
+/** The text side, in the shape `--json` has always printed (translated, output, size, report). */
+function describeText(view: TranslatedView | null, output?: string): Record<string, unknown> {
+  if (view === null) return { translated: false };
+  return { translated: true, ...(output !== undefined ? { output } : {}), size: view.size, report: view.report };
+}
+
+function describeClip(view: TranslatedView | null, output: string | undefined): Record<string, unknown> | null {
+  if (view === null) return null;
+  return { ...(output !== undefined ? { output } : {}), size: view.size, report: view.report };
+}
+
+function indent(text: string): string {
+  return text
+    .split("\n")
+    .map((l) => `  ${l}`)
+    .join("\n");
 }

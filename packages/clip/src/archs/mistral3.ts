@@ -1,0 +1,102 @@
+import { GgmlType, GgufValueType } from "@compat/gguf";
+import { detect, type Handler, type Translation } from "@compat/handlers";
+import { zeros } from "@compat/tensor-ops";
+import { asMmproj, embeddedVision } from "../tower";
+
+/** Ollama's Pixtral names, mapped to clip.cpp's (substring, first occurrence, in this order). */
+const RENAMES: ReadonlyArray<readonly [string, string]> = [
+  ["v.patch_conv", "v.patch_embd"],
+  ["v.encoder_norm", "v.pre_ln"],
+  [".attn_output", ".attn_out"],
+  [".attn_norm", ".ln1"],
+  [".ffn_norm", ".ln2"],
+  ["mm.linear_1", "mm.1"],
+  ["mm.linear_2", "mm.2"],
+  ["mm.patch_merger.merging_layer", "mm.patch_merger"],
+  ["mm.norm", "mm.input_norm"],
+];
+
+/** CLIP's normalization, as Pixtral's preprocessor_config.json gives it (and llama.cpp's mmproj stores it). */
+const PIXTRAL_MEAN = [0.48145466, 0.4578275, 0.40821073];
+const PIXTRAL_STD = [0.26862954, 0.26130258, 0.27577711];
+
+const IMG_BREAK = "v.token_embd.img_break";
+
+/**
+ * Mistral Small 3.x: the Pixtral tower and patch-merger projector inline. Ollama's writer
+ * RoPE-permuted the text Q/K but left the vision Q/K in Hugging Face order.
+ */
+export const mistral3Clip: Handler = {
+  name: "mistral3-clip",
+  arch: "mistral3",
+  detect: embeddedVision,
+  apply(t) {
+    t.copyKv("mistral3.vision.block_count", "clip.vision.block_count");
+    t.copyKv("mistral3.vision.embedding_length", "clip.vision.embedding_length");
+    t.copyKv("mistral3.vision.feed_forward_length", "clip.vision.feed_forward_length");
+    t.copyKv("mistral3.vision.attention.head_count", "clip.vision.attention.head_count");
+    t.copyKv("mistral3.vision.image_size", "clip.vision.image_size");
+    t.copyKv("mistral3.vision.patch_size", "clip.vision.patch_size");
+    t.copyKv("mistral3.vision.num_channels", "clip.vision.num_channels");
+    t.copyKv("mistral3.spatial_merge_size", "clip.vision.spatial_merge_size");
+    // not read by clip.cpp (Pixtral's vision RoPE theta is fixed there), kept for completeness
+    t.copyKv("mistral3.vision.rope.freq_base", "clip.rope.freq_base");
+    t.copyKv("mistral3.embedding_length", "clip.vision.projection_dim");
+    t.injectF32("clip.vision.attention.layer_norm_epsilon", 1e-5);
+    t.injectF32Array("clip.vision.image_mean", PIXTRAL_MEAN);
+    t.injectF32Array("clip.vision.image_std", PIXTRAL_STD);
+    t.injectBool("clip.has_vision_encoder", true);
+    t.injectBool("clip.use_silu", true);
+    t.setString("clip.projector_type", "pixtral");
+
+    addImageBreak(t);
+
+    const nHead = detect.u32Kv(t.draft, "mistral3.vision.attention.head_count");
+    const nBlock = detect.u32Kv(t.draft, "mistral3.vision.block_count");
+    if (nHead !== undefined && nBlock !== undefined) {
+      // The reference permutes F16 Q/K only and leaves other types in the wrong order;
+      // whole rows move here, so a quantized Q/K gets the same permutation.
+      for (let b = 0; b < nBlock; b++) {
+        t.permuteQKRows(`v.blk.${b}.attn_q.weight`, nHead);
+        t.permuteQKRows(`v.blk.${b}.attn_k.weight`, nHead);
+      }
+    }
+
+    for (const [from, to] of RENAMES) t.renameTensorsContaining(from, to);
+    // No F16->F32 promote of v.patch_embd.weight (the reference does one): llama.cpp's own
+    // converter writes it F16 for f16 output and current clip.cpp runs it as it is.
+    asMmproj(t);
+  },
+};
+
+/**
+ * clip.cpp requires the [IMG_BREAK] token's embedding, which llama.cpp's converter copies
+ * out of the text embedding matrix. Ollama's file still has that matrix, so take the row;
+ * the reference writes zeros instead (a row break that adds nothing), which stays the
+ * fallback when the vocabulary has no [IMG_BREAK].
+ */
+function addImageBreak(t: Translation): void {
+  const embd = t.tensor("token_embd.weight");
+  const width = detect.u32Kv(t.draft, "mistral3.embedding_length") ?? embd?.shape[0];
+  if (width === undefined || width === 0) return;
+  const id = tokenId(t, "[IMG_BREAK]");
+  if (embd !== undefined && id !== undefined) {
+    t.rowAsF32Tensor(IMG_BREAK, "token_embd.weight", id);
+    if (t.hasTensor(IMG_BREAK)) return;
+  }
+  t.op(IMG_BREAK, {
+    label: "zero-fill (no [IMG_BREAK] row to copy)",
+    inputs: [],
+    type: GgmlType.F32,
+    shape: [width],
+    compute: () => zeros([width], GgmlType.F32).data,
+  });
+}
+
+function tokenId(t: Translation, text: string): number | undefined {
+  if (t.draft.get("tokenizer.ggml.tokens")?.type !== GgufValueType.ARRAY) return undefined;
+  const tokens = t.draft.getArray("tokenizer.ggml.tokens");
+  if (tokens.itemType !== GgufValueType.STRING) return undefined;
+  for (let i = 0; i < tokens.length; i++) if (tokens.at(i) === text) return i;
+  return undefined;
+}

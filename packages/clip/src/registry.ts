@@ -1,0 +1,19 @@
+import type { Handler } from "@compat/handlers";
+import { gemma3Clip } from "./archs/gemma3";
+import { llama4Clip } from "./archs/llama4";
+import { llavaProjectorDefault } from "./archs/llava";
+import { mistral3Clip } from "./archs/mistral3";
+
+/**
+ * Clip-side handlers in the reference's clip dispatch order (Ollama's
+ * translate_clip_metadata). The LLaVA default comes first and is the only one gated on
+ * `clip`; every other handler is gated on a text architecture and ends by renaming it
+ * to `clip`, so at most one of them runs per file (the reference's "first match wins").
+ * Adding an architecture: packages/clip/src/archs/<arch>.ts plus one line here.
+ */
+export const clipHandlers: readonly Handler[] = Object.freeze([
+  llavaProjectorDefault,
+  gemma3Clip,
+  mistral3Clip,
+  llama4Clip,
+]);

@@ -1,0 +1,82 @@
+import { createHash } from "node:crypto";
+import { readFile, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { readGguf, type GgufModel } from "@compat/gguf";
+import { translate, type TranslatedView } from "@compat/handlers";
+import { clipView } from "@compat/clip";
+import { fixtureBaseName, generateFixture, runMtmdCli, writeFixture, type FixtureOptions, type GeneratedFixture } from "@compat/testkit";
+import { expect } from "vitest";
+import { expectReadMatchesFile } from "../../handlers/test/proof";
+import { compareWithNative, type TwinDifferences, type TwinOptions } from "../../handlers/test/twin";
+
+export interface ClipProof {
+  /** Our clip view of the Ollama fixture, and the file it was written to. */
+  view: TranslatedView;
+  /** The Ollama fixture on disk (never modified). */
+  ollamaPath: string;
+  mmprojPath: string;
+  /** Our text translation of the same fixture, written next to it. */
+  textPath: string;
+  mmproj: GgufModel;
+  native: GeneratedFixture;
+  /** Our mmproj against the native twin's (keys clip.cpp reads, tensor names/types/shapes, values as F32). */
+  diff: TwinDifferences;
+  sourceDigest: { before: string; after: string };
+}
+
+const sha256 = async (path: string) => createHash("sha256").update(await readFile(path)).digest("hex");
+
+/**
+ * The proof every clip handler gets: the Ollama fixture's clip view, written as
+ * `mmproj-<base>.gguf` beside the text translation, compared with the mmproj llama.cpp's
+ * converter writes for the same weights. Also checks what must hold of any clip view:
+ * the source is unchanged, read() serves the bytes written, and neither side (text or
+ * clip) translates our mmproj again. `mmproj` stays open for the caller to read.
+ */
+export async function proveClip(dir: string, arch: string, opts: Omit<FixtureOptions, "layout"> & { twin?: TwinOptions }): Promise<ClipProof> {
+  const { twin, ...fixtureOpts } = opts;
+  const fixture = generateFixture(arch, { ...fixtureOpts, layout: "ollama" });
+  const ollama = await writeFixture(fixture, dir);
+  const before = await sha256(ollama.text);
+  const base = fixtureBaseName(fixture.meta);
+
+  const view = await clipView(ollama.text);
+  if (view === null) throw new Error(`no clip handler claimed the ${arch} ollama fixture`);
+  const mmprojPath = join(dir, `mmproj-${base}-translated.gguf`);
+  await view.writeTo(mmprojPath);
+  await expectReadMatchesFile(view, mmprojPath);
+
+  const text = await translate(ollama.text);
+  if (text === null) throw new Error(`no text handler claimed the ${arch} ollama fixture`);
+  const textPath = join(dir, `${base}-translated.gguf`);
+  await text.writeTo(textPath);
+  await text.close();
+
+  expect(await clipView(mmprojPath), "the clip view of our mmproj must be a no-op").toBeNull();
+  expect(await translate(mmprojPath), "the text side must leave our mmproj alone").toBeNull();
+
+  const native = generateFixture(arch, { ...fixtureOpts, layout: "native" });
+  if (native.mmproj === undefined) throw new Error(`${arch} native fixture has no mmproj twin`);
+  const mmproj = await readGguf(mmprojPath);
+  const diff = await compareWithNative(mmproj, native.mmproj, twin);
+  await view.close();
+  return { view, ollamaPath: ollama.text, mmprojPath, textPath, mmproj, native, diff, sourceDigest: { before, after: await sha256(ollama.text) } };
+}
+
+/** A `side` x `side` binary PPM of one grey `level` (llama.cpp's image loader reads PNM). */
+export async function greyImage(dir: string, side: number, level: number): Promise<string> {
+  const path = join(dir, `grey-${side}-${level}.ppm`);
+  await writeFile(path, Buffer.concat([Buffer.from(`P6\n${side} ${side}\n255\n`), Buffer.alloc(side * side * 3, level)]));
+  return path;
+}
+
+/**
+ * llama-mtmd-cli answers one image prompt with a text GGUF and an mmproj: it must encode
+ * the image and generate. Returns what it generated (stdout), for comparison between pairs.
+ */
+export async function mtmdAnswer(model: string, mmproj: string, image: string, chatTemplate: string): Promise<string> {
+  const run = await runMtmdCli({ model, mmproj, image, prompt: "Describe.", args: ["--chat-template", chatTemplate] });
+  expect(run.ok, run.stderr.slice(-3000)).toBe(true);
+  expect(run.stderr).toMatch(/encoding mtmd batch/);
+  return run.stdout;
+}

@@ -1,0 +1,109 @@
+import { GgmlType, GgufModel, type GgufTensor } from "@compat/gguf";
+import { TranslationError, readTensorBytes, translateModel, type Handler, type Translation } from "@compat/handlers";
+import { f16ToNumber, numberToF16 } from "@compat/tensor-ops";
+import { describe, expect, it } from "vitest";
+import { addF32 } from "./helpers";
+
+/** Runs one ad-hoc handler (gated on "toy") over a model and returns the view. */
+function run(m: GgufModel, apply: (t: Translation) => void) {
+  const h: Handler = { name: "toy", arch: "toy", detect: () => ["toy"], apply };
+  return translateModel(m, { handlers: [h] })!;
+}
+
+function toy(): GgufModel {
+  const m = GgufModel.create();
+  m.setString("general.architecture", "toy");
+  m.setU32("toy.block_count", 1);
+  m.setU32("clip.vision.block_count", 1);
+  return m;
+}
+
+/** An F16 tensor whose element i holds the half nearest to `f(i)`. */
+function addF16(m: GgufModel, name: string, shape: number[], f: (i: number) => number): void {
+  const n = shape.reduce((a, b) => a * b, 1);
+  const halves = new Uint16Array(n);
+  for (let i = 0; i < n; i++) halves[i] = numberToF16(f(i));
+  m.addTensor({ name, type: GgmlType.F16, shape, data: { kind: "bytes", bytes: new Uint8Array(halves.buffer) } });
+}
+
+const f32 = async (t: GgufTensor) => {
+  const b = await readTensorBytes(t.data);
+  return Array.from(new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength)));
+};
+const f16 = async (t: GgufTensor) => {
+  const b = await readTensorBytes(t.data);
+  return Array.from(new Uint16Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength)), f16ToNumber);
+};
+
+describe("verbs for views that keep part of a file (the clip side)", () => {
+  it("keepOnly hides every tensor outside the prefixes, by final name; keepKeysOnly drops keys likewise", () => {
+    const m = toy();
+    addF32(m, "token_embd.weight", [4, 2]);
+    addF32(m, "v.a.weight", [4]);
+    addF32(m, "mm.b.weight", [4]);
+    addF32(m, "s.c.weight", [4]);
+    const view = run(m, (t) => {
+      t.keepOnly(["v.", "mm."]);
+      t.keepKeysOnly(["general.", "clip."]);
+      t.renameTensor("s.c.weight", "v.sam.c.weight"); // renamed after keepOnly: judged by the final name
+      t.setU32("clip.vision.head_count", 2); // set after keepKeysOnly: kept
+    });
+    expect(view.model.tensors.map((t) => t.name)).toEqual(["v.a.weight", "mm.b.weight", "v.sam.c.weight"]);
+    expect(view.report.tensors.hidden).toEqual(["token_embd.weight"]);
+    expect(view.model.keys().sort()).toEqual(["clip.vision.block_count", "clip.vision.head_count", "general.architecture"]);
+    expect(view.report.kv.removed).toEqual(["toy.block_count"]);
+  });
+
+  it("promoteF16ToF32 converts F16 exactly and leaves other types alone", async () => {
+    const m = toy();
+    addF16(m, "v.h", [3, 2], (i) => i * 0.3 - 1);
+    addF32(m, "v.f", [3], 7);
+    const view = run(m, (t) => {
+      t.promoteF16ToF32("v.h");
+      t.promoteF16ToF32("v.f");
+      t.promoteF16ToF32("v.missing");
+    });
+    const h = view.model.findTensor("v.h")!;
+    expect(h.type).toBe(GgmlType.F32);
+    expect(await f32(h)).toEqual(await f16(m.findTensor("v.h")!));
+    expect(view.model.findTensor("v.f")!.type).toBe(GgmlType.F32);
+    expect(view.report.ops.map((o) => o.tensor)).toEqual(["v.h"]);
+  });
+
+  it("permuteQKRows moves rows as convert_hf_to_gguf's LLaMA permute does (checked against the index formula)", async () => {
+    const nHead = 2;
+    const rows = 8;
+    const cols = 3;
+    const m = toy();
+    addF16(m, "v.q", [cols, rows], (i) => i);
+    const view = run(m, (t) => t.permuteQKRows("v.q", nHead));
+    const got = await f16(view.model.findTensor("v.q")!);
+    const hd = rows / nHead;
+    for (let oa = 0; oa < rows; oa++) {
+      const h = Math.floor(oa / hd);
+      const i = Math.floor((oa % hd) / 2);
+      const ob = h * hd + (oa % 2) * (hd / 2) + i;
+      for (let c = 0; c < cols; c++) expect(got[oa * cols + c]).toBe(ob * cols + c);
+    }
+  });
+
+  it("permuteQKRows refuses rows that do not split into heads", () => {
+    const m = toy();
+    addF32(m, "v.q", [2, 6]);
+    expect(() => run(m, (t) => t.permuteQKRows("v.q", 4))).toThrow(TranslationError);
+  });
+
+  it("rowAsF32Tensor copies one row of a matrix as a new F32 tensor; silent on a missing row", async () => {
+    const m = toy();
+    addF16(m, "token_embd.weight", [4, 3], (i) => i + 0.5);
+    const view = run(m, (t) => {
+      t.rowAsF32Tensor("v.row", "token_embd.weight", 1);
+      t.rowAsF32Tensor("v.none", "token_embd.weight", 3);
+    });
+    const row = view.model.findTensor("v.row")!;
+    expect(row.type).toBe(GgmlType.F32);
+    expect(row.shape).toEqual([4]);
+    expect(await f32(row)).toEqual([4.5, 5.5, 6.5, 7.5]);
+    expect(view.model.hasTensor("v.none")).toBe(false);
+  });
+});
