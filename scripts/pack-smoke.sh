@@ -46,4 +46,9 @@ const { parseGguf } = require("@compat/gguf");
 const { translate } = require("@compat/handlers");
 if (typeof parseGguf !== "function" || typeof translate !== "function") throw new Error("CJS entry points missing");
 '
+# the examples, as a user would run them
+cp "$root"/examples/*.mjs "$scratch/app/"
+node read-metadata.mjs "$src" | grep -q "tensors" || { echo "pack-smoke: examples/read-metadata.mjs failed" >&2; exit 1; }
+node translate.mjs "$src" "$scratch/app/example-out.gguf" | grep -q "wrote" || { echo "pack-smoke: examples/translate.mjs failed" >&2; exit 1; }
+
 echo "pack-smoke: ok ($(ls "$scratch/tarballs" | wc -l) tarballs, translate, ESM+CJS, tensor-ops native)"
