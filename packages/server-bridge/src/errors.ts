@@ -5,6 +5,7 @@ export type BridgeErrorCode =
   | "CORRUPT_MANIFEST" // the manifest is not the JSON Ollama writes
   | "MISSING_BLOB" // a layer the manifest names is not in blobs/
   | "NO_MODEL_LAYER" // the manifest has no GGUF model layer (e.g. a safetensors-only model)
+  | "UNSUPPORTED_MODEL" // the model layer is not a GGUF we can read
   | "TRANSLATION_ABORTED" // stopped (signal) while writing a cache entry; nothing was left behind
   | "CACHE_LOCK_TIMEOUT" // another process held the entry's lock for too long
   | "LLAMA_SERVER_NOT_FOUND"

@@ -7,3 +7,6 @@ export { projectorFor, loadClipView, type ProjectorSource } from "./projector";
 export { prepareModel, type PrepareOptions, type PreparedModel } from "./prepare";
 export { modelArgs, DEFAULT_NUM_CTX } from "./args";
 export { builtinTemplateFor } from "./template";
+export { findLlamaTool } from "./locate";
+export { LlamaChild, freePort, checkPortFree, waitHealthy, type ExitInfo, type ChildOptions } from "./child";
+export { startServer, launch, commonArgs, type LaunchOptions, type StartServerOptions, type RunningServer, type SingleServer } from "./server";

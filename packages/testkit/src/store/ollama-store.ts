@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
-import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { createReadStream } from "node:fs";
+import { copyFile, link, mkdir, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 
 /** Layer media types as Ollama writes them (server/images.go). */
@@ -55,8 +56,8 @@ export async function buildOllamaStore(root: string, models: readonly StoreModel
   for (const spec of models) {
     const layers: StoreLayer[] = [];
     const add = async (mediaType: string, data: string | Uint8Array, isPath: boolean) => {
-      const bytes = isPath ? await readFile(data as string) : typeof data === "string" ? Buffer.from(data, "utf8") : data;
-      layers.push(await writeBlob(root, mediaType, bytes));
+      if (isPath) layers.push(await fileBlob(root, mediaType, data as string));
+      else layers.push(await writeBlob(root, mediaType, typeof data === "string" ? Buffer.from(data, "utf8") : data));
     };
     await add(OLLAMA_MEDIA.model, spec.model, typeof spec.model === "string");
     if (spec.projector !== undefined) await add(OLLAMA_MEDIA.projector, spec.projector, typeof spec.projector === "string");
@@ -92,6 +93,17 @@ async function writeBlob(root: string, mediaType: string, bytes: Uint8Array): Pr
   const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
   await writeFile(join(root, "blobs", digest.replace(":", "-")), bytes);
   return { mediaType, digest, size: bytes.length };
+}
+
+/** A file as a blob: hashed as a stream, then hard-linked (sparse files stay sparse), copied if it cannot be. */
+async function fileBlob(root: string, mediaType: string, path: string): Promise<StoreLayer> {
+  const hash = createHash("sha256");
+  for await (const chunk of createReadStream(path, { highWaterMark: 1 << 22 })) hash.update(chunk as Buffer);
+  const digest = `sha256:${hash.digest("hex")}`;
+  const dest = join(root, "blobs", digest.replace(":", "-"));
+  await rm(dest, { force: true });
+  await link(path, dest).catch(() => copyFile(path, dest));
+  return { mediaType, digest, size: (await stat(path)).size };
 }
 
 /** host/namespace/model/tag of a name, with Ollama's defaults. */
