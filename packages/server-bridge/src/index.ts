@@ -10,3 +10,4 @@ export { builtinTemplateFor } from "./template";
 export { findLlamaTool } from "./locate";
 export { LlamaChild, freePort, checkPortFree, waitHealthy, type ExitInfo, type ChildOptions } from "./child";
 export { startServer, launch, commonArgs, type LaunchOptions, type StartServerOptions, type RunningServer, type SingleServer } from "./server";
+export { startRouter, presetSection, llamaCanonicalName, type StartRouterOptions, type RouterServer, type RouterModel } from "./router";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { builtinTemplateFor, modelArgs, type PreparedModel } from "@compat/server-bridge";
+import { builtinTemplateFor, modelArgs, presetSection, type PreparedModel } from "@compat/server-bridge";
 
 function prepared(over: Partial<PreparedModel> = {}, resolved: Partial<PreparedModel["resolved"]> = {}): PreparedModel {
   return {
@@ -43,5 +43,13 @@ describe("llama-server arguments (Ollama's llm/llama_server.go)", () => {
     expect(builtinTemplateFor("<start_of_turn>user\n{{ .Prompt }}<end_of_turn>")).toBe("gemma");
     expect(builtinTemplateFor("<|start_header_id|>user<|end_header_id|>")).toBe("llama3");
     expect(builtinTemplateFor("{{ .Prompt }}")).toBeUndefined();
+  });
+
+  it("a router preset section: INI keys, adapters comma-joined, the Ollama name as alias", () => {
+    const warnings: string[] = [];
+    expect(presetSection("m:Q8_0", prepared()).split("\n")[1]).toBe("model = /cache/m.gguf");
+    const s = presetSection("m:q4", prepared({ embedding: true }, { adapters: ["/a1", "/a2"], params: { stop: ["a", "b"] } }), (w) => warnings.push(w));
+    expect(s).toBe("[m:q4]\nalias = m:q4\nmodel = /cache/m.gguf\nctx-size = 4096\nparallel = 1\nlora = /a1,/a2\nembedding = true\nreverse-prompt = a");
+    expect(warnings).toEqual(['m:q4: a preset holds one --reverse-prompt; keeping "a"']);
   });
 });
