@@ -3,6 +3,7 @@ import { readGguf } from "@compat/gguf";
 import { formatReport, translateModel } from "@compat/handlers";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
+import { resolveInput } from "./resolve";
 
 export interface TranslateFlags {
   output?: string;
@@ -15,7 +16,7 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
   if (opts.output !== undefined && resolve(opts.output) === resolve(file)) {
     throw new CliError("usage", "the output must not be the input: the source file is never modified");
   }
-  const model = await readGguf(file);
+  const model = await readGguf(await resolveInput(file, io));
   try {
     const view = translateModel(model, { env: io.env });
     if (view === null) {
