@@ -1,4 +1,7 @@
+import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { open, readdir, readFile, stat, writeFile, mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -79,6 +82,27 @@ describe("translation cache", () => {
     expect(new Set(results.map((r) => r.modelPath)).size).toBe(1);
     expect(await listDir(join(dir, "locks"))).toEqual([]);
     expect(await listDir(join(dir, "tmp"))).toEqual([]);
+  });
+
+  it("concurrent launches in separate processes translate once", async () => {
+    const store = await gemmaStore([11]);
+    const dir = await temp();
+    const script = fileURLToPath(new URL("./prepare-child.ts", import.meta.url));
+    const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
+    const runs = await Promise.all(
+      [0, 1, 2].map(
+        () =>
+          new Promise<{ hit: boolean; path: string }>((resolve, reject) => {
+            const child = spawn(process.execPath, ["--import", tsx, script, store.root, "gemma3:s11", dir], { stdio: ["ignore", "pipe", "inherit"] });
+            let out = "";
+            child.stdout.on("data", (d) => (out += d));
+            child.on("close", (code) => (code === 0 ? resolve(JSON.parse(out) as { hit: boolean; path: string }) : reject(new Error(`exit ${code}`))));
+          }),
+      ),
+    );
+    expect(runs.filter((r) => !r.hit)).toHaveLength(1);
+    expect(new Set(runs.map((r) => r.path)).size).toBe(1);
+    expect(await listDir(join(dir, "locks"))).toEqual([]);
   });
 
   it("an entry is verified before use: a damaged one is written again", async () => {
