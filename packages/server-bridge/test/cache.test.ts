@@ -50,6 +50,23 @@ describe("translation cache", () => {
     expect((await stat(first.modelPath)).mtimeMs).toBe(mtime);
   });
 
+  it("an embedded projector (a clip view) is cached as its own entry; a projector layer is used as it is", async () => {
+    const store = await gemmaStore([12]);
+    const cache = new TranslationCache({ dir: await temp() });
+    const model = await store.resolve("gemma3:s12");
+    // stands in for @compat/clip's clipView: any lazy view of the model file
+    const clipView = (path: string) => translate(path);
+    const first = await prepareModel(model, { cache, clipView });
+    expect(first.mmproj).toBe(join(cache.entryDir(cache.keyFor(model.modelDigest!, "mmproj")), "model.gguf"));
+    expect(first.mmproj).not.toBe(first.modelPath);
+    const again = await prepareModel(model, { cache, clipView });
+    expect(again.mmproj).toBe(first.mmproj);
+    expect((await cache.entries()).map((e) => e.meta?.kind).sort()).toEqual(["mmproj", "text"]);
+
+    const withLayer = await prepareModel({ ...model, projectors: ["/blobs/sha256-projector"] }, { cache, clipView });
+    expect(withLayer.mmproj).toBe("/blobs/sha256-projector");
+  });
+
   it("non-Ollama files and OLLAMA_LLAMA_CPP_COMPAT=0 pass the original path through, with no copy", async () => {
     const dir = await temp();
     const cache = new TranslationCache({ dir: join(dir, "cache") });
