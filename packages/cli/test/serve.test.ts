@@ -125,6 +125,25 @@ describe("ollama-compat serve (real llama-server)", () => {
     expect(() => process.kill(pid, 0)).toThrow();
   });
 
+  it("serve --all: one endpoint, models picked by their Ollama name", async () => {
+    const { root } = await store();
+    const tools = await findLlamaTools();
+    const s = start(["serve", "--all", "--models", root, "--cache-dir", await temp(), "--llama-server", tools.server, "--", ...SMALL]);
+    const [url] = await s.waitFor(/^http:\/\/127\.0\.0\.1:\d+$/m);
+    // the broken model is reported, not fatal
+    expect(s.out.stderr).toMatch(/warning: broken:1 is not served/);
+    for (const model of ["gemma3:other", "tiny-llama:q8"]) {
+      const r = await fetch(`${url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model, messages: [{ role: "user", content: "hi" }], max_tokens: 3, temperature: 0, grammar: "root ::= [ -~]*" }),
+      });
+      expect(r.status, await r.clone().text()).toBe(200);
+    }
+    s.child.kill("SIGINT");
+    expect((await s.closed).code).toBe(130);
+  });
+
   it("when llama-server dies, reports its exit and last log lines, exit 1", async () => {
     const { root } = await store();
     const tools = await findLlamaTools();
