@@ -39,8 +39,8 @@ export interface RunningServer {
   command: string[];
   /** Resolves when llama-server exits, for whatever reason. */
   exited: Promise<ExitInfo>;
-  /** Stops llama-server (SIGTERM, then SIGKILL after a few seconds). */
-  stop(): Promise<ExitInfo>;
+  /** Stops llama-server: SIGTERM, then SIGKILL after `graceMs` (default 3 s). */
+  stop(graceMs?: number): Promise<ExitInfo>;
   lastLines(n?: number): string[];
 }
 
@@ -92,7 +92,7 @@ export async function launch(
     pid: child.pid!,
     command: [command, ...full],
     exited: child.exited,
-    stop: () => child.stop(),
+    stop: (graceMs) => child.stop(graceMs),
     lastLines: (n) => child.lastLines(n),
   };
 }

@@ -31,7 +31,11 @@ export async function serveCommand(model: string | undefined, passthrough: strin
   let server: RunningServer | undefined;
   let caught: NodeJS.Signals | undefined;
   const onSignal = (sig: NodeJS.Signals) => {
-    if (caught) return;
+    if (caught) {
+      // a second signal: no more grace
+      void server?.stop(0);
+      return;
+    }
     caught = sig;
     io.err(`ollama-compat: ${sig}, stopping\n`);
     ac.abort();
