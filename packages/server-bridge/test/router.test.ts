@@ -1,6 +1,8 @@
 import { readFile } from "node:fs/promises";
 import { afterEach, describe, expect, it } from "vitest";
-import { buildOllamaStore, generateFixtureFiles } from "@compat/testkit";
+import { join } from "node:path";
+import { writeGguf } from "@compat/gguf";
+import { buildOllamaStore, generateFixture, generateFixtureFiles } from "@compat/testkit";
 import { llamaCanonicalName, ModelStore, startRouter, type RouterServer } from "@compat/server-bridge";
 import { chat, chatContent, llamaServerPath, SMALL, tempDirs } from "./helpers";
 
@@ -24,10 +26,20 @@ describe("startRouter (real llama-server, router mode)", () => {
     const root = await temp();
     const dir = await temp();
     const gemma = await generateFixtureFiles("gemma3", { seed: 1, layout: "ollama", variant: "1b" }, dir);
-    const native = await generateFixtureFiles("llama", { seed: 1, layout: "native" }, dir);
+    // a llama.cpp-native GGUF without tokenizer.chat_template
+    const native = generateFixture("llama", { seed: 1, layout: "native" });
+    native.text.delete("tokenizer.chat_template");
+    const nativePath = join(dir, "no-template.gguf");
+    await writeGguf(native.text, nativePath);
     await buildOllamaStore(root, [
       { name: "gemma3:1b", model: gemma.text, params: { num_ctx: 512 } },
-      { name: "someone/tiny-llama:q8", model: native.text, params: { num_ctx: 512 } },
+      // no tokenizer.chat_template in this GGUF: the Go template picks llama.cpp's built-in llama3 template
+      {
+        name: "someone/tiny-llama:q8",
+        model: nativePath,
+        params: { num_ctx: 512 },
+        template: "{{ range .Messages }}<|start_header_id|>{{ .Role }}<|end_header_id|>\n\n{{ .Content }}<|eot_id|>{{ end }}",
+      },
       // not servable: its model layer is not a GGUF; reported, not fatal
       { name: "broken:1", model: new Uint8Array(64) },
     ]);
@@ -48,6 +60,7 @@ describe("startRouter (real llama-server, router mode)", () => {
     expect(router.models.find((m) => m.name === "someone/tiny-llama:q8")?.model?.translated).toBe(false);
     const preset = await readFile(router.presetPath, "utf8");
     expect(preset).toContain("[gemma3:1b]\nalias = gemma3:1b\n");
+    expect(preset).toMatch(/\[someone\/tiny-llama:q8\]\nalias = someone\/tiny-llama:q8\n[^[]*chat-template = llama3\n/);
 
     const listed = (await (await fetch(`${router.url}/v1/models`)).json()) as { data: Array<{ id: string; aliases?: string[] }> };
     const names = listed.data.flatMap((m) => [m.id, ...(m.aliases ?? [])]);
@@ -67,6 +80,8 @@ describe("startRouter (real llama-server, router mode)", () => {
     const modelArg = (name: string) => instance(name)!.status!.args![instance(name)!.status!.args!.indexOf("--model") + 1];
     expect(modelArg("gemma3:1b")).toBe(router.models.find((m) => m.name === "gemma3:1b")!.model!.modelPath);
     expect(modelArg("someone/tiny-llama:q8")).toMatch(/blobs\/sha256-[0-9a-f]{64}$/);
+    expect(instance("someone/tiny-llama:q8")!.status!.args).toEqual(expect.arrayContaining(["--chat-template", "llama3"]));
+    expect(instance("gemma3:1b")!.status!.args).not.toContain("--chat-template");
     const unknown = await chat(router.url, "not-installed:1");
     expect(unknown.status).toBeGreaterThanOrEqual(400);
   });
