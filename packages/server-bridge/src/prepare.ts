@@ -1,7 +1,7 @@
 import { archKey, readGguf } from "@compat/gguf";
 import { compatEnabled, translateModel, type TranslateOptions } from "@compat/handlers";
 import { TranslationCache, type CacheKind, type CacheOptions } from "./cache";
-import { projectorFor, type loadClipView } from "./projector";
+import { projectorFor, type ClipViewFn } from "./projector";
 import type { ResolvedModel } from "./store";
 
 export interface PrepareOptions {
@@ -14,7 +14,7 @@ export interface PrepareOptions {
   /** One line per step ("translating …", "cached …"), for logs. */
   onStatus?(line: string): void;
   /** Override @compat/clip's clipView (null: never look for an embedded projector). */
-  clipView?: Awaited<ReturnType<typeof loadClipView>> | null;
+  clipView?: ClipViewFn | null;
 }
 
 /** A model's files as llama-server will read them, with the facts its arguments depend on. */
@@ -77,14 +77,14 @@ export async function prepareModel(resolved: ResolvedModel, opts: PrepareOptions
         await view.close();
       }
     }
-    const projector = compatEnabled(env) || resolved.projectors.length > 0 ? await projectorFor(resolved, opts.clipView) : null;
-    if (projector?.kind === "layer") out.mmproj = projector.path;
-    else if (projector?.kind === "embedded") {
+    const projector = compatEnabled(env) || resolved.projectors.length > 0 ? await projectorFor(resolved, { clipView: opts.clipView, env }) : null;
+    if (projector?.kind === "file") out.mmproj = projector.path;
+    else if (projector?.kind === "view") {
       try {
-        const entry = await cache.obtain(resolved.modelPath, "mmproj", projector.view, {
-          sourceDigest: resolved.modelDigest,
+        const entry = await cache.obtain(projector.sourcePath, "mmproj", projector.view, {
+          sourceDigest: projector.sourceDigest,
           signal: opts.signal,
-          onProgress: (written, total) => opts.onProgress?.({ file: resolved.modelPath, kind: "mmproj", written, total }),
+          onProgress: (written, total) => opts.onProgress?.({ file: projector.sourcePath, kind: "mmproj", written, total }),
         });
         opts.onStatus?.(`${entry.hit ? "cached" : "wrote"} projector of ${resolved.name} -> ${entry.path}`);
         out.mmproj = entry.path;

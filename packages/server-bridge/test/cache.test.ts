@@ -50,7 +50,7 @@ describe("translation cache", () => {
     expect((await stat(first.modelPath)).mtimeMs).toBe(mtime);
   });
 
-  it("an embedded projector (a clip view) is cached as its own entry; a projector layer is used as it is", async () => {
+  it("an embedded projector (a clip view) is cached as its own entry; a projector layer is used as it is or through its view", async () => {
     const store = await gemmaStore([12]);
     const cache = new TranslationCache({ dir: await temp() });
     const model = await store.resolve("gemma3:s12");
@@ -63,8 +63,15 @@ describe("translation cache", () => {
     expect(again.mmproj).toBe(first.mmproj);
     expect((await cache.entries()).map((e) => e.meta?.kind).sort()).toEqual(["mmproj", "text"]);
 
-    const withLayer = await prepareModel({ ...model, projectors: ["/blobs/sha256-projector"] }, { cache, clipView });
-    expect(withLayer.mmproj).toBe("/blobs/sha256-projector");
+    // a projector layer that needs nothing is passed as it is
+    const layerOk = await prepareModel({ ...model, projectors: ["/blobs/sha256-native-projector"] }, { cache, clipView: () => null });
+    expect(layerOk.mmproj).toBe("/blobs/sha256-native-projector");
+    // one that needs translating (an old LLaVA projector) is cached under the layer's own digest
+    const layerBlob = model.modelPath; // any Ollama file stands in for the projector blob
+    const seen: string[] = [];
+    const layerView = await prepareModel({ ...model, projectors: [layerBlob] }, { cache, clipView: (p: string) => (seen.push(p), translate(p)) });
+    expect(seen).toEqual([layerBlob]);
+    expect(layerView.mmproj).toBe(join(cache.entryDir(cache.keyFor(`sha256:${layerBlob.split("sha256-")[1]}`, "mmproj")), "model.gguf"));
   });
 
   it("non-Ollama files and OLLAMA_LLAMA_CPP_COMPAT=0 pass the original path through, with no copy", async () => {
