@@ -1,3 +1,7 @@
+import { readFileSync } from "node:fs";
 import { packageBuild } from "../../tsup.package";
 
-export default packageBuild();
+// The translator's version is part of every cache key.
+const { version } = JSON.parse(readFileSync(new URL("../handlers/package.json", import.meta.url), "utf8")) as { version: string };
+
+export default packageBuild({ define: { __HANDLERS_VERSION__: JSON.stringify(version) } });

@@ -1,6 +1,8 @@
 import { Command, CommanderError } from "commander";
 import { detectCommand } from "./commands/detect";
 import { inspectCommand } from "./commands/inspect";
+import { lsCommand } from "./commands/ls";
+import { serveCommand } from "./commands/serve";
 import { translateCommand } from "./commands/translate";
 import { CliError } from "./errors";
 import { ExitCode, processIo, type CliIo } from "./io";
@@ -8,7 +10,7 @@ import { ExitCode, processIo, type CliIo } from "./io";
 declare const __CLI_VERSION__: string | undefined;
 const VERSION = typeof __CLI_VERSION__ === "string" ? __CLI_VERSION__ : "0.0.0-dev";
 
-function buildProgram(io: CliIo): Command {
+function buildProgram(io: CliIo, result: { code: number }): Command {
   const program = new Command("ollama-compat")
     .description("Make Ollama-published GGUFs load in stock llama.cpp")
     .version(VERSION)
@@ -42,15 +44,41 @@ function buildProgram(io: CliIo): Command {
     .option("--json", "print machine-readable output")
     .action((file: string, opts) => inspectCommand(file, opts, io));
 
+  program
+    .command("serve")
+    .description("serve an Ollama model (or every installed one, --all) with llama-server; prints the URL")
+    .argument("[model]", "an Ollama reference (gemma3:4b, namespace/model:tag) or a GGUF path")
+    .argument("[llama-server-args...]", "after --: passed to llama-server verbatim")
+    .option("--all", "every installed model behind one endpoint (llama-server router mode), picked by name per request")
+    .option("--host <host>", "address to bind", "127.0.0.1")
+    .option("--port <port>", "port to bind (default: a free one)")
+    .option("--llama-server <path>", "llama-server binary (default: $LLAMA_SERVER, PATH, the tools build cache)")
+    .option("--rpc <servers>", "llama.cpp RPC workers, host:port,...")
+    .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
+    .option("--cache-dir <dir>", "where translated files are cached")
+    .option("--start-timeout <seconds>", "how long to wait for llama-server to be ready", "600")
+    .action(async (model: string | undefined, rest: string[], opts) => {
+      result.code = await serveCommand(model, rest, opts, io);
+    });
+
+  program
+    .command("ls")
+    .description("installed Ollama models: size, architecture, and native / translatable / cached / not supported")
+    .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
+    .option("--cache-dir <dir>", "where translated files are cached")
+    .option("--json", "print machine-readable output")
+    .action((opts) => lsCommand(opts, io));
+
   return program;
 }
 
 /** Runs the command line; returns the exit code (0 ok, 1 error, 2 usage). Never throws. */
 export async function runCli(argv: readonly string[], io: CliIo = processIo): Promise<number> {
-  const program = buildProgram(io);
+  const result = { code: ExitCode.ok as number };
+  const program = buildProgram(io, result);
   try {
     await program.parseAsync(argv as string[], { from: "user" });
-    return ExitCode.ok;
+    return result.code;
   } catch (e) {
     if (e instanceof CommanderError) {
       // help and version end here too, successfully

@@ -1,2 +1,3 @@
 export * from "./fixtures/index";
 export * from "./llama/index";
+export * from "./store/ollama-store";

@@ -2,9 +2,10 @@ import { readGguf } from "@compat/gguf";
 import { compatEnabled, detectHandlers } from "@compat/handlers";
 import { clipViewModel } from "@compat/clip";
 import type { CliIo } from "../io";
+import { resolveInput } from "./resolve";
 
 export async function detectCommand(file: string, opts: { json?: boolean }, io: CliIo): Promise<void> {
-  const model = await readGguf(file);
+  const model = await readGguf(await resolveInput(file, io));
   try {
     const enabled = compatEnabled(io.env);
     const handlers = detectHandlers(model, { env: io.env });

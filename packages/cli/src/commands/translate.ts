@@ -4,6 +4,7 @@ import { formatReport, translateModel, type TranslatedView } from "@compat/handl
 import { clipViewModel } from "@compat/clip";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
+import { resolveInput } from "./resolve";
 
 export interface TranslateFlags {
   output?: string;
@@ -30,7 +31,7 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
   if (opts.output !== undefined && opts.mmproj !== undefined && resolve(opts.output) === resolve(opts.mmproj)) {
     throw new CliError("usage", "-o and --mmproj must be different files");
   }
-  const model = await readGguf(file);
+  const model = await readGguf(await resolveInput(file, io));
   try {
     const text = translateModel(model, { env: io.env });
     const clip = clipViewModel(model, { env: io.env });

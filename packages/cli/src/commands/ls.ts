@@ -1,0 +1,68 @@
+import { readGguf } from "@compat/gguf";
+import { compatEnabled, translateModel } from "@compat/handlers";
+import { ModelStore, TranslationCache, type ResolvedModel } from "@compat/server-bridge";
+import type { CliIo } from "../io";
+
+export type ModelStatus = "native" | "translatable" | "cached" | "not supported";
+
+export interface ListedModel {
+  name: string;
+  size: number;
+  architecture?: string;
+  status: ModelStatus;
+  /** Why it is not supported. */
+  reason?: string;
+}
+
+/** Reads a model's header and decides what serving it takes. */
+async function statusOf(m: ResolvedModel, cache: TranslationCache, env: Record<string, string | undefined>): Promise<ListedModel> {
+  const base = { name: m.name, size: m.size };
+  let source;
+  try {
+    source = await readGguf(m.modelPath);
+  } catch (e) {
+    return { ...base, status: "not supported", reason: (e as Error).message.split("\n")[0] };
+  }
+  const architecture = source.getString("general.architecture", "?");
+  const view = compatEnabled(env) ? translateModel(source, { env }) : null;
+  try {
+    if (!view) return { ...base, architecture, status: "native" };
+    const cached = m.modelDigest ? await cache.has(m.modelDigest, "text", view) : false;
+    return { ...base, architecture, status: cached ? "cached" : "translatable" };
+  } finally {
+    await (view ? view.close() : source.close());
+  }
+}
+
+function human(bytes: number): string {
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let v = bytes;
+  let i = 0;
+  while (v >= 1000 && i < units.length - 1) {
+    v /= 1000;
+    i++;
+  }
+  return `${i === 0 ? v : v.toFixed(1)} ${units[i]}`;
+}
+
+/** `ls`: installed models with size, architecture and what serving them takes. */
+export async function lsCommand(opts: { json?: boolean; models?: string; cacheDir?: string }, io: CliIo): Promise<void> {
+  const store = new ModelStore(opts.models, io.env);
+  const cache = new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}) });
+  const rows: ListedModel[] = [];
+  for (const e of await store.list()) {
+    if (e.error) rows.push({ name: e.name, size: 0, status: "not supported", reason: e.error.message.split("\n")[0] });
+    else rows.push(await statusOf(e.model!, cache, io.env));
+  }
+  if (opts.json) {
+    io.out(JSON.stringify({ store: store.root, models: rows }, null, 2) + "\n");
+    return;
+  }
+  if (rows.length === 0) {
+    io.out(`no models in ${store.root}\n`);
+    return;
+  }
+  const table = [["NAME", "SIZE", "ARCH", "STATUS"], ...rows.map((r) => [r.name, r.size ? human(r.size) : "-", r.architecture ?? "-", r.status + (r.reason ? ` (${r.reason})` : "")])];
+  const widths = table[0]!.map((_, c) => Math.max(...table.map((row) => row[c]!.length)));
+  for (const row of table) io.out(row.map((cell, c) => (c === row.length - 1 ? cell : cell.padEnd(widths[c]!))).join("  ") + "\n");
+}

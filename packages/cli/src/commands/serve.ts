@@ -1,0 +1,94 @@
+import { ModelStore, startRouter, startServer, TranslationCache, type ExitInfo, type RunningServer } from "@compat/server-bridge";
+import { CliError } from "../errors";
+import type { CliIo } from "../io";
+
+export interface ServeFlags {
+  all?: boolean;
+  host?: string;
+  port?: string;
+  llamaServer?: string;
+  rpc?: string;
+  models?: string;
+  cacheDir?: string;
+  startTimeout?: string;
+}
+
+const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143 };
+
+/**
+ * `serve MODEL [-- llama-server args]` or `serve --all`: prints the URL on a line of its own
+ * (stdout) once llama-server is healthy, streams llama-server's log prefixed on stderr, and
+ * stops it on SIGINT/SIGTERM. Returns the exit code.
+ */
+export async function serveCommand(model: string | undefined, passthrough: string[], opts: ServeFlags, io: CliIo): Promise<number> {
+  if (opts.all && model !== undefined) passthrough = [model, ...passthrough];
+  if (!opts.all && model === undefined) throw new CliError("usage", "serve needs a MODEL (or --all)");
+  const port = opts.port === undefined ? undefined : Number(opts.port);
+  if (port !== undefined && (!Number.isInteger(port) || port < 0 || port > 65535)) throw new CliError("usage", `--port ${opts.port}: not a port number`);
+  const startTimeoutMs = opts.startTimeout === undefined ? undefined : Number(opts.startTimeout) * 1000;
+
+  const ac = new AbortController();
+  let server: RunningServer | undefined;
+  let caught: NodeJS.Signals | undefined;
+  const onSignal = (sig: NodeJS.Signals) => {
+    if (caught) {
+      // a second signal: no more grace
+      void server?.stop(0);
+      return;
+    }
+    caught = sig;
+    io.err(`ollama-compat: ${sig}, stopping\n`);
+    ac.abort();
+    void server?.stop();
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+
+  let lastPct = -1;
+  const common = {
+    store: new ModelStore(opts.models, io.env),
+    cache: new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}) }),
+    env: io.env,
+    host: opts.host ?? "127.0.0.1",
+    port,
+    llamaServer: opts.llamaServer,
+    rpc: opts.rpc ? opts.rpc.split(",").map((s) => s.trim()).filter(Boolean) : undefined,
+    args: passthrough,
+    startTimeoutMs,
+    signal: ac.signal,
+    onLog: (line: string) => io.err(`[llama-server] ${line}\n`),
+    onStatus: (line: string) => io.err(`ollama-compat: ${line}\n`),
+    onProgress: (e: { written: number; total: number }) => {
+      const pct = Math.floor((100 * e.written) / Math.max(1, e.total));
+      if (pct >= lastPct + 10 || e.written === e.total) {
+        lastPct = e.written === e.total ? -1 : pct;
+        io.err(`ollama-compat: writing ${(e.written / 2 ** 20).toFixed(1)} / ${(e.total / 2 ** 20).toFixed(1)} MiB\n`);
+      }
+    },
+  };
+  try {
+    server = opts.all ? await startRouter({ ...common, models: "all" }) : await startServer({ ...common, model: model! });
+    if (caught) await server.stop();
+  } catch (e) {
+    if (caught) {
+      io.err(`ollama-compat: stopped (${e instanceof Error ? e.message.split("\n")[0] : String(e)})\n`);
+      return SIGNAL_EXIT[caught] ?? 1;
+    }
+    throw e;
+  } finally {
+    if (!server) {
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
+    }
+  }
+  if (!caught) {
+    io.err(`ollama-compat: llama-server (pid ${server.pid}) ready\n`);
+    io.out(`${server.url}\n`);
+  }
+  const exit: ExitInfo = await server.exited;
+  process.off("SIGINT", onSignal);
+  process.off("SIGTERM", onSignal);
+  if (caught) return SIGNAL_EXIT[caught] ?? 1;
+  io.err(`ollama-compat: llama-server exited (${exit.code ?? exit.signal}); last lines:\n${exit.lastLines.map((l) => `  ${l}`).join("\n")}\n`);
+  return 1;
+}

@@ -1,0 +1,208 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { open, readdir, writeFile } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
+import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { GgmlType, layoutGguf } from "@compat/gguf";
+import { buildOllamaStore, findLlamaTools, generateFixture, generateFixtureFiles } from "@compat/testkit";
+import { ModelStore, prepareModel, TranslationCache } from "@compat/server-bridge";
+
+const bin = fileURLToPath(new URL("../src/bin.ts", import.meta.url));
+const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
+
+const dirs: string[] = [];
+const children: ChildProcess[] = [];
+async function temp(): Promise<string> {
+  const d = await mkdtemp(join(tmpdir(), "compat-cli-serve-"));
+  dirs.push(d);
+  return d;
+}
+afterEach(() => {
+  for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+});
+afterAll(async () => {
+  for (const d of dirs) await rm(d, { recursive: true, force: true });
+});
+
+/** The real ollama-compat binary (from source, through tsx) in its own process, output collected as it comes. */
+function start(args: string[], env: Record<string, string> = {}) {
+  const child = spawn(process.execPath, ["--import", tsx, bin, ...args], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  children.push(child);
+  const out = { stdout: "", stderr: "" };
+  child.stdout!.on("data", (d) => (out.stdout += d));
+  child.stderr!.on("data", (d) => (out.stderr += d));
+  const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => child.on("close", (code, signal) => r({ code, signal })));
+  const waitFor = async (re: RegExp, stream: "stdout" | "stderr" = "stdout", timeoutMs = 180_000): Promise<RegExpMatchArray> => {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const m = out[stream].match(re);
+      if (m) return m;
+      if (child.exitCode !== null || Date.now() > deadline) throw new Error(`no ${re} in ${stream}; stderr:\n${out.stderr.slice(-3000)}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  };
+  return { child, out, closed, waitFor };
+}
+
+async function run(args: string[], env: Record<string, string> = {}) {
+  const s = start(args, env);
+  const { code } = await s.closed;
+  return { code, ...s.out };
+}
+
+async function store(): Promise<{ root: string; fixtures: string }> {
+  const root = await temp();
+  const fixtures = await temp();
+  const gemma = await generateFixtureFiles("gemma3", { seed: 1, layout: "ollama", variant: "1b" }, fixtures);
+  const gemma2 = await generateFixtureFiles("gemma3", { seed: 2, layout: "ollama", variant: "1b" }, fixtures);
+  const native = await generateFixtureFiles("llama", { seed: 1, layout: "native" }, fixtures);
+  await buildOllamaStore(root, [
+    { name: "gemma3:1b", model: gemma.text, params: { num_ctx: 512 } },
+    { name: "gemma3:other", model: gemma2.text, params: { num_ctx: 512 } },
+    { name: "tiny-llama:q8", model: native.text },
+    { name: "broken:1", model: new Uint8Array(64) },
+  ]);
+  return { root, fixtures };
+}
+
+const SMALL = ["--threads", "2", "--no-warmup"];
+
+describe("ollama-compat ls", () => {
+  it("lists installed models with size, architecture and status", async () => {
+    const { root } = await store();
+    const cacheDir = await temp();
+    // gemma3:1b already translated into this cache
+    await prepareModel(await new ModelStore(root).resolve("gemma3:1b"), { cache: new TranslationCache({ dir: cacheDir }), clipView: null });
+    const r = await run(["ls", "--models", root, "--cache-dir", cacheDir]);
+    expect(r.code, r.stderr).toBe(0);
+    const lines = r.stdout.trim().split("\n");
+    expect(lines[0]).toMatch(/^NAME\s+SIZE\s+ARCH\s+STATUS$/);
+    const row = (name: string) => lines.find((l) => l.startsWith(name + " "))!;
+    expect(row("gemma3:1b")).toMatch(/\d+(\.\d)? [KMG]?B\s+gemma3\s+cached$/);
+    expect(row("gemma3:other")).toMatch(/gemma3\s+translatable$/);
+    expect(row("tiny-llama:q8")).toMatch(/llama\s+native$/);
+    expect(row("broken:1")).toMatch(/not supported/);
+    const json = JSON.parse((await run(["ls", "--json", "--models", root, "--cache-dir", cacheDir])).stdout) as { models: Array<{ name: string; status: string }> };
+    expect(json.models.map((m) => [m.name, m.status])).toEqual([
+      ["broken:1", "not supported"],
+      ["gemma3:1b", "cached"],
+      ["gemma3:other", "translatable"],
+      ["tiny-llama:q8", "native"],
+    ]);
+  });
+
+  it("inspect and detect take a model reference too", async () => {
+    const { root } = await store();
+    const r = await run(["detect", "gemma3:1b"], { OLLAMA_MODELS: root });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/gemma3 \(markers:/);
+    const i = await run(["inspect", "tiny-llama:q8", "--json"], { OLLAMA_MODELS: root });
+    expect(JSON.parse(i.stdout).summary.architecture).toBe("llama");
+  });
+});
+
+describe("ollama-compat serve (real llama-server)", () => {
+  it("prints the URL on its own line, serves chat, streams prefixed logs, and stops on SIGTERM", async () => {
+    const { root } = await store();
+    const tools = await findLlamaTools();
+    const s = start(["serve", "gemma3:1b", "--models", root, "--cache-dir", await temp(), "--llama-server", tools.server, "--", ...SMALL]);
+    const [url] = await s.waitFor(/^http:\/\/127\.0\.0\.1:\d+$/m);
+    expect(s.out.stderr).toMatch(/^\[llama-server\] /m);
+    const r = await fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ messages: [{ role: "user", content: "hi" }], max_tokens: 3, temperature: 0, grammar: "root ::= [ -~]*" }),
+    });
+    expect(r.status, await r.clone().text()).toBe(200);
+    const pid = Number((await s.waitFor(/llama-server \(pid (\d+)\)/, "stderr"))[1]);
+    s.child.kill("SIGTERM");
+    const { code } = await s.closed;
+    expect(code).toBe(143);
+    // llama-server is gone too
+    expect(() => process.kill(pid, 0)).toThrow();
+  });
+
+  it("serve --all: one endpoint, models picked by their Ollama name", async () => {
+    const { root } = await store();
+    const tools = await findLlamaTools();
+    const s = start(["serve", "--all", "--models", root, "--cache-dir", await temp(), "--llama-server", tools.server, "--", ...SMALL]);
+    const [url] = await s.waitFor(/^http:\/\/127\.0\.0\.1:\d+$/m);
+    // the broken model is reported, not fatal
+    expect(s.out.stderr).toMatch(/warning: broken:1 is not served/);
+    for (const model of ["gemma3:other", "tiny-llama:q8"]) {
+      const r = await fetch(`${url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model, messages: [{ role: "user", content: "hi" }], max_tokens: 3, temperature: 0, grammar: "root ::= [ -~]*" }),
+      });
+      expect(r.status, await r.clone().text()).toBe(200);
+    }
+    s.child.kill("SIGINT");
+    expect((await s.closed).code).toBe(130);
+  });
+
+  it("when llama-server dies, reports its exit and last log lines, exit 1", async () => {
+    const { root } = await store();
+    const tools = await findLlamaTools();
+    const s = start(["serve", "tiny-llama:q8", "--models", root, "--cache-dir", await temp(), "--llama-server", tools.server, "--", ...SMALL, "--ctx-size", "512"]);
+    await s.waitFor(/^http:\/\/127\.0\.0\.1:\d+$/m);
+    const pid = Number((await s.waitFor(/llama-server \(pid (\d+)\)/, "stderr"))[1]);
+    process.kill(pid, "SIGKILL");
+    const { code } = await s.closed;
+    expect(code).toBe(1);
+    expect(s.out.stderr).toMatch(/llama-server exited \(SIGKILL\); last lines:\n {2}\S/);
+  });
+
+  it("faults are one line with a code: llama-server missing, port taken", async () => {
+    const { root } = await store();
+    const missing = await run(["serve", "gemma3:1b", "--models", root, "--cache-dir", await temp(), "--llama-server", "/nonexistent/llama-server"]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/LLAMA_SERVER_NOT_FOUND/);
+    const net = await import("node:net");
+    const blocker = net.createServer();
+    await new Promise<void>((r) => blocker.listen(0, "127.0.0.1", () => r()));
+    try {
+      const port = String((blocker.address() as { port: number }).port);
+      const taken = await run(["serve", "gemma3:1b", "--models", root, "--cache-dir", await temp(), "--port", port, "--llama-server", (await findLlamaTools()).server]);
+      expect(taken.code).toBe(1);
+      expect(taken.stderr).toMatch(new RegExp(`PORT_IN_USE: port ${port}`));
+    } finally {
+      blocker.close();
+    }
+  });
+
+  it("SIGTERM during translation: exits, and leaves no partial cache entry, staging file or lock", async () => {
+    // An Ollama gemma3 file with one extra 768 MiB tensor of zeros (a sparse file on disk), so the
+    // translation writes long enough to be interrupted.
+    const root = await temp();
+    const fixtures = await temp();
+    const f = generateFixture("gemma3", { seed: 3, layout: "ollama", variant: "1b" });
+    const big = 768 * 2 ** 20;
+    const zeros = { name: "<zeros>", size: big, read: async (_o: number, n: number) => new Uint8Array(n) };
+    f.text.addTensor({ name: "zz_padding.weight", type: GgmlType.F32, shape: [big / 4], data: { kind: "range", source: zeros, offset: 0, length: big } });
+    const layout = layoutGguf(f.text);
+    const path = join(fixtures, "big.gguf");
+    await writeFile(path, layout.header);
+    // tensor bytes: the small ones for real, the big one as a hole
+    const fh = await open(path, "r+");
+    for (const [i, t] of f.text.tensors.entries()) {
+      if (t.name === "zz_padding.weight" || t.data.kind === "computed") continue;
+      const bytes = t.data.kind === "bytes" ? t.data.bytes : await t.data.source.read(t.data.offset, t.data.length);
+      await fh.write(bytes, 0, bytes.length, layout.dataOffset + layout.tensorOffsets[i]!);
+    }
+    await fh.truncate(layout.totalSize);
+    await fh.close();
+    await buildOllamaStore(root, [{ name: "big:1", model: path }]);
+    const cacheDir = await temp();
+    const s = start(["serve", "big:1", "--models", root, "--cache-dir", cacheDir, "--llama-server", (await findLlamaTools()).server]);
+    await s.waitFor(/writing [\d.]+ \//, "stderr");
+    s.child.kill("SIGTERM");
+    const { code } = await s.closed;
+    expect(code, s.out.stderr).toBe(143);
+    expect(s.out.stderr).toMatch(/stopped/);
+    for (const sub of ["entries", "tmp", "locks"]) expect(await readdir(join(cacheDir, sub)).catch(() => [])).toEqual([]);
+  });
+});

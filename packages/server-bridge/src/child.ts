@@ -1,0 +1,152 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { createServer } from "node:net";
+import { BridgeError } from "./errors";
+
+export interface ExitInfo {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  /** The last lines it printed (stdout and stderr, interleaved). */
+  lastLines: string[];
+}
+
+export interface ChildOptions {
+  command: string;
+  args: string[];
+  env?: NodeJS.ProcessEnv;
+  /** Called with every line the child prints. */
+  onLog?(line: string): void;
+  /** Lines kept for error reports. Default 40. */
+  keepLines?: number;
+}
+
+/** A llama.cpp process whose output is split into lines, with its last lines kept for reports. */
+export class LlamaChild {
+  readonly process: ChildProcess;
+  readonly exited: Promise<ExitInfo>;
+  private readonly lines: string[] = [];
+  private readonly keep: number;
+
+  constructor(opts: ChildOptions) {
+    this.keep = opts.keepLines ?? 40;
+    this.process = spawn(opts.command, opts.args, { env: opts.env ?? process.env, stdio: ["ignore", "pipe", "pipe"] });
+    const onLine = (line: string) => {
+      this.lines.push(line);
+      if (this.lines.length > this.keep) this.lines.shift();
+      opts.onLog?.(line);
+    };
+    for (const stream of [this.process.stdout, this.process.stderr]) {
+      let partial = "";
+      stream?.setEncoding("utf8");
+      stream?.on("data", (chunk: string) => {
+        const parts = (partial + chunk).split(/\r?\n/);
+        partial = parts.pop() ?? "";
+        for (const p of parts) onLine(p);
+      });
+      stream?.on("end", () => {
+        if (partial) onLine(partial);
+        partial = "";
+      });
+    }
+    this.exited = new Promise((resolve) => {
+      this.process.once("error", (e) => {
+        onLine(`spawn failed: ${e.message}`);
+        // 'exit' does not follow a failed spawn
+        if (this.process.pid === undefined) resolve({ code: null, signal: null, lastLines: this.lastLines() });
+      });
+      this.process.once("close", (code, signal) => {
+        resolve({ code, signal, lastLines: this.lastLines() });
+      });
+    });
+  }
+
+  get pid(): number | undefined {
+    return this.process.pid;
+  }
+
+  get running(): boolean {
+    return this.process.exitCode === null && this.process.signalCode === null && this.process.pid !== undefined;
+  }
+
+  lastLines(n = this.keep): string[] {
+    return this.lines.slice(-n);
+  }
+
+  /** SIGTERM (llama-server shuts down cleanly on it), SIGKILL after `graceMs`. */
+  async stop(graceMs = 3_000): Promise<ExitInfo> {
+    if (this.running) {
+      this.process.kill("SIGTERM");
+      const timer = setTimeout(() => {
+        if (this.running) this.process.kill("SIGKILL");
+      }, graceMs);
+      try {
+        return await this.exited;
+      } finally {
+        clearTimeout(timer);
+      }
+    }
+    return this.exited;
+  }
+}
+
+/** A free loopback port, from the OS. */
+export function freePort(host = "127.0.0.1"): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once("error", reject);
+    probe.listen(0, host, () => {
+      const a = probe.address();
+      const port = typeof a === "object" && a ? a.port : 0;
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+/** Fails with PORT_IN_USE when something already listens on host:port. */
+export function checkPortFree(host: string, port: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once("error", (e: NodeJS.ErrnoException) => {
+      if (e.code === "EADDRINUSE") reject(new BridgeError("PORT_IN_USE", `port ${port} on ${host} is already in use`, { host, port }));
+      else reject(e);
+    });
+    probe.listen(port, host, () => probe.close(() => resolve()));
+  });
+}
+
+/**
+ * Polls GET /health until it answers 200. Fails with SERVER_START_FAILED (with the exit
+ * code and last log lines) if the child exits first, SERVER_START_TIMEOUT after `timeoutMs`.
+ */
+export async function waitHealthy(child: LlamaChild, url: string, timeoutMs: number, what = "llama-server"): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = "no answer";
+  let exited: ExitInfo | undefined;
+  void child.exited.then((e) => (exited = e));
+  for (;;) {
+    if (exited || !child.running) {
+      const e = exited ?? (await child.exited);
+      const tail = e.lastLines.join("\n");
+      if (/couldn't bind|address already in use/i.test(tail)) {
+        throw new BridgeError("PORT_IN_USE", `${what} could not bind its port (${url}):\n${tail}`, { url, exitCode: e.code, lastLines: e.lastLines });
+      }
+      throw new BridgeError("SERVER_START_FAILED", `${what} exited (${e.code ?? e.signal}) before it was ready:\n${tail}`, {
+        exitCode: e.code,
+        signal: e.signal,
+        lastLines: e.lastLines,
+      });
+    }
+    if (Date.now() > deadline) {
+      const lines = child.lastLines();
+      await child.stop();
+      throw new BridgeError("SERVER_START_TIMEOUT", `${what} not ready after ${timeoutMs} ms (${last}):\n${lines.join("\n")}`, { lastLines: lines });
+    }
+    try {
+      const r = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2_000) });
+      if (r.status === 200) return;
+      last = `HTTP ${r.status}`;
+    } catch {
+      // not listening yet
+    }
+    await Promise.race([new Promise((r) => setTimeout(r, 150)), child.exited]);
+  }
+}

@@ -1,0 +1,26 @@
+/** Everything the bridge can refuse, each with a stable `code` for programs and a message for people. */
+export type BridgeErrorCode =
+  | "INVALID_REFERENCE" // not an Ollama model name, nor a file
+  | "UNKNOWN_MODEL" // a valid name with no manifest in the store
+  | "CORRUPT_MANIFEST" // the manifest is not the JSON Ollama writes
+  | "MISSING_BLOB" // a layer the manifest names is not in blobs/
+  | "NO_MODEL_LAYER" // the manifest has no GGUF model layer (e.g. a safetensors-only model)
+  | "UNSUPPORTED_MODEL" // the model layer is not a GGUF we can read
+  | "TRANSLATION_ABORTED" // stopped (signal) while writing a cache entry; nothing was left behind
+  | "CACHE_LOCK_TIMEOUT" // another process held the entry's lock for too long
+  | "LLAMA_SERVER_NOT_FOUND"
+  | "PORT_IN_USE"
+  | "SERVER_START_FAILED" // llama-server exited before it was healthy
+  | "SERVER_START_TIMEOUT"; // llama-server did not become healthy in time
+
+export class BridgeError extends Error {
+  constructor(
+    readonly code: BridgeErrorCode,
+    message: string,
+    /** Extra facts: the reference, file, exit code, last log lines… */
+    readonly details: Record<string, unknown> = {},
+  ) {
+    super(message);
+    this.name = "BridgeError";
+  }
+}

@@ -1,0 +1,99 @@
+import { archKey, readGguf } from "@compat/gguf";
+import { compatEnabled, translateModel, type TranslateOptions } from "@compat/handlers";
+import { TranslationCache, type CacheKind, type CacheOptions } from "./cache";
+import { projectorFor, type ClipViewFn } from "./projector";
+import type { ResolvedModel } from "./store";
+
+export interface PrepareOptions {
+  /** A cache, or options for one (default location and limit). */
+  cache?: TranslationCache | CacheOptions;
+  env?: Record<string, string | undefined>;
+  signal?: AbortSignal;
+  /** Progress of a cache write (only when an entry is being written). */
+  onProgress?(event: { file: string; kind: CacheKind; written: number; total: number }): void;
+  /** One line per step ("translating …", "cached …"), for logs. */
+  onStatus?(line: string): void;
+  /** Override @compat/clip's clipView (null: never look for an embedded projector). */
+  clipView?: ClipViewFn | null;
+}
+
+/** A model's files as llama-server will read them, with the facts its arguments depend on. */
+export interface PreparedModel {
+  resolved: ResolvedModel;
+  /** The GGUF llama-server loads: a cache entry when translated, the original path otherwise. */
+  modelPath: string;
+  translated: boolean;
+  /** The translation came from the cache (no write). */
+  cacheHit: boolean;
+  mmproj?: string;
+  /** general.architecture of the source file. */
+  architecture: string;
+  /** The source file has `<arch>.pooling_type`: serve with --embedding (as Ollama decides it). */
+  embedding: boolean;
+  /** The served GGUF carries tokenizer.chat_template. */
+  hasChatTemplate: boolean;
+}
+
+export function asCache(c: TranslationCache | CacheOptions | undefined, env?: Record<string, string | undefined>): TranslationCache {
+  return c instanceof TranslationCache ? c : new TranslationCache({ env, ...c });
+}
+
+/**
+ * Makes a resolved model servable: its text GGUF (and clip projector, when it embeds one)
+ * translated into the cache once; files that need nothing are passed through untouched.
+ */
+export async function prepareModel(resolved: ResolvedModel, opts: PrepareOptions = {}): Promise<PreparedModel> {
+  const env = opts.env ?? process.env;
+  const cache = asCache(opts.cache, env);
+  const source = await readGguf(resolved.modelPath);
+  let closeSource = true;
+  try {
+    const architecture = source.getString("general.architecture", "");
+    const embedding = architecture !== "" && source.has(archKey(architecture, "pooling_type"));
+    const translateOpts: TranslateOptions & { profile?: string } = { env, profile: cache.profile };
+    const view = translateModel(source, translateOpts);
+    const out: PreparedModel = {
+      resolved,
+      modelPath: resolved.modelPath,
+      translated: false,
+      cacheHit: false,
+      architecture,
+      embedding,
+      hasChatTemplate: source.has("tokenizer.chat_template"),
+    };
+    if (view) {
+      closeSource = false; // the view reads from it; view.close() closes it
+      try {
+        out.hasChatTemplate = view.model.has("tokenizer.chat_template");
+        opts.onStatus?.(`translating ${resolved.name} (${view.report.handlers.map((h) => h.name).join(", ")})`);
+        const entry = await cache.obtain(resolved.modelPath, "text", view, {
+          sourceDigest: resolved.modelDigest,
+          signal: opts.signal,
+          onProgress: (written, total) => opts.onProgress?.({ file: resolved.modelPath, kind: "text", written, total }),
+        });
+        opts.onStatus?.(`${entry.hit ? "cached" : "translated"} ${resolved.name} -> ${entry.path}`);
+        Object.assign(out, { modelPath: entry.path, translated: true, cacheHit: entry.hit });
+      } finally {
+        await view.close();
+      }
+    }
+    const projector = compatEnabled(env) || resolved.projectors.length > 0 ? await projectorFor(resolved, { clipView: opts.clipView, env }) : null;
+    if (projector?.kind === "file") out.mmproj = projector.path;
+    else if (projector?.kind === "view") {
+      try {
+        const entry = await cache.obtain(projector.sourcePath, "mmproj", projector.view, {
+          sourceDigest: projector.sourceDigest,
+          signal: opts.signal,
+          onProgress: (written, total) => opts.onProgress?.({ file: projector.sourcePath, kind: "mmproj", written, total }),
+        });
+        opts.onStatus?.(`${entry.hit ? "cached" : "wrote"} projector of ${resolved.name} -> ${entry.path}`);
+        out.mmproj = entry.path;
+      } finally {
+        await projector.view.close();
+      }
+    }
+    return out;
+  } finally {
+    if (closeSource) await source.close();
+  }
+}

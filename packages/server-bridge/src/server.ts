@@ -1,0 +1,113 @@
+import { modelArgs } from "./args";
+import { checkPortFree, freePort, LlamaChild, waitHealthy, type ExitInfo } from "./child";
+import { BridgeError } from "./errors";
+import { findLlamaTool } from "./locate";
+import { prepareModel, type PrepareOptions, type PreparedModel } from "./prepare";
+import { ModelStore, type ResolvedModel } from "./store";
+
+export interface LaunchOptions extends PrepareOptions {
+  /** The store to resolve names in: a ModelStore or its root (default $OLLAMA_MODELS or ~/.ollama/models). */
+  store?: ModelStore | string;
+  /** Default 127.0.0.1: the bridge is local unless told otherwise. */
+  host?: string;
+  /** Default: a free port. */
+  port?: number;
+  /** Path of llama-server (else $LLAMA_SERVER, PATH, the build cache). */
+  llamaServer?: string;
+  /** llama.cpp RPC workers (`host:port`), passed as --rpc. */
+  rpc?: string[];
+  /** Arguments passed to llama-server verbatim, after ours (so they win). */
+  args?: string[];
+  /** How long to wait for /health. Default 10 minutes (large models load slowly). */
+  startTimeoutMs?: number;
+  /** Every line llama-server prints. */
+  onLog?(line: string): void;
+}
+
+export interface StartServerOptions extends LaunchOptions {
+  /** An Ollama reference (`gemma3:4b`), a GGUF path, or an already resolved model. */
+  model: string | ResolvedModel;
+}
+
+export interface RunningServer {
+  /** `http://127.0.0.1:PORT`: OpenAI-compatible (/v1/chat/completions, /v1/embeddings, /v1/models). */
+  url: string;
+  host: string;
+  port: number;
+  pid: number;
+  /** The llama-server command line. */
+  command: string[];
+  /** Resolves when llama-server exits, for whatever reason. */
+  exited: Promise<ExitInfo>;
+  /** Stops llama-server: SIGTERM, then SIGKILL after `graceMs` (default 3 s). */
+  stop(graceMs?: number): Promise<ExitInfo>;
+  lastLines(n?: number): string[];
+}
+
+export interface SingleServer extends RunningServer {
+  model: PreparedModel;
+}
+
+export function asStore(store: ModelStore | string | undefined, env?: Record<string, string | undefined>): ModelStore {
+  return store instanceof ModelStore ? store : new ModelStore(store, env);
+}
+
+/** Host, port, logging and RPC arguments shared by single-model and router launches. */
+export function commonArgs(host: string, port: number, rpc: readonly string[] | undefined): string[] {
+  const args = ["--host", host, "--port", String(port), "--no-webui", "--offline"];
+  if (rpc && rpc.length > 0) args.push("--rpc", rpc.join(","));
+  return args;
+}
+
+/** Runs llama-server with `args` on host:port and waits until it is healthy. */
+export async function launch(
+  args: string[],
+  opts: LaunchOptions,
+  what = "llama-server",
+): Promise<RunningServer> {
+  const env = opts.env ?? process.env;
+  const command = findLlamaTool("llama-server", { explicit: opts.llamaServer, env });
+  const host = opts.host ?? "127.0.0.1";
+  let port = opts.port ?? 0;
+  if (port) await checkPortFree(host, port);
+  else port = await freePort(host);
+  const full = [...commonArgs(host, port, opts.rpc), ...args, ...(opts.args ?? [])];
+  const child = new LlamaChild({ command, args: full, env: { ...process.env, ...env }, onLog: opts.onLog });
+  const urlHost = host.includes(":") ? `[${host}]` : host === "0.0.0.0" ? "127.0.0.1" : host;
+  const url = `http://${urlHost}:${port}`;
+  const onAbort = () => void child.stop();
+  opts.signal?.addEventListener("abort", onAbort, { once: true });
+  try {
+    await waitHealthy(child, url, opts.startTimeoutMs ?? 10 * 60_000, what);
+  } catch (e) {
+    await child.stop();
+    throw e;
+  } finally {
+    opts.signal?.removeEventListener("abort", onAbort);
+  }
+  return {
+    url,
+    host,
+    port,
+    pid: child.pid!,
+    command: [command, ...full],
+    exited: child.exited,
+    stop: (graceMs) => child.stop(graceMs),
+    lastLines: (n) => child.lastLines(n),
+  };
+}
+
+/**
+ * Serves one model: resolve it (store name or GGUF path), translate what needs it into the
+ * cache, and run llama-server on the result with the arguments Ollama would use.
+ */
+export async function startServer(opts: StartServerOptions): Promise<SingleServer> {
+  const env = opts.env ?? process.env;
+  const resolved = typeof opts.model === "string" ? await asStore(opts.store, env).resolve(opts.model) : opts.model;
+  // Fail before translating anything when llama-server is not there.
+  findLlamaTool("llama-server", { explicit: opts.llamaServer, env });
+  const model = await prepareModel(resolved, opts);
+  if (opts.signal?.aborted) throw new BridgeError("TRANSLATION_ABORTED", "stopped before llama-server started");
+  const server = await launch([...modelArgs(model), "--alias", resolved.name], opts);
+  return { ...server, model };
+}

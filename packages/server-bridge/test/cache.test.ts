@@ -1,0 +1,208 @@
+import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { open, readdir, readFile, stat, writeFile, mkdir } from "node:fs/promises";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { readGguf } from "@compat/gguf";
+import { translate } from "@compat/handlers";
+import { buildOllamaStore, generateFixtureFiles } from "@compat/testkit";
+import { BridgeError, ModelStore, prepareModel, TranslationCache } from "@compat/server-bridge";
+import { tempDirs } from "./helpers";
+
+const temp = tempDirs();
+
+/** A store with Ollama-layout gemma3 models (they need translating) under gemma3:s<seed>. */
+async function gemmaStore(seeds: number[]): Promise<ModelStore> {
+  const root = await temp();
+  const fixtures = await temp();
+  const specs = [];
+  for (const seed of seeds) {
+    const fx = await generateFixtureFiles("gemma3", { seed, layout: "ollama", variant: "1b" }, fixtures);
+    specs.push({ name: `gemma3:s${seed}`, model: fx.text });
+  }
+  await buildOllamaStore(root, specs);
+  return new ModelStore(root);
+}
+
+const noClip = { clipView: null } as const;
+
+async function listDir(p: string): Promise<string[]> {
+  return readdir(p).catch(() => []);
+}
+
+describe("translation cache", () => {
+  it("writes a translated text GGUF once, then reuses the verified entry", async () => {
+    const store = await gemmaStore([1]);
+    const cache = new TranslationCache({ dir: await temp() });
+    const model = await store.resolve("gemma3:s1");
+
+    const first = await prepareModel(model, { cache, ...noClip });
+    expect(first).toMatchObject({ translated: true, cacheHit: false, architecture: "gemma3", embedding: false });
+    expect(first.modelPath.startsWith(cache.dir)).toBe(true);
+    // the entry is the translation: translating it again finds nothing to do
+    expect(await translate(first.modelPath)).toBeNull();
+    const mtime = (await stat(first.modelPath)).mtimeMs;
+
+    const second = await prepareModel(model, { cache, ...noClip });
+    expect(second).toMatchObject({ translated: true, cacheHit: true, modelPath: first.modelPath });
+    expect((await stat(first.modelPath)).mtimeMs).toBe(mtime);
+  });
+
+  it("an embedded projector (a clip view) is cached as its own entry; a projector layer is used as it is or through its view", async () => {
+    const store = await gemmaStore([12]);
+    const cache = new TranslationCache({ dir: await temp() });
+    const model = await store.resolve("gemma3:s12");
+    // stands in for @compat/clip's clipView: any lazy view of the model file
+    const clipView = (path: string) => translate(path);
+    const first = await prepareModel(model, { cache, clipView });
+    expect(first.mmproj).toBe(join(cache.entryDir(cache.keyFor(model.modelDigest!, "mmproj")), "model.gguf"));
+    expect(first.mmproj).not.toBe(first.modelPath);
+    const again = await prepareModel(model, { cache, clipView });
+    expect(again.mmproj).toBe(first.mmproj);
+    expect((await cache.entries()).map((e) => e.meta?.kind).sort()).toEqual(["mmproj", "text"]);
+
+    // a projector layer that needs nothing is passed as it is
+    const layerOk = await prepareModel({ ...model, projectors: ["/blobs/sha256-native-projector"] }, { cache, clipView: () => null });
+    expect(layerOk.mmproj).toBe("/blobs/sha256-native-projector");
+    // one that needs translating (an old LLaVA projector) is cached under the layer's own digest
+    const layerBlob = model.modelPath; // any Ollama file stands in for the projector blob
+    const seen: string[] = [];
+    const layerView = await prepareModel({ ...model, projectors: [layerBlob] }, { cache, clipView: (p: string) => (seen.push(p), translate(p)) });
+    expect(seen).toEqual([layerBlob]);
+    expect(layerView.mmproj).toBe(join(cache.entryDir(cache.keyFor(`sha256:${layerBlob.split("sha256-")[1]}`, "mmproj")), "model.gguf"));
+  });
+
+  it("non-Ollama files and OLLAMA_LLAMA_CPP_COMPAT=0 pass the original path through, with no copy", async () => {
+    const dir = await temp();
+    const cache = new TranslationCache({ dir: join(dir, "cache") });
+    const native = await generateFixtureFiles("gemma3", { seed: 1, layout: "native", variant: "1b" }, dir);
+    const plain = await prepareModel(await new ModelStore(dir).resolve(native.text), { cache, ...noClip });
+    expect(plain).toMatchObject({ translated: false, modelPath: native.text });
+
+    const store = await gemmaStore([2]);
+    const off = await prepareModel(await store.resolve("gemma3:s2"), { cache, env: { OLLAMA_LLAMA_CPP_COMPAT: "0" }, ...noClip });
+    expect(off).toMatchObject({ translated: false, modelPath: (await store.resolve("gemma3:s2")).modelPath });
+    expect(existsSync(cache.dir)).toBe(false);
+  });
+
+  it("a plain Ollama-format GGUF (not in a store) is keyed by its content digest", async () => {
+    const dir = await temp();
+    const fx = await generateFixtureFiles("gemma3", { seed: 3, layout: "ollama", variant: "1b" }, dir);
+    const cache = new TranslationCache({ dir: join(dir, "cache") });
+    const a = await prepareModel(await new ModelStore(dir).resolve(fx.text), { cache, ...noClip });
+    expect(a.translated).toBe(true);
+    const digest = await cache.fileDigest(fx.text);
+    expect(a.modelPath).toBe(join(cache.entryDir(cache.keyFor(digest, "text")), "model.gguf"));
+  });
+
+  it("concurrent launches translate once (per-entry lock), the others reuse the entry", async () => {
+    const store = await gemmaStore([4]);
+    const dir = await temp();
+    const model = await store.resolve("gemma3:s4");
+    const results = await Promise.all([0, 1, 2].map(() => prepareModel(model, { cache: new TranslationCache({ dir }), ...noClip })));
+    expect(results.map((r) => r.cacheHit).sort()).toEqual([false, true, true]);
+    expect(new Set(results.map((r) => r.modelPath)).size).toBe(1);
+    expect(await listDir(join(dir, "locks"))).toEqual([]);
+    expect(await listDir(join(dir, "tmp"))).toEqual([]);
+  });
+
+  it("concurrent launches in separate processes translate once", async () => {
+    const store = await gemmaStore([11]);
+    const dir = await temp();
+    const script = fileURLToPath(new URL("./prepare-child.ts", import.meta.url));
+    const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
+    const runs = await Promise.all(
+      [0, 1, 2].map(
+        () =>
+          new Promise<{ hit: boolean; path: string }>((resolve, reject) => {
+            const child = spawn(process.execPath, ["--import", tsx, script, store.root, "gemma3:s11", dir], { stdio: ["ignore", "pipe", "inherit"] });
+            let out = "";
+            child.stdout.on("data", (d) => (out += d));
+            child.on("close", (code) => (code === 0 ? resolve(JSON.parse(out) as { hit: boolean; path: string }) : reject(new Error(`exit ${code}`))));
+          }),
+      ),
+    );
+    expect(runs.filter((r) => !r.hit)).toHaveLength(1);
+    expect(new Set(runs.map((r) => r.path)).size).toBe(1);
+    expect(await listDir(join(dir, "locks"))).toEqual([]);
+  });
+
+  it("an entry is verified before use: a damaged one is written again", async () => {
+    const store = await gemmaStore([5]);
+    const cache = new TranslationCache({ dir: await temp() });
+    const model = await store.resolve("gemma3:s5");
+    const first = await prepareModel(model, { cache, ...noClip });
+
+    // flip a byte inside the header (a KV), keep the size
+    const fh = await open(first.modelPath, "r+");
+    await fh.write(Buffer.from([0x58]), 0, 1, 40);
+    await fh.close();
+    const again = await prepareModel(model, { cache, ...noClip });
+    expect(again.cacheHit).toBe(false);
+    expect(await translate(again.modelPath)).toBeNull();
+
+    // truncated file
+    await writeFile(again.modelPath, "GGUF");
+    expect((await prepareModel(model, { cache, ...noClip })).cacheHit).toBe(false);
+    const m = await readGguf(again.modelPath);
+    expect(m.getString("general.architecture")).toBe("gemma3");
+    await m.close();
+  });
+
+  it("evicts least-recently-used entries beyond the size limit", async () => {
+    const store = await gemmaStore([6, 7, 8]);
+    const dir = await temp();
+    const probe = await prepareModel(await store.resolve("gemma3:s6"), { cache: new TranslationCache({ dir }), ...noClip });
+    const size = (await stat(probe.modelPath)).size;
+    // room for two entries
+    const cache = new TranslationCache({ dir, maxBytes: size * 2 + size / 2 });
+    await new Promise((r) => setTimeout(r, 20));
+    await prepareModel(await store.resolve("gemma3:s7"), { cache, ...noClip });
+    await new Promise((r) => setTimeout(r, 20));
+    // using s6 again makes s7 the least recently used
+    expect((await prepareModel(await store.resolve("gemma3:s6"), { cache, ...noClip })).cacheHit).toBe(true);
+    await new Promise((r) => setTimeout(r, 20));
+    const s8 = await prepareModel(await store.resolve("gemma3:s8"), { cache, ...noClip });
+    const left = (await cache.entries()).map((e) => e.meta?.source);
+    expect(left).toHaveLength(2);
+    expect(left).toContain((await store.resolve("gemma3:s6")).modelPath);
+    expect(left).toContain((await store.resolve("gemma3:s8")).modelPath);
+    expect(existsSync(s8.modelPath)).toBe(true);
+  });
+
+  it("stopped mid-write (abort): typed error, no entry, no staging file, no lock left", async () => {
+    const store = await gemmaStore([9]);
+    const dir = await temp();
+    const cache = new TranslationCache({ dir });
+    const ac = new AbortController();
+    const err = await prepareModel(await store.resolve("gemma3:s9"), {
+      cache,
+      signal: ac.signal,
+      ...noClip,
+      onProgress: () => ac.abort(),
+    }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BridgeError);
+    expect((err as BridgeError).code).toBe("TRANSLATION_ABORTED");
+    expect(await listDir(join(dir, "entries"))).toEqual([]);
+    expect(await listDir(join(dir, "tmp"))).toEqual([]);
+    expect(await listDir(join(dir, "locks"))).toEqual([]);
+  });
+
+  it("a lock left by a dead process is taken over; a staging dir it left is swept", async () => {
+    const store = await gemmaStore([10]);
+    const dir = await temp();
+    const cache = new TranslationCache({ dir, lockTimeoutMs: 5_000 });
+    const model = await store.resolve("gemma3:s10");
+    const key = cache.keyFor(model.modelDigest!, "text");
+    await mkdir(join(dir, "locks"), { recursive: true });
+    await mkdir(join(dir, "tmp", `${key}.999999999.dead`), { recursive: true });
+    await writeFile(join(dir, "locks", `${key}.lock`), "999999999 dead");
+    const r = await prepareModel(model, { cache, ...noClip });
+    expect(r.cacheHit).toBe(false);
+    expect(await listDir(join(dir, "locks"))).toEqual([]);
+    expect(await listDir(join(dir, "tmp"))).toEqual([]);
+    expect(JSON.parse(await readFile(join(cache.entryDir(key), "entry.json"), "utf8"))).toMatchObject({ kind: "text", profile: "native" });
+  });
+});

@@ -1,0 +1,88 @@
+import { readFile } from "node:fs/promises";
+import { afterEach, describe, expect, it } from "vitest";
+import { join } from "node:path";
+import { writeGguf } from "@compat/gguf";
+import { buildOllamaStore, generateFixture, generateFixtureFiles } from "@compat/testkit";
+import { llamaCanonicalName, ModelStore, startRouter, type RouterServer } from "@compat/server-bridge";
+import { chat, chatContent, llamaServerPath, SMALL, tempDirs } from "./helpers";
+
+const temp = tempDirs();
+const running: RouterServer[] = [];
+afterEach(async () => {
+  for (const s of running.splice(0)) await s.stop();
+});
+
+describe("llama.cpp's preset section names", () => {
+  it.each([
+    ["gemma3:4b", "gemma3:4B"],
+    ["x:8b-q4_K_M", "x:Q4_K_M"],
+    ["x:Q8_0", "x:Q8_0"],
+    ["nocolon", "nocolon"],
+  ])("%s -> %s", (name, canonical) => expect(llamaCanonicalName(name)).toBe(canonical));
+});
+
+describe("startRouter (real llama-server, router mode)", () => {
+  it("serves every installed model under its Ollama name; two models answer by name in one run", async () => {
+    const root = await temp();
+    const dir = await temp();
+    const gemma = await generateFixtureFiles("gemma3", { seed: 1, layout: "ollama", variant: "1b" }, dir);
+    // a llama.cpp-native GGUF without tokenizer.chat_template
+    const native = generateFixture("llama", { seed: 1, layout: "native" });
+    native.text.delete("tokenizer.chat_template");
+    const nativePath = join(dir, "no-template.gguf");
+    await writeGguf(native.text, nativePath);
+    await buildOllamaStore(root, [
+      { name: "gemma3:1b", model: gemma.text, params: { num_ctx: 512 } },
+      // no tokenizer.chat_template in this GGUF: the Go template picks llama.cpp's built-in llama3 template
+      {
+        name: "someone/tiny-llama:q8",
+        model: nativePath,
+        params: { num_ctx: 512 },
+        template: "{{ range .Messages }}<|start_header_id|>{{ .Role }}<|end_header_id|>\n\n{{ .Content }}<|eot_id|>{{ end }}",
+      },
+      // not servable: its model layer is not a GGUF; reported, not fatal
+      { name: "broken:1", model: new Uint8Array(64) },
+    ]);
+    const status: string[] = [];
+    const router = await startRouter({
+      models: "all",
+      store: new ModelStore(root),
+      cache: { dir: await temp() },
+      llamaServer: await llamaServerPath(),
+      args: SMALL,
+      onStatus: (l) => status.push(l),
+      keepPreset: true,
+    });
+    running.push(router);
+    expect(router.url).toBe(`http://127.0.0.1:${router.port}`);
+    expect(router.models.find((m) => m.name === "broken:1")?.error).toBeDefined();
+    expect(router.models.find((m) => m.name === "gemma3:1b")?.model?.translated).toBe(true);
+    expect(router.models.find((m) => m.name === "someone/tiny-llama:q8")?.model?.translated).toBe(false);
+    const preset = await readFile(router.presetPath, "utf8");
+    expect(preset).toContain("[gemma3:1b]\nalias = gemma3:1b\n");
+    expect(preset).toMatch(/\[someone\/tiny-llama:q8\]\nalias = someone\/tiny-llama:q8\n[^[]*chat-template = llama3\n/);
+
+    const listed = (await (await fetch(`${router.url}/v1/models`)).json()) as { data: Array<{ id: string; aliases?: string[] }> };
+    const names = listed.data.flatMap((m) => [m.id, ...(m.aliases ?? [])]);
+    expect(names).toEqual(expect.arrayContaining(["gemma3:1b", "someone/tiny-llama:q8"]));
+
+    for (const name of ["gemma3:1b", "someone/tiny-llama:q8"]) {
+      const r = await chat(router.url, name);
+      expect(r.status, `${name}: ${JSON.stringify(r.body)}`).toBe(200);
+      expect(typeof chatContent(r.body)).toBe("string");
+    }
+    // both were loaded, each as its own instance
+    const after = (await (await fetch(`${router.url}/v1/models`)).json()) as { data: Array<{ id: string; aliases?: string[]; status?: { value?: string; args?: string[] } }> };
+    const instance = (name: string) => after.data.find((m) => m.aliases?.includes(name));
+    expect(instance("gemma3:1b")?.status?.value).toBe("loaded");
+    expect(instance("someone/tiny-llama:q8")?.status?.value).toBe("loaded");
+    // the translated model runs from its cache entry, the native one from its blob
+    const modelArg = (name: string) => instance(name)!.status!.args![instance(name)!.status!.args!.indexOf("--model") + 1];
+    expect(modelArg("gemma3:1b")).toBe(router.models.find((m) => m.name === "gemma3:1b")!.model!.modelPath);
+    expect(modelArg("someone/tiny-llama:q8")).toMatch(/blobs\/sha256-[0-9a-f]{64}$/);
+    expect(instance("someone/tiny-llama:q8")!.status!.args).toEqual(expect.arrayContaining(["--chat-template", "llama3"]));
+    expect(instance("gemma3:1b")!.status!.args).not.toContain("--chat-template");
+    const unknown = await chat(router.url, "not-installed:1");
+    expect(unknown.status).toBeGreaterThanOrEqual(400);
+  });
+});
