@@ -51,4 +51,9 @@ cp "$root"/examples/*.mjs "$scratch/app/"
 node read-metadata.mjs "$src" | grep -q "tensors" || { echo "pack-smoke: examples/read-metadata.mjs failed" >&2; exit 1; }
 node translate.mjs "$src" "$scratch/app/example-out.gguf" | grep -q "wrote" || { echo "pack-smoke: examples/translate.mjs failed" >&2; exit 1; }
 
+if [ -n "${LLAMA_BIN:-}" ]; then
+  LLAMA_SERVER="$LLAMA_BIN/llama-server" node serve.mjs "$scratch/app/translated.gguf" | grep -q "answered" \
+    || { echo "pack-smoke: examples/serve.mjs failed" >&2; exit 1; }
+fi
+
 echo "pack-smoke: ok ($(ls "$scratch/tarballs" | wc -l) tarballs, translate, ESM+CJS, tensor-ops native)"
