@@ -3,10 +3,6 @@ import { GgufValueType, type GgufModel } from "@compat/gguf";
 /** Small, typed reads the detectors share. They never throw on odd types: a key with
  * the wrong type simply does not count as a marker, as in the reference. */
 
-export function archIs(m: GgufModel, arch: string): boolean {
-  return stringKv(m, "general.architecture") === arch;
-}
-
 /** The value of a STRING key, or undefined (missing or another type). */
 export function stringKv(m: GgufModel, key: string): string | undefined {
   const kv = m.get(key);

@@ -1,4 +1,4 @@
-import { anyOf, archIs, hasTensorPrefix, u32Kv } from "../detect";
+import { anyOf, hasTensorPrefix, u32Kv } from "../detect";
 import type { Handler } from "../handler";
 
 /** Google's original Gemma 3 text-only chat template (data, byte for byte). */
@@ -20,7 +20,6 @@ export const gemma3: Handler = {
   name: "gemma3",
   arch: "gemma3",
   detect(m) {
-    if (!archIs(m, "gemma3")) return null;
     return anyOf(
       m.has("gemma3.mm.tokens_per_image") && "kv gemma3.mm.tokens_per_image",
       hasTensorPrefix(m, "v.") && "embedded vision tensors v.*",

@@ -1,5 +1,4 @@
 import { GgufValueType } from "@compat/gguf";
-import { archIs } from "../detect";
 import type { Handler } from "../handler";
 import type { Translation } from "../translation";
 
@@ -14,7 +13,7 @@ const DST = "deepseek2.";
 export const glm4moelite: Handler = {
   name: "glm4moelite",
   arch: "glm4moelite",
-  detect: (m) => (archIs(m, "glm4moelite") ? ["architecture glm4moelite"] : null),
+  detect: () => ["architecture glm4moelite"],
   apply(t) {
     const m = t.draft;
     t.setArch("deepseek2");

@@ -1,4 +1,4 @@
-import { archIs, u32Kv } from "../detect";
+import { u32Kv } from "../detect";
 import type { Handler } from "../handler";
 
 /**
@@ -10,7 +10,6 @@ export const lfm2: Handler = {
   name: "lfm2",
   arch: "lfm2",
   detect(m) {
-    if (!archIs(m, "lfm2")) return null;
     return m.hasTensor("output_norm.weight") && !m.hasTensor("token_embd_norm.weight")
       ? ["tensor output_norm.weight without token_embd_norm.weight"]
       : null;

@@ -1,6 +1,6 @@
 import { GgufValueType } from "@compat/gguf";
 import type { GgufModel } from "@compat/gguf";
-import { anyOf, archIs, missingOrDefault, stringKv, tokenAt, u32Kv } from "../detect";
+import { anyOf, missingOrDefault, stringKv, tokenAt, u32Kv } from "../detect";
 import type { Handler } from "../handler";
 
 const EOT_ID = 128009;
@@ -27,7 +27,7 @@ export const llama3: Handler = {
   name: "llama3-metadata",
   arch: "llama",
   detect(m) {
-    if (!archIs(m, "llama") || tokenAt(m, EOT_ID) !== "<|eot_id|>") return null;
+    if (tokenAt(m, EOT_ID) !== "<|eot_id|>") return null;
     const template = stringKv(m, "tokenizer.chat_template");
     const chat = anyOf(
       tokenAt(m, 128006) === "<|start_header_id|>" && "token 128006 <|start_header_id|>",

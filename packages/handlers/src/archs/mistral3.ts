@@ -1,4 +1,4 @@
-import { anyOf, archIs, hasTensorPrefix, missingOrDefault } from "../detect";
+import { anyOf, hasTensorPrefix, missingOrDefault } from "../detect";
 import type { Handler } from "../handler";
 
 /**
@@ -9,7 +9,6 @@ export const mistral3: Handler = {
   name: "mistral3",
   arch: "mistral3",
   detect(m) {
-    if (!archIs(m, "mistral3")) return null;
     return anyOf(
       hasTensorPrefix(m, "v.") && "embedded vision tensors v.*",
       hasTensorPrefix(m, "mm.") && "embedded projector tensors mm.*",
