@@ -370,8 +370,8 @@ export class GgufModel implements Iterable<GgufKv> {
   }
 }
 
-/** Byte length a TensorData will produce. */
-export function tensorDataLength(t: GgufTensor): number {
+/** Byte length a tensor's data will produce. */
+export function tensorDataLength(t: Pick<GgufTensor, "data">): number {
   const d = t.data;
   return d.kind === "bytes" ? d.bytes.length : d.length;
 }

@@ -20,6 +20,8 @@ export interface WriteOptions {
   /** Called after each chunk with bytes written so far and the total. */
   onProgress?(written: number, total: number): void;
   signal?: AbortSignal;
+  /** This model's layoutGguf() result, when the caller already has it (it is not laid out again). */
+  layout?: GgufLayout;
 }
 
 export interface WriteResult {
@@ -71,7 +73,7 @@ function isWebWritable(x: unknown): x is WritableStream<Uint8Array> {
  * but not closed. Memory use is bounded by one tensor (ranges are copied in chunks).
  */
 export async function writeGguf(model: GgufModel, target: WriteTarget, opts: WriteOptions = {}): Promise<WriteResult> {
-  const layout = layoutGguf(model);
+  const layout = opts.layout ?? layoutGguf(model);
   if (typeof target === "string") {
     const { writeFileAtomic } = await import("./file-sink");
     // The file sink is done with each chunk when its write resolves, so copy buffers can be reused.

@@ -17,6 +17,19 @@ export function u32Kv(m: GgufModel, key: string): number | undefined {
   return undefined;
 }
 
+/** The items of a UINT32 array, or the non-negative ones of an INT32 array; undefined otherwise. */
+export function u32ArrayKv(m: GgufModel, key: string): number[] | undefined {
+  const arr = m.tryGetArray(key);
+  if (arr?.itemType === GgufValueType.UINT32) return arr.toArray() as number[];
+  if (arr?.itemType === GgufValueType.INT32) return (arr.toArray() as number[]).filter((v) => v >= 0);
+  return undefined;
+}
+
+/** The items of a STRING array, or undefined (missing or another type). */
+export function stringArrayKv(m: GgufModel, key: string): string[] | undefined {
+  return m.tryGetArray(key, GgufValueType.STRING)?.toArray() as string[] | undefined;
+}
+
 /** Missing, "" or "default" (a non-string value is not "default"). */
 export function missingOrDefault(m: GgufModel, key: string): boolean {
   const kv = m.get(key);

@@ -1,4 +1,3 @@
-import { u32Kv } from "../detect";
 import type { Handler } from "../handler";
 
 /**
@@ -20,7 +19,7 @@ export const lfm2: Handler = {
     const gate = t.tensor("blk.0.ffn_gate.weight");
     if (gate !== undefined) {
       const nFf = gate.shape[1] ?? 1;
-      if (u32Kv(t.draft, "lfm2.feed_forward_length") !== nFf) t.setU32("lfm2.feed_forward_length", nFf);
+      if (t.getU32("lfm2.feed_forward_length") !== nFf) t.setU32("lfm2.feed_forward_length", nFf);
     }
   },
 };

@@ -42,10 +42,9 @@ export const llama3: Handler = {
     return gap === null ? null : ["token 128009 <|eot_id|>", ...chat, ...gap];
   },
   apply(t) {
-    const m = t.draft;
-    if (missingOrDefault(m, "tokenizer.ggml.pre")) t.setString("tokenizer.ggml.pre", "llama-bpe");
+    if (t.isMissingOrDefault("tokenizer.ggml.pre")) t.setString("tokenizer.ggml.pre", "llama-bpe");
     for (const key of ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"]) {
-      const id = u32Kv(m, key);
+      const id = t.getU32(key);
       if (id === undefined || id === END_OF_TEXT_ID) t.setU32(key, EOT_ID);
     }
     t.setArray("tokenizer.ggml.eos_token_ids", GgufValueType.INT32, [EOT_ID]);

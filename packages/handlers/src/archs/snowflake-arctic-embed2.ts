@@ -42,9 +42,9 @@ export const snowflakeArcticEmbed2: Handler = {
     return ["tokenizer.ggml.model t5", "precompiled_charsmap stored as a string array"];
   },
   apply(t) {
-    const chars = t.draft.getStringArray(CHARSMAP);
+    const chars = t.getStringArray(CHARSMAP);
     // Each item must be exactly one character; otherwise the file is left as it is.
-    if (chars.some((c) => c.length !== 1)) return;
+    if (chars === undefined || chars.some((c) => c.length !== 1)) return;
     const bytes = decodeBase64Strict(chars.join(""));
     if (bytes === null || bytes.length === 0) return;
     t.setArray(CHARSMAP, GgufValueType.UINT8, Array.from(bytes));
