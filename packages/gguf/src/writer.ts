@@ -1,7 +1,7 @@
 import { GgufError } from "./errors";
 import { layoutGguf, type GgufLayout } from "./layout";
 import type { GgufModel } from "./model";
-import { CopyBuffers, readTensorData, streamTensorData } from "./tensor-data";
+import { CopyBuffers, streamTensorData } from "./tensor-data";
 
 /** Anything with a write(chunk) method; a returned promise is awaited. */
 export interface GgufSink {
@@ -108,18 +108,14 @@ export async function writeGguf(model: GgufModel, target: WriteTarget, opts: Wri
   return { bytesWritten, layout };
 }
 
-/** The whole file in memory; meant for small models and tests. */
+/** The whole file in memory; meant for small models and tests. The same emitter as writeGguf. */
 export async function serializeGguf(model: GgufModel): Promise<Uint8Array<ArrayBuffer>> {
   const layout = layoutGguf(model);
   const out = new Uint8Array(layout.totalSize);
-  out.set(layout.header, 0);
-  for (let i = 0; i < model.tensors.length; i++) {
-    const t = model.tensors[i]!;
-    const bytes = await readTensorData(t);
-    if (bytes.length !== layout.tensorSizes[i]) {
-      throw new GgufError("DATA_LENGTH", `tensor "${t.name}" data is ${bytes.length} bytes`, { expected: `${layout.tensorSizes[i]} bytes` });
-    }
-    out.set(bytes, layout.dataOffset + layout.tensorOffsets[i]!);
-  }
+  let at = 0;
+  await emitModel(model, layout, async (chunk) => {
+    out.set(chunk, at);
+    at += chunk.length;
+  }, {});
   return out;
 }
