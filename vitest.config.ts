@@ -4,7 +4,9 @@ import { fileURLToPath } from "node:url";
 const pkg = (name: string) => fileURLToPath(new URL(`./packages/${name}/src/index.ts`, import.meta.url));
 
 // Tests run against the TypeScript sources, so no build is needed before `npm test`.
+// Subpaths come before their package: an alias also matches "<key>/…".
 export const compatAliases = {
+  "@compat/gguf/advanced": fileURLToPath(new URL("./packages/gguf/src/advanced.ts", import.meta.url)),
   "@compat/gguf": pkg("gguf"),
   "@compat/tensor-ops": pkg("tensor-ops"),
   "@compat/handlers": pkg("handlers"),

@@ -86,7 +86,7 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
     }
     if (e instanceof CliError) {
       io.err(`ollama-compat: ${e.message}\n`);
-      return e.kind === "usage" ? ExitCode.usage : ExitCode.error;
+      return e.code === "usage" ? ExitCode.usage : ExitCode.error;
     }
     io.err(`ollama-compat: ${oneLine(e)}\n`);
     return ExitCode.error;

@@ -1,10 +1,18 @@
+/** "usage": the command line is wrong (exit 2); "error": the command failed (exit 1). */
+export type CliErrorCode = "usage" | "error";
+
 /** An error the CLI reports in one line; `usage` ones exit with 2. */
 export class CliError extends Error {
+  override readonly name = "CliError";
   constructor(
-    readonly kind: "usage" | "error",
+    readonly code: CliErrorCode,
     message: string,
   ) {
     super(message);
-    this.name = "CliError";
+  }
+
+  /** @deprecated the same as `code`. */
+  get kind(): CliErrorCode {
+    return this.code;
   }
 }

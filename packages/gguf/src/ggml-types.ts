@@ -66,7 +66,7 @@ const TABLE: ReadonlyArray<readonly [GgmlType, string, number, number, boolean]>
   [GgmlType.Q5_0, "q5_0", 32, 2 + 4 + 16, true],
   [GgmlType.Q5_1, "q5_1", 32, 2 + 2 + 4 + 16, true],
   [GgmlType.Q8_0, "q8_0", 32, 2 + 32, true],
-  [GgmlType.Q8_1, "q8_1", 32, 4 + 4 + 32, true],
+  [GgmlType.Q8_1, "q8_1", 32, 2 + 2 + 32, true], // d and s are two halves
   [GgmlType.Q2_K, "q2_K", QK_K, 2 + 2 + QK_K / 16 + QK_K / 4, true],
   [GgmlType.Q3_K, "q3_K", QK_K, 2 + QK_K / 4 + QK_K / 8 + 12, true],
   [GgmlType.Q4_K, "q4_K", QK_K, 2 + 2 + QK_K / 2 + 12, true],

@@ -1,3 +1,5 @@
+// The everyday surface: read, parse, edit (GgufModel), write, errors, the ggml type table.
+// Implementation classes (array kinds, tensor checks) are in "@compat/gguf/advanced".
 export * from "./types";
 export { GgufError, type GgufErrorCode, type GgufErrorDetails } from "./errors";
 export {
@@ -13,25 +15,10 @@ export {
   type GgmlTypeInfo,
 } from "./ggml-types";
 export { GgufKeys, archKey, fileTypeName, GGUF_DEFAULT_ALIGNMENT } from "./keys";
-export {
-  ggufArray,
-  isGgufArray,
-  valueTypeName,
-  valueTypeSize,
-  NumberArray,
-  BigIntArray,
-  BoolArray,
-  StringArray,
-  NestedArray,
-  type ArrayInput,
-  type RawStrings,
-  type NumberItemType,
-  type NumberTypedArray,
-  type BigIntTypedArray,
-} from "./arrays";
-export { bufferSource, blobSource, isByteSource } from "./sources";
+export { ggufArray, isGgufArray, valueTypeName, type ArrayInput } from "./arrays";
+export { bufferSource, blobSource } from "./sources";
 export { fileSource } from "./node-lazy";
-export { GgufModel, checkTensor, tensorDataLength, type CreateModelOptions, type GgufModelInit } from "./model";
+export { GgufModel, type CreateModelOptions, type GgufModelInit } from "./model";
 export { readGguf, parseGguf, type ReadOptions, type ParseOptions, type GgufInput } from "./read";
 export { layoutGguf, type GgufLayout } from "./layout";
 export { writeGguf, serializeGguf, type WriteTarget, type WriteOptions, type WriteResult, type GgufSink } from "./writer";

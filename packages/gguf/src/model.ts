@@ -138,8 +138,10 @@ export class GgufModel implements Iterable<GgufKv> {
     return v.value as string;
   }
 
+  /** The value, or undefined when the key is missing or has another type. Never throws. */
   tryGetString(key: string): string | undefined {
-    return this.has(key) ? this.getString(key) : undefined;
+    const kv = this.entries.get(key);
+    return kv?.type === GgufValueType.STRING ? (kv.value as string) : undefined;
   }
 
   /** Any 8/16/32-bit integer or float; 64-bit integers when they fit in a JS number. */
@@ -152,8 +154,9 @@ export class GgufModel implements Iterable<GgufKv> {
     return this.mismatch(v, "a numeric type");
   }
 
+  /** As getNumber, or undefined when missing, not numeric, or a 64-bit value past 2^53. Never throws. */
   tryGetNumber(key: string): number | undefined {
-    return this.has(key) ? this.getNumber(key) : undefined;
+    return this.attempt(() => this.getNumber(key));
   }
 
   /** Exactly UINT32 (llama.cpp's get_u32 is this strict). */
@@ -174,8 +177,9 @@ export class GgufModel implements Iterable<GgufKv> {
     return typeof v.value === "bigint" ? v.value : BigInt(v.value as number);
   }
 
+  /** As getBigInt, or undefined when missing or not an integer. Never throws. */
   tryGetBigInt(key: string): bigint | undefined {
-    return this.has(key) ? this.getBigInt(key) : undefined;
+    return this.attempt(() => this.getBigInt(key));
   }
 
   getBool(key: string, fallback?: boolean): boolean {
@@ -186,8 +190,10 @@ export class GgufModel implements Iterable<GgufKv> {
     return v.value as boolean;
   }
 
+  /** The value, or undefined when the key is missing or not a BOOL. Never throws. */
   tryGetBool(key: string): boolean | undefined {
-    return this.has(key) ? this.getBool(key) : undefined;
+    const kv = this.entries.get(key);
+    return kv?.type === GgufValueType.BOOL ? (kv.value as boolean) : undefined;
   }
 
   /** An array value, optionally checking its item type. */
@@ -199,8 +205,19 @@ export class GgufModel implements Iterable<GgufKv> {
     return arr;
   }
 
+  /** As getArray, or undefined when missing, not an array, or of another item type. Never throws. */
   tryGetArray(key: string, itemType?: GgufValueType): GgufArray | undefined {
-    return this.has(key) ? this.getArray(key, itemType) : undefined;
+    return this.attempt(() => this.getArray(key, itemType));
+  }
+
+  /** What `get` returns, or undefined where it throws a GgufError (missing key, other type). */
+  private attempt<T>(get: () => T): T | undefined {
+    try {
+      return get();
+    } catch (e) {
+      if (e instanceof GgufError) return undefined;
+      throw e;
+    }
   }
 
   getStringArray(key: string): string[] {
@@ -394,8 +411,8 @@ export class GgufModel implements Iterable<GgufKv> {
   }
 }
 
-/** Byte length a TensorData will produce. */
-export function tensorDataLength(t: GgufTensor): number {
+/** Byte length a tensor's data will produce. */
+export function tensorDataLength(t: Pick<GgufTensor, "data">): number {
   const d = t.data;
   return d.kind === "bytes" ? d.bytes.length : d.length;
 }

@@ -1,12 +1,9 @@
 import { GgufError } from "./errors";
-import type { GgufTensor, TensorData } from "./types";
+import { tensorDataLength } from "./model";
+import type { GgufTensor } from "./types";
 
 /** Chunk size for copying large source ranges (bounded memory while writing). */
 export const COPY_CHUNK = 4 * 1024 * 1024;
-
-function lengthOf(d: TensorData): number {
-  return d.kind === "bytes" ? d.bytes.length : d.length;
-}
 
 function checkLength(name: string, got: number, want: number): void {
   if (got !== want) {
@@ -14,8 +11,8 @@ function checkLength(name: string, got: number, want: number): void {
   }
 }
 
-/** All bytes of one tensor, in memory. */
-export async function readTensorData(t: GgufTensor): Promise<Uint8Array> {
+/** All bytes of one tensor, in memory (the one reader of tensor bytes; `name` is for errors). */
+export async function readTensorData(t: Pick<GgufTensor, "name" | "data">): Promise<Uint8Array> {
   const d = t.data;
   switch (d.kind) {
     case "bytes":
@@ -55,7 +52,7 @@ export async function streamTensorData(
   buffers?: CopyBuffers,
 ): Promise<void> {
   const d = t.data;
-  checkLength(t.name, lengthOf(d), expected);
+  checkLength(t.name, tensorDataLength(t), expected);
   if (d.kind === "range" && buffers !== undefined && d.source.readInto !== undefined && d.length > 0) {
     await copyDoubleBuffered(d.source.readInto.bind(d.source), d.offset, d.length, emit, buffers.get());
     return;

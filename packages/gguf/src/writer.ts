@@ -1,7 +1,7 @@
 import { GgufError } from "./errors";
 import { layoutGguf, type GgufLayout } from "./layout";
 import type { GgufModel } from "./model";
-import { CopyBuffers, readTensorData, streamTensorData } from "./tensor-data";
+import { CopyBuffers, streamTensorData } from "./tensor-data";
 
 /** Anything with a write(chunk) method; a returned promise is awaited. */
 export interface GgufSink {
@@ -20,6 +20,8 @@ export interface WriteOptions {
   /** Called after each chunk with bytes written so far and the total. */
   onProgress?(written: number, total: number): void;
   signal?: AbortSignal;
+  /** This model's layoutGguf() result, when the caller already has it (it is not laid out again). */
+  layout?: GgufLayout;
 }
 
 export interface WriteResult {
@@ -71,7 +73,7 @@ function isWebWritable(x: unknown): x is WritableStream<Uint8Array> {
  * but not closed. Memory use is bounded by one tensor (ranges are copied in chunks).
  */
 export async function writeGguf(model: GgufModel, target: WriteTarget, opts: WriteOptions = {}): Promise<WriteResult> {
-  const layout = layoutGguf(model);
+  const layout = opts.layout ?? layoutGguf(model);
   if (typeof target === "string") {
     const { writeFileAtomic } = await import("./file-sink");
     // The file sink is done with each chunk when its write resolves, so copy buffers can be reused.
@@ -106,18 +108,14 @@ export async function writeGguf(model: GgufModel, target: WriteTarget, opts: Wri
   return { bytesWritten, layout };
 }
 
-/** The whole file in memory; meant for small models and tests. */
+/** The whole file in memory; meant for small models and tests. The same emitter as writeGguf. */
 export async function serializeGguf(model: GgufModel): Promise<Uint8Array<ArrayBuffer>> {
   const layout = layoutGguf(model);
   const out = new Uint8Array(layout.totalSize);
-  out.set(layout.header, 0);
-  for (let i = 0; i < model.tensors.length; i++) {
-    const t = model.tensors[i]!;
-    const bytes = await readTensorData(t);
-    if (bytes.length !== layout.tensorSizes[i]) {
-      throw new GgufError("DATA_LENGTH", `tensor "${t.name}" data is ${bytes.length} bytes`, { expected: `${layout.tensorSizes[i]} bytes` });
-    }
-    out.set(bytes, layout.dataOffset + layout.tensorOffsets[i]!);
-  }
+  let at = 0;
+  await emitModel(model, layout, async (chunk) => {
+    out.set(chunk, at);
+    at += chunk.length;
+  }, {});
   return out;
 }

@@ -154,6 +154,16 @@ describe("model", () => {
     expect(() => m.setU32("x", -1)).toThrow(expect.objectContaining({ code: "BAD_VALUE" }));
   });
 
+  it("tryGet… return undefined for a missing key or another type, and never throw", () => {
+    const m = sampleModel();
+    expect(m.tryGetString("llama.context_length")).toBeUndefined();
+    expect(m.tryGetBool("llama.context_length")).toBeUndefined();
+    expect(m.tryGetNumber("big")).toBeUndefined();
+    expect(m.tryGetBigInt("general.architecture")).toBeUndefined();
+    expect(m.tryGetArray("llama.context_length")).toBeUndefined();
+    expect(m.tryGetNumber("llama.context_length")).toBe(m.getNumber("llama.context_length"));
+  });
+
   it("edits tensors", () => {
     const m = sampleModel();
     expect(() => m.renameTensor("a", "b")).toThrow(expect.objectContaining({ code: "DUPLICATE_TENSOR" }));

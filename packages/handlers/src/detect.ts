@@ -3,10 +3,6 @@ import { GgufValueType, type GgufModel } from "@compat/gguf";
 /** Small, typed reads the detectors share. They never throw on odd types: a key with
  * the wrong type simply does not count as a marker, as in the reference. */
 
-export function archIs(m: GgufModel, arch: string): boolean {
-  return stringKv(m, "general.architecture") === arch;
-}
-
 /** The value of a STRING key, or undefined (missing or another type). */
 export function stringKv(m: GgufModel, key: string): string | undefined {
   const kv = m.get(key);
@@ -19,6 +15,19 @@ export function u32Kv(m: GgufModel, key: string): number | undefined {
   if (kv?.type === GgufValueType.UINT32) return kv.value as number;
   if (kv?.type === GgufValueType.INT32 && (kv.value as number) >= 0) return kv.value as number;
   return undefined;
+}
+
+/** The items of a UINT32 array, or the non-negative ones of an INT32 array; undefined otherwise. */
+export function u32ArrayKv(m: GgufModel, key: string): number[] | undefined {
+  const arr = m.tryGetArray(key);
+  if (arr?.itemType === GgufValueType.UINT32) return arr.toArray() as number[];
+  if (arr?.itemType === GgufValueType.INT32) return (arr.toArray() as number[]).filter((v) => v >= 0);
+  return undefined;
+}
+
+/** The items of a STRING array, or undefined (missing or another type). */
+export function stringArrayKv(m: GgufModel, key: string): string[] | undefined {
+  return m.tryGetArray(key, GgufValueType.STRING)?.toArray() as string[] | undefined;
 }
 
 /** Missing, "" or "default" (a non-string value is not "default"). */

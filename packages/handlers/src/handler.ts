@@ -12,7 +12,8 @@ export interface Handler {
   /** The `general.architecture` value(s) this handler is gated on, checked against the
    * current (possibly already renamed) architecture. */
   readonly arch: string | readonly string[];
-  /** Markers proving an Ollama-format file (non-empty), or null when the file is not one. Pure. */
+  /** Markers proving an Ollama-format file (non-empty), or null when the file is not one. Pure.
+   * Called only when `arch` gates on, so it does not test the architecture again. */
   detect(model: GgufModel): string[] | null;
   /** Rewrite the draft. Never touches the file system. */
   apply(t: Translation): void;

@@ -1,5 +1,6 @@
-import { GgmlType, GgufKeys, GgufValueType, tensorByteSize, type GgufModel, type GgufTensor, type GgufValue, type TensorData } from "@compat/gguf";
+import { GgmlType, GgufKeys, GgufValueType, readTensorData, tensorByteSize, type GgufModel, type GgufTensor, type GgufValue, type TensorData } from "@compat/gguf";
 import { permuteQK, split, toF32 } from "@compat/tensor-ops";
+import { missingOrDefault, stringArrayKv, stringKv, u32ArrayKv, u32Kv } from "./detect";
 import { TranslationError } from "./errors";
 
 /** A tensor's bytes as an op sees them, with the type and shape they had when captured. */
@@ -29,16 +30,9 @@ export interface OpRecord {
   readonly inputs: readonly string[];
 }
 
-/** Reads a TensorData into memory (ranges read from their source). */
-export async function readTensorBytes(data: TensorData): Promise<Uint8Array> {
-  switch (data.kind) {
-    case "bytes":
-      return data.bytes;
-    case "range":
-      return data.source.read(data.offset, data.length);
-    case "computed":
-      return data.produce();
-  }
+/** Reads a TensorData into memory. @deprecated use readTensorData from @compat/gguf, which this calls. */
+export function readTensorBytes(data: TensorData): Promise<Uint8Array> {
+  return readTensorData({ name: "<tensor data>", data });
 }
 
 /**
@@ -83,17 +77,35 @@ export class Translation {
     return this.draft.has(key);
   }
 
-  set(key: string, type: GgufValueType, value: GgufValue): void {
-    this.draft.set(key, type, value);
+  // Lenient typed reads: undefined where the key is missing or of another type, never a throw
+  // (an odd type in an Ollama file is a reason to leave the key alone, as the reference does).
+
+  /** A STRING value. */
+  getString(key: string): string | undefined {
+    return stringKv(this.draft, key);
   }
+  /** A UINT32 value, or a non-negative INT32 one. */
+  getU32(key: string): number | undefined {
+    return u32Kv(this.draft, key);
+  }
+  /** The items of a STRING array. */
+  getStringArray(key: string): string[] | undefined {
+    return stringArrayKv(this.draft, key);
+  }
+  /** The items of a UINT32 array, or the non-negative ones of an INT32 array. */
+  getU32Array(key: string): number[] | undefined {
+    return u32ArrayKv(this.draft, key);
+  }
+  /** Missing, "" or "default" (a non-string value is not "default"). */
+  isMissingOrDefault(key: string): boolean {
+    return missingOrDefault(this.draft, key);
+  }
+
   setString(key: string, value: string): void {
     this.draft.setString(key, value);
   }
   setU32(key: string, value: number): void {
     this.draft.setU32(key, value);
-  }
-  setF32(key: string, value: number): void {
-    this.draft.setF32(key, value);
   }
   setBool(key: string, value: boolean): void {
     this.draft.setBool(key, value);
@@ -195,10 +207,6 @@ export class Translation {
     return this.draft.hasTensor(name);
   }
 
-  anyTensorWithPrefix(prefix: string): boolean {
-    return this.draft.tensors.some((t) => t.name.startsWith(prefix));
-  }
-
   tensorNames(): string[] {
     return this.draft.tensors.map((t) => t.name);
   }
@@ -278,7 +286,7 @@ export class Translation {
       label,
       async produce() {
         const inputs: OpInput[] = [];
-        for (const c of captured) inputs.push({ name: c.name, type: c.type, shape: c.shape, bytes: await readTensorBytes(c.data) });
+        for (const c of captured) inputs.push({ name: c.name, type: c.type, shape: c.shape, bytes: await readTensorData(c) });
         const out = await spec.compute(inputs);
         if (out.length !== length) {
           throw new TranslationError("OP_LENGTH", `op "${label}" produced ${out.length} bytes for "${dest}", expected ${length}`, {

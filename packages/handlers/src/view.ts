@@ -1,6 +1,5 @@
-import { layoutGguf, writeGguf, type GgufLayout, type GgufModel, type GgufTensor, type WriteOptions } from "@compat/gguf";
+import { layoutGguf, readTensorData, writeGguf, type GgufLayout, type GgufModel, type GgufTensor, type WriteOptions } from "@compat/gguf";
 import type { TranslationReport } from "./report";
-import { readTensorBytes } from "./translation";
 
 /**
  * The translated file, never materialized as a whole: metadata in memory, and per
@@ -20,7 +19,7 @@ export class TranslatedView {
     readonly source: GgufModel,
   ) {}
 
-  /** Where header and tensors sit in the virtual output file. */
+  /** Where header and tensors sit in the virtual output file; read() and writeTo() share it. */
   get layout(): GgufLayout {
     return (this.layoutCache ??= layoutGguf(this.model));
   }
@@ -32,7 +31,7 @@ export class TranslatedView {
 
   /** Any byte range of the virtual output file (clamped to its end). */
   async read(offset: number, length: number): Promise<Uint8Array> {
-    const { header, dataOffset, tensorOffsets, totalSize } = this.layout;
+    const { header, dataOffset, tensorOffsets, tensorSizes, totalSize } = this.layout;
     if (!Number.isInteger(offset) || !Number.isInteger(length) || offset < 0 || length < 0) {
       throw new RangeError(`read(${offset}, ${length}): offset and length must be non-negative integers`);
     }
@@ -45,12 +44,12 @@ export class TranslatedView {
 
     // Tensors overlapping [offset, end); gaps between them are zero padding.
     const tensors = this.model.tensors;
-    let i = firstTensorEndingAfter(tensorOffsets, tensors, dataOffset, offset);
+    let i = firstTensorEndingAfter(this.layout, offset);
     for (; i < tensors.length; i++) {
       const t = tensors[i]!;
       const start = dataOffset + tensorOffsets[i]!;
       if (start >= end) break;
-      const size = t.data.kind === "bytes" ? t.data.bytes.length : t.data.length;
+      const size = tensorSizes[i]!;
       const from = Math.max(offset, start);
       const to = Math.min(end, start + size);
       if (to <= from) continue;
@@ -68,7 +67,7 @@ export class TranslatedView {
 
   /** Writes the translated file atomically (temp file + rename), one tensor in memory at a time. */
   async writeTo(path: string, opts?: WriteOptions): Promise<void> {
-    await writeGguf(this.model, path, opts);
+    await writeGguf(this.model, path, { ...opts, layout: this.layout });
   }
 
   private async tensorSlice(t: GgufTensor, at: number, length: number): Promise<Uint8Array> {
@@ -77,21 +76,19 @@ export class TranslatedView {
     if (d.kind === "bytes") return d.bytes.subarray(at, at + length);
     if (this.slot?.tensor !== t) {
       this.slot = undefined; // release the previous output before computing the next
-      this.slot = { tensor: t, bytes: await readTensorBytes(d) };
+      this.slot = { tensor: t, bytes: await readTensorData(t) };
     }
     return this.slot.bytes.subarray(at, at + length);
   }
 }
 
 /** Binary search: index of the first tensor whose bytes end after `offset`. */
-function firstTensorEndingAfter(offsets: readonly number[], tensors: readonly GgufTensor[], dataOffset: number, offset: number): number {
+function firstTensorEndingAfter({ dataOffset, tensorOffsets, tensorSizes }: GgufLayout, offset: number): number {
   let lo = 0;
-  let hi = tensors.length;
+  let hi = tensorOffsets.length;
   while (lo < hi) {
     const mid = (lo + hi) >>> 1;
-    const t = tensors[mid]!;
-    const size = t.data.kind === "bytes" ? t.data.bytes.length : t.data.length;
-    if (dataOffset + offsets[mid]! + size <= offset) lo = mid + 1;
+    if (dataOffset + tensorOffsets[mid]! + tensorSizes[mid]! <= offset) lo = mid + 1;
     else hi = mid;
   }
   return lo;

@@ -4,7 +4,9 @@
  * quantizers and fp16/bf16 converters on deterministic inputs. Only small vectors and SHA-256
  * digests are written; the harness binary stays in a temp directory.
  *
- *   npx tsx packages/tensor-ops/scripts/gen-vectors.ts [--llama-src /work/llama.cpp-src] [--lib DIR]
+ *   npx tsx packages/tensor-ops/scripts/gen-vectors.ts [--llama-src DIR] [--lib DIR]
+ *
+ * --llama-src defaults to the llama.cpp tree the testkit finds (LLAMA_CPP_SRC, or beside LLAMA_BIN).
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -12,17 +14,19 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { llamaCppSourceDir } from "@compat/testkit";
 import { blockLayout, GgmlTypeId as T } from "../src/types";
 import { DEQUANT_TYPES, edgeF32Bits, randomBlocks } from "../test/support/blocks";
 import { randomNormals, randomU32 } from "../test/support/prng";
 
-const arg = (name: string, fallback: string): string => {
+const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(name);
-  return i >= 0 ? (process.argv[i + 1] as string) : fallback;
+  return i >= 0 ? (process.argv[i + 1] as string) : undefined;
 };
 const here = fileURLToPath(new URL(".", import.meta.url));
-const llamaSrc = arg("--llama-src", "/work/llama.cpp-src");
-const libDir = arg("--lib", join(here, "../../../node_modules/@node-llama-cpp/linux-x64/bins/linux-x64"));
+const llamaSrc = arg("--llama-src") ?? (await llamaCppSourceDir());
+if (llamaSrc === undefined) throw new Error("no llama.cpp source tree: pass --llama-src DIR or set LLAMA_BIN");
+const libDir = arg("--lib") ?? join(here, "../../../node_modules/@node-llama-cpp/linux-x64/bins/linux-x64");
 const outDir = join(here, "../test/vectors");
 
 const work = mkdtempSync(join(tmpdir(), "tensor-ops-harness-"));

@@ -1,4 +1,3 @@
-import { archIs } from "../detect";
 import type { Handler } from "../handler";
 
 /**
@@ -9,7 +8,7 @@ import type { Handler } from "../handler";
 export const embeddinggemma: Handler = {
   name: "embeddinggemma",
   arch: "gemma3",
-  detect: (m) => (archIs(m, "gemma3") && m.hasTensor("dense.0.weight") ? ["tensor dense.0.weight"] : null),
+  detect: (m) => (m.hasTensor("dense.0.weight") ? ["tensor dense.0.weight"] : null),
   apply(t) {
     const P = "gemma-embedding.";
     t.setArch("gemma-embedding");

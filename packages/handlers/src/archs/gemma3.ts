@@ -1,4 +1,4 @@
-import { anyOf, archIs, hasTensorPrefix, u32Kv } from "../detect";
+import { anyOf, hasTensorPrefix } from "../detect";
 import type { Handler } from "../handler";
 
 /** Google's original Gemma 3 text-only chat template (data, byte for byte). */
@@ -20,7 +20,6 @@ export const gemma3: Handler = {
   name: "gemma3",
   arch: "gemma3",
   detect(m) {
-    if (!archIs(m, "gemma3")) return null;
     return anyOf(
       m.has("gemma3.mm.tokens_per_image") && "kv gemma3.mm.tokens_per_image",
       hasTensorPrefix(m, "v.") && "embedded vision tensors v.*",
@@ -40,7 +39,7 @@ export const gemma3: Handler = {
     t.injectF32("gemma3.rope.freq_base_swa", 10_000);
     t.injectString("tokenizer.chat_template", GEMMA3_CHAT_TEMPLATE);
     // 4B and larger extend a 16k training context to 128k with linear x8 scaling; the 1B has none.
-    const ctx = u32Kv(t.draft, "gemma3.context_length");
+    const ctx = t.getU32("gemma3.context_length");
     if (ctx !== undefined && ctx >= 131_072) {
       t.injectString("gemma3.rope.scaling.type", "linear");
       t.injectF32("gemma3.rope.scaling.factor", 8);

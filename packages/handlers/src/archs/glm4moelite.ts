@@ -1,5 +1,3 @@
-import { GgufValueType } from "@compat/gguf";
-import { archIs } from "../detect";
 import type { Handler } from "../handler";
 import type { Translation } from "../translation";
 
@@ -14,20 +12,20 @@ const DST = "deepseek2.";
 export const glm4moelite: Handler = {
   name: "glm4moelite",
   arch: "glm4moelite",
-  detect: (m) => (archIs(m, "glm4moelite") ? ["architecture glm4moelite"] : null),
+  detect: () => ["architecture glm4moelite"],
   apply(t) {
-    const m = t.draft;
     t.setArch("deepseek2");
     t.copyKvPrefix(SRC, DST);
     t.setU32(`${DST}attention.head_count_kv`, 1);
-    if (m.has(`${DST}attention.kv_lora_rank`) && m.has(`${DST}rope.dimension_count`)) {
-      const kvLora = m.getNumber(`${DST}attention.kv_lora_rank`);
-      t.setU32(`${DST}attention.key_length`, kvLora + m.getNumber(`${DST}rope.dimension_count`));
+    const kvLora = t.getU32(`${DST}attention.kv_lora_rank`);
+    const ropeDims = t.getU32(`${DST}rope.dimension_count`);
+    if (kvLora !== undefined && ropeDims !== undefined) {
+      t.setU32(`${DST}attention.key_length`, kvLora + ropeDims);
       t.setU32(`${DST}attention.value_length`, kvLora);
     }
-    if (m.has(`${SRC}attention.key_length`)) {
+    const keyLength = t.getU32(`${SRC}attention.key_length`);
+    if (keyLength !== undefined) {
       // The reference uses the key head dim for both (equal for GLM-4.7 Flash).
-      const keyLength = m.getNumber(`${SRC}attention.key_length`);
       t.setU32(`${DST}attention.key_length_mla`, keyLength);
       t.setU32(`${DST}attention.value_length_mla`, keyLength);
     }
@@ -40,16 +38,10 @@ export const glm4moelite: Handler = {
 
 /** EOT and EOM are the second and third of Ollama's eos_token_ids, when llama.cpp's keys are missing. */
 export function fixEndOfGenerationIds(t: Translation): void {
-  const m = t.draft;
-  const needEot = !m.has("tokenizer.ggml.eot_token_id");
-  const needEom = !m.has("tokenizer.ggml.eom_token_id");
+  const needEot = !t.has("tokenizer.ggml.eot_token_id");
+  const needEom = !t.has("tokenizer.ggml.eom_token_id");
   if (!needEot && !needEom) return;
-  const kv = m.get("tokenizer.ggml.eos_token_ids");
-  if (kv?.type !== GgufValueType.ARRAY) return;
-  const arr = m.getArray("tokenizer.ggml.eos_token_ids");
-  let ids: number[] = [];
-  if (arr.itemType === GgufValueType.INT32) ids = (arr.toArray() as number[]).filter((v) => v >= 0);
-  else if (arr.itemType === GgufValueType.UINT32) ids = arr.toArray() as number[];
+  const ids = t.getU32Array("tokenizer.ggml.eos_token_ids") ?? [];
   if (needEot && ids.length >= 2) t.setU32("tokenizer.ggml.eot_token_id", ids[1]!);
   if (needEom && ids.length >= 3) t.setU32("tokenizer.ggml.eom_token_id", ids[2]!);
 }

@@ -1,4 +1,3 @@
-import { archIs } from "../detect";
 import type { Handler } from "../handler";
 
 /**
@@ -9,7 +8,7 @@ import type { Handler } from "../handler";
 export const gptoss: Handler = {
   name: "gptoss",
   arch: "gptoss",
-  detect: (m) => (archIs(m, "gptoss") ? ["architecture gptoss"] : null),
+  detect: () => ["architecture gptoss"],
   apply(t) {
     t.setArch("gpt-oss");
     t.copyKvPrefix("gptoss.", "gpt-oss.");

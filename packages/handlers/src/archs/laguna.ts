@@ -1,4 +1,4 @@
-import { anyOf, archIs } from "../detect";
+import { anyOf } from "../detect";
 import type { Handler } from "../handler";
 
 /** Older laguna files nest the SWA rope keys and call the attention gate attn_g. */
@@ -6,7 +6,6 @@ export const laguna: Handler = {
   name: "laguna",
   arch: "laguna",
   detect(m) {
-    if (!archIs(m, "laguna")) return null;
     return anyOf(
       m.has("laguna.rope.swa.dimension_count") && "kv laguna.rope.swa.dimension_count",
       m.has("laguna.rope.swa.freq_base") && "kv laguna.rope.swa.freq_base",

@@ -1,4 +1,3 @@
-import { archIs, u32Kv } from "../detect";
 import type { Handler } from "../handler";
 
 /**
@@ -10,7 +9,6 @@ export const lfm2: Handler = {
   name: "lfm2",
   arch: "lfm2",
   detect(m) {
-    if (!archIs(m, "lfm2")) return null;
     return m.hasTensor("output_norm.weight") && !m.hasTensor("token_embd_norm.weight")
       ? ["tensor output_norm.weight without token_embd_norm.weight"]
       : null;
@@ -21,7 +19,7 @@ export const lfm2: Handler = {
     const gate = t.tensor("blk.0.ffn_gate.weight");
     if (gate !== undefined) {
       const nFf = gate.shape[1] ?? 1;
-      if (u32Kv(t.draft, "lfm2.feed_forward_length") !== nFf) t.setU32("lfm2.feed_forward_length", nFf);
+      if (t.getU32("lfm2.feed_forward_length") !== nFf) t.setU32("lfm2.feed_forward_length", nFf);
     }
   },
 };

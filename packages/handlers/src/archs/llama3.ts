@@ -1,6 +1,6 @@
 import { GgufValueType } from "@compat/gguf";
 import type { GgufModel } from "@compat/gguf";
-import { anyOf, archIs, missingOrDefault, stringKv, tokenAt, u32Kv } from "../detect";
+import { anyOf, missingOrDefault, stringKv, tokenAt, u32Kv } from "../detect";
 import type { Handler } from "../handler";
 
 const EOT_ID = 128009;
@@ -27,7 +27,7 @@ export const llama3: Handler = {
   name: "llama3-metadata",
   arch: "llama",
   detect(m) {
-    if (!archIs(m, "llama") || tokenAt(m, EOT_ID) !== "<|eot_id|>") return null;
+    if (tokenAt(m, EOT_ID) !== "<|eot_id|>") return null;
     const template = stringKv(m, "tokenizer.chat_template");
     const chat = anyOf(
       tokenAt(m, 128006) === "<|start_header_id|>" && "token 128006 <|start_header_id|>",
@@ -42,10 +42,9 @@ export const llama3: Handler = {
     return gap === null ? null : ["token 128009 <|eot_id|>", ...chat, ...gap];
   },
   apply(t) {
-    const m = t.draft;
-    if (missingOrDefault(m, "tokenizer.ggml.pre")) t.setString("tokenizer.ggml.pre", "llama-bpe");
+    if (t.isMissingOrDefault("tokenizer.ggml.pre")) t.setString("tokenizer.ggml.pre", "llama-bpe");
     for (const key of ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"]) {
-      const id = u32Kv(m, key);
+      const id = t.getU32(key);
       if (id === undefined || id === END_OF_TEXT_ID) t.setU32(key, EOT_ID);
     }
     t.setArray("tokenizer.ggml.eos_token_ids", GgufValueType.INT32, [EOT_ID]);

@@ -1,4 +1,4 @@
-import { anyOf, archIs, hasTensorPrefix } from "../detect";
+import { anyOf, hasTensorPrefix } from "../detect";
 import type { Handler } from "../handler";
 
 /** Llama 4 with its vision tower inline: the text view only hides it. */
@@ -6,7 +6,6 @@ export const llama4: Handler = {
   name: "llama4",
   arch: "llama4",
   detect(m) {
-    if (!archIs(m, "llama4")) return null;
     return anyOf(hasTensorPrefix(m, "v.") && "embedded vision tensors v.*", hasTensorPrefix(m, "mm.") && "embedded projector tensors mm.*");
   },
   apply(t) {

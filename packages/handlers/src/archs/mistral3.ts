@@ -1,4 +1,4 @@
-import { anyOf, archIs, hasTensorPrefix, missingOrDefault } from "../detect";
+import { anyOf, hasTensorPrefix } from "../detect";
 import type { Handler } from "../handler";
 
 /**
@@ -9,7 +9,6 @@ export const mistral3: Handler = {
   name: "mistral3",
   arch: "mistral3",
   detect(m) {
-    if (!archIs(m, "mistral3")) return null;
     return anyOf(
       hasTensorPrefix(m, "v.") && "embedded vision tensors v.*",
       hasTensorPrefix(m, "mm.") && "embedded projector tensors mm.*",
@@ -23,7 +22,7 @@ export const mistral3: Handler = {
     t.copyKv("mistral3.rope.scaling.beta_slow", "mistral3.rope.scaling.yarn_beta_slow");
     t.copyKv("mistral3.rope.scaling.mscale_all_dim", "mistral3.rope.scaling.yarn_log_multiplier");
     t.copyKv("mistral3.rope.scaling_beta", "mistral3.attention.temperature_scale");
-    if (missingOrDefault(t.draft, "tokenizer.ggml.pre")) t.setString("tokenizer.ggml.pre", "tekken");
+    if (t.isMissingOrDefault("tokenizer.ggml.pre")) t.setString("tokenizer.ggml.pre", "tekken");
     t.hide("v.");
     t.hide("mm.");
   },

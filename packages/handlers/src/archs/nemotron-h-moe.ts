@@ -1,4 +1,4 @@
-import { anyOf, archIs, hasTensorPrefix } from "../detect";
+import { anyOf, hasTensorPrefix } from "../detect";
 import type { Handler } from "../handler";
 
 const MAX_BLOCKS_SCANNED = 1024;
@@ -11,7 +11,6 @@ export const nemotronHMoe: Handler = {
   name: "nemotron_h_moe",
   arch: "nemotron_h_moe",
   detect(m) {
-    if (!archIs(m, "nemotron_h_moe")) return null;
     return anyOf(
       (hasTensorPrefix(m, "blk.0.ffn_latent_in") || hasTensorPrefix(m, "blk.1.ffn_latent_in")) && "tensor blk.N.ffn_latent_in",
       hasTensorPrefix(m, "mtp.") && "embedded MTP tensors mtp.*",

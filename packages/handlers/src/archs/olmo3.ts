@@ -1,4 +1,3 @@
-import { archIs } from "../detect";
 import type { Handler } from "../handler";
 
 /**
@@ -8,7 +7,7 @@ import type { Handler } from "../handler";
 export const olmo3: Handler = {
   name: "olmo3",
   arch: "olmo3",
-  detect: (m) => (archIs(m, "olmo3") ? ["architecture olmo3"] : null),
+  detect: () => ["architecture olmo3"],
   apply(t) {
     t.setArch("olmo2");
     t.copyKvPrefix("olmo3.", "olmo2.");

@@ -1,4 +1,4 @@
-import { archIs, hasTensorSuffix } from "../detect";
+import { hasTensorSuffix } from "../detect";
 import type { Handler } from "../handler";
 
 /**
@@ -9,7 +9,6 @@ export const qwen3next: Handler = {
   name: "qwen3next",
   arch: "qwen3next",
   detect(m) {
-    if (!archIs(m, "qwen3next")) return null;
     return hasTensorSuffix(m, ".ssm_dt") ? ["tensor blk.N.ssm_dt without .bias"] : null;
   },
   apply(t) {

@@ -1,5 +1,5 @@
 import { GgufValueType } from "@compat/gguf";
-import { archIs, stringKv } from "../detect";
+import { stringKv } from "../detect";
 import type { Handler } from "../handler";
 
 const CHARSMAP = "tokenizer.ggml.precompiled_charsmap";
@@ -36,15 +36,15 @@ export const snowflakeArcticEmbed2: Handler = {
   name: "snowflake-arctic-embed2",
   arch: "bert",
   detect(m) {
-    if (!archIs(m, "bert") || stringKv(m, "tokenizer.ggml.model") !== "t5") return null;
+    if (stringKv(m, "tokenizer.ggml.model") !== "t5") return null;
     const kv = m.get(CHARSMAP);
     if (kv?.type !== GgufValueType.ARRAY || m.getArray(CHARSMAP).itemType !== GgufValueType.STRING) return null;
     return ["tokenizer.ggml.model t5", "precompiled_charsmap stored as a string array"];
   },
   apply(t) {
-    const chars = t.draft.getStringArray(CHARSMAP);
+    const chars = t.getStringArray(CHARSMAP);
     // Each item must be exactly one character; otherwise the file is left as it is.
-    if (chars.some((c) => c.length !== 1)) return;
+    if (chars === undefined || chars.some((c) => c.length !== 1)) return;
     const bytes = decodeBase64Strict(chars.join(""));
     if (bytes === null || bytes.length === 0) return;
     t.setArray(CHARSMAP, GgufValueType.UINT8, Array.from(bytes));

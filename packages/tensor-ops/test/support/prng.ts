@@ -1,13 +1,9 @@
-/** Small seeded PRNG (mulberry32) shared by the vector generator and the tests. */
+import { Prng } from "@compat/testkit";
+
+/** The testkit's seeded generator (mulberry32) as a u32 stream, for the vector generator and the tests. */
 export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (t ^ (t >>> 14)) >>> 0;
-  };
+  const prng = new Prng(seed);
+  return () => prng.nextU32();
 }
 
 /** `n` pseudo-random u32 values. */

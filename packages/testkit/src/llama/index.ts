@@ -1,7 +1,7 @@
 export { loadAndGenerate, type LoadAndGenerateOptions, type LoadResult } from "./load-and-generate";
 export { runLoaderInSubprocess, type SubprocessLoaderOptions, type SubprocessLoadResult } from "./run-loader-subprocess";
 export { killAllSpawned, runProcess, type ProcessResult, type RunProcessOptions } from "./processes";
-export { LlamaHarnessError, type LlamaHarnessErrorCode } from "./errors";
+export { TestkitError, LlamaHarnessError, type TestkitErrorCode, type LlamaHarnessErrorCode } from "./errors";
 export { findLlamaTools, llamaCppSourceDir, runLlamaQuantize, runMtmdCli, type LlamaTools, type MtmdCliOptions, type ToolRunOptions } from "./tools";
 export {
   freePort,

@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { TestkitError } from "./errors";
 
 let cached: string | undefined;
 
@@ -19,7 +20,7 @@ export function testkitRoot(): string {
       if (name === "@compat/testkit") return (cached = dir);
     }
     const parent = dirname(dir);
-    if (parent === dir) throw new Error("testkit: cannot find the @compat/testkit package root");
+    if (parent === dir) throw new TestkitError("NO_PACKAGE_ROOT", "testkit: cannot find the @compat/testkit package root");
     dir = parent;
   }
 }

@@ -1,5 +1,5 @@
 import { createServer } from "node:net";
-import { LlamaHarnessError } from "./errors";
+import { TestkitError } from "./errors";
 import { spawnWithLifetime, stopProcess, tail } from "./processes";
 import { findLlamaTools, toolEnv } from "./tools";
 
@@ -75,14 +75,14 @@ export async function startLlamaServer(options: StartLlamaServerOptions): Promis
   for (;;) {
     if (child.exitCode !== null || child.signalCode !== null) {
       await stop();
-      throw new LlamaHarnessError(
+      throw new TestkitError(
         "SERVER_START_FAILED",
         `llama-server exited (${child.exitCode ?? child.signalCode}) before becoming healthy:\n${tail(output)}`,
       );
     }
     if (Date.now() > deadline) {
       await stop();
-      throw new LlamaHarnessError("SERVER_START_FAILED", `llama-server not healthy after ${startTimeoutMs} ms (${lastStatus}):\n${tail(output)}`);
+      throw new TestkitError("SERVER_START_FAILED", `llama-server not healthy after ${startTimeoutMs} ms (${lastStatus}):\n${tail(output)}`);
     }
     try {
       const response = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2_000) });
@@ -140,7 +140,7 @@ export async function serverCompletion(server: Pick<LlamaServer, "url">, options
     signal: AbortSignal.timeout(timeoutMs),
   });
   const text = await response.text();
-  if (!response.ok) throw new LlamaHarnessError("SERVER_REQUEST_FAILED", `/completion answered ${response.status}: ${text}`);
+  if (!response.ok) throw new TestkitError("SERVER_REQUEST_FAILED", `/completion answered ${response.status}: ${text}`);
   const raw = JSON.parse(text) as Record<string, unknown>;
   return {
     content: typeof raw.content === "string" ? raw.content : "",

@@ -1,6 +1,6 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { LlamaHarnessError } from "./errors";
+import { TestkitError } from "./errors";
 import { repoRoot } from "./package-root";
 import { runProcess, tail, type ProcessResult } from "./processes";
 
@@ -50,14 +50,14 @@ async function locateTools(): Promise<LlamaTools> {
   if (fromEnv) {
     const tools = toolsIn(fromEnv);
     if (tools) return tools;
-    throw new LlamaHarnessError("TOOLS_UNAVAILABLE", `LLAMA_BIN=${fromEnv} lacks ${Object.values(toolNames).join(", ")}`);
+    throw new TestkitError("TOOLS_UNAVAILABLE", `LLAMA_BIN=${fromEnv} lacks ${Object.values(toolNames).join(", ")}`);
   }
   const script = join(repoRoot(), "scripts", "build-llama-tools.sh");
   const run = await runProcess("bash", [script], { cwd: repoRoot(), timeoutMs: 90 * 60_000 });
   const binDir = run.stdout.trim().split("\n").pop() ?? "";
   const tools = run.ok && binDir ? toolsIn(binDir) : undefined;
   if (tools) return tools;
-  throw new LlamaHarnessError("TOOLS_UNAVAILABLE", `build-llama-tools.sh failed (${run.code ?? run.signal}):\n${tail(run.stderr)}`);
+  throw new TestkitError("TOOLS_UNAVAILABLE", `build-llama-tools.sh failed (${run.code ?? run.signal}):\n${tail(run.stderr)}`);
 }
 
 /**

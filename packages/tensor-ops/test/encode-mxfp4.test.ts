@@ -1,6 +1,7 @@
+/** Checks the testkit's MXFP4 encoder (used by fixtures) against this package's dequantizer. */
 import { describe, expect, it } from "vitest";
 import { dequantizeMXFP4 } from "@compat/tensor-ops";
-import { encodeMXFP4 } from "../src/fixtures/encode";
+import { encodeMXFP4 } from "@compat/testkit";
 
 describe("encodeMXFP4", () => {
   it("lays values out as ggml's block_mxfp4: exponent byte, value j low nibble, j+16 high nibble", () => {

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { GgufValueType, readGguf, serializeGguf } from "@compat/gguf";
 import { llamaCppSourceDir } from "@compat/testkit";
-import { expectSameBytes } from "./helpers/bytes";
+import { expectSameBytes } from "../../../gguf/test/helpers/bytes";
 
 // The tree scripts/build-llama-tools.sh checks out; a missing tree is a failure, not a skip.
 const SRC = await llamaCppSourceDir();

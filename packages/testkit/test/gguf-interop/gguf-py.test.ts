@@ -10,11 +10,11 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GgufValueType, readGguf, serializeGguf, writeGguf, ggufArray } from "@compat/gguf";
 import { llamaCppSourceDir } from "@compat/testkit";
-import { plainFields, plainTensors } from "./helpers/plain";
+import { plainFields, plainTensors } from "../../../gguf/test/helpers/plain";
 
 // gguf-py from the llama.cpp tree scripts/build-llama-tools.sh checks out (or GGUF_PY).
 const GGUF_PY = process.env.GGUF_PY ?? join((await llamaCppSourceDir()) ?? "", "gguf-py");
-const SCRIPT = fileURLToPath(new URL("./fixtures/gguf_py_interop.py", import.meta.url));
+const SCRIPT = fileURLToPath(new URL("./gguf_py_interop.py", import.meta.url));
 
 /** numpy is the one thing gguf-py needs that this repo cannot install (PyPI is out of reach here). */
 function havePython(): boolean {
