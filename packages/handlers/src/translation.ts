@@ -1,6 +1,6 @@
 import { GgmlType, GgufKeys, GgufValueType, readTensorData, tensorByteSize, type GgufModel, type GgufTensor, type GgufValue, type TensorData } from "@compat/gguf";
 import { permuteQK, split, toF32 } from "@compat/tensor-ops";
-import { missingOrDefault, stringArrayKv, stringKv, u32ArrayKv, u32Kv } from "./detect";
+import { intArrayKv, missingOrDefault, stringArrayKv, stringKv, u32ArrayKv, u32Kv } from "./detect";
 import { TranslationError } from "./errors";
 
 /** A tensor's bytes as an op sees them, with the type and shape they had when captured. */
@@ -95,6 +95,16 @@ export class Translation {
   /** The items of a UINT32 array, or the non-negative ones of an INT32 array. */
   getU32Array(key: string): number[] | undefined {
     return u32ArrayKv(this.draft, key);
+  }
+  /** The items of an integer array of any width, each read as i32 (as the reference reads them). */
+  getIntArray(key: string): number[] | undefined {
+    return intArrayKv(this.draft, key);
+  }
+  /** Any array value with its item type (nested arrays come back as GgufArray items). */
+  getArray(key: string): { itemType: GgufValueType; values: readonly unknown[] } | undefined {
+    if (this.draft.get(key)?.type !== GgufValueType.ARRAY) return undefined;
+    const arr = this.draft.getArray(key);
+    return { itemType: arr.itemType, values: arr.toArray() };
   }
   /** Missing, "" or "default" (a non-string value is not "default"). */
   isMissingOrDefault(key: string): boolean {

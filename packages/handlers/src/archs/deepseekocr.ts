@@ -1,4 +1,3 @@
-import { u32Kv } from "../detect";
 import type { Handler } from "../handler";
 
 const SRC = "deepseekocr.";
@@ -26,7 +25,7 @@ export const deepseekocr: Handler = {
     if (!t.has(`${DST}expert_shared_count`)) {
       // the shared experts are one FFN n_expert_shared times as wide as a routed one
       const shexp = t.tensor("blk.1.ffn_down_shexp.weight");
-      const perExpert = u32Kv(t.draft, `${DST}expert_feed_forward_length`);
+      const perExpert = t.getU32(`${DST}expert_feed_forward_length`);
       if (shexp !== undefined && perExpert !== undefined && perExpert > 0) {
         t.setU32(`${DST}expert_shared_count`, Math.floor(shexp.shape[0]! / perExpert));
       }

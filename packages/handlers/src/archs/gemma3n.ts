@@ -68,8 +68,7 @@ function isBytePiece(text: string): boolean {
 /** Ollama-only list llama.cpp never reads; kept in step with the reference for Ollama's consumers. */
 function appendEndOfTurnEos(t: Translation): void {
   const key = "tokenizer.ggml.eos_token_ids";
-  const kv = t.draft.get(key);
-  if (kv === undefined || kv.type !== GgufValueType.ARRAY) {
+  if (t.getArray(key) === undefined) {
     t.setArray(key, GgufValueType.INT32, [1, END_OF_TURN_ID]);
     return;
   }
@@ -80,8 +79,7 @@ function appendEndOfTurnEos(t: Translation): void {
 }
 
 function arrayKv(t: Translation, key: string): { itemType: GgufValueType; values: readonly (number | bigint | boolean | string)[] } | undefined {
-  if (t.draft.get(key)?.type !== GgufValueType.ARRAY) return undefined;
-  const arr = t.draft.getArray(key);
-  if (arr.itemType === GgufValueType.ARRAY) return undefined;
-  return { itemType: arr.itemType, values: arr.toArray() as (number | bigint | boolean | string)[] };
+  const arr = t.getArray(key);
+  if (arr === undefined || arr.itemType === GgufValueType.ARRAY) return undefined;
+  return { itemType: arr.itemType, values: arr.values as (number | bigint | boolean | string)[] };
 }

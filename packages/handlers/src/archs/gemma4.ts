@@ -1,6 +1,6 @@
 import { tensorByteSize } from "@compat/gguf";
 import { interleaveExperts } from "@compat/tensor-ops";
-import { anyOf, hasTensorPrefix, stringKv, u32Kv } from "../detect";
+import { anyOf, hasTensorPrefix, stringKv } from "../detect";
 import type { Handler } from "../handler";
 import type { Translation } from "../translation";
 
@@ -25,9 +25,9 @@ export const gemma4: Handler = {
     );
   },
   apply(t) {
-    if (stringKv(t.draft, "tokenizer.ggml.model") === "llama") t.setString("tokenizer.ggml.model", "gemma4");
+    if (t.getString("tokenizer.ggml.model") === "llama") t.setString("tokenizer.ggml.model", "gemma4");
     for (const p of TOWER_PREFIXES) t.hide(p);
-    const blocks = u32Kv(t.draft, "gemma4.block_count") ?? 0;
+    const blocks = t.getU32("gemma4.block_count") ?? 0;
     for (let b = 0; b < blocks; b++) {
       if (!hasExpertSidecars(t, b)) fuseGateUp(t, b);
       t.renameTensor(`blk.${b}.ffn_gate_inp.per_expert_scale`, `blk.${b}.ffn_down_exps.scale`);

@@ -1,6 +1,5 @@
 import { GgmlType, GgufValueType } from "@compat/gguf";
 import { concat, toF32 } from "@compat/tensor-ops";
-import { intArrayKv, stringKv, u32Kv } from "../detect";
 import type { Handler } from "../handler";
 import type { OpInput, Translation } from "../translation";
 
@@ -18,15 +17,15 @@ export const glmocr: Handler = {
   apply(t) {
     t.setArch("glm4");
     t.copyKvPrefix("glmocr.", "glm4.");
-    const sections = intArrayKv(t.draft, "glm4.rope.mrope_section");
+    const sections = t.getIntArray("glm4.rope.mrope_section");
     if (sections !== undefined && sections.length === 3) {
       t.setArray("glm4.rope.dimension_sections", GgufValueType.INT32, [...sections, 0]);
     }
     if (!t.has("glm4.rope.dimension_count")) {
-      const keyLength = u32Kv(t.draft, "glm4.attention.key_length");
+      const keyLength = t.getU32("glm4.attention.key_length");
       if (keyLength !== undefined) t.setU32("glm4.rope.dimension_count", keyLength);
     }
-    const pre = stringKv(t.draft, "tokenizer.ggml.pre");
+    const pre = t.getString("tokenizer.ggml.pre");
     if (pre !== undefined && pre !== "chatglm-bpe") t.setString("tokenizer.ggml.pre", "chatglm-bpe");
 
     t.renameTensorsContaining(".attn_out.", ".attn_output.");
@@ -34,7 +33,7 @@ export const glmocr: Handler = {
     t.renameTensorsContaining(".post_ffn_norm.", ".post_ffw_norm.");
 
     // The reference's default when the block count is missing.
-    const blocks = u32Kv(t.draft, "glm4.block_count") ?? 16;
+    const blocks = t.getU32("glm4.block_count") ?? 16;
     for (let b = 0; b < blocks; b++) {
       fuseGateUp(t, `blk.${b}.ffn_gate.weight`, `blk.${b}.ffn_up.weight`);
       t.hide(`blk.${b}.ffn_gate.`);

@@ -1,4 +1,4 @@
-import { anyOf, hasTensorPrefix, u32Kv } from "../detect";
+import { anyOf, hasTensorPrefix } from "../detect";
 import type { Handler } from "../handler";
 
 const SRC = "nemotron_h_omni.";
@@ -20,7 +20,7 @@ export const nemotronHOmni: Handler = {
       hasTensorPrefix(m, "mm.") && "projector tensors mm.*",
     ),
   apply(t) {
-    const experts = (key: string) => (u32Kv(t.draft, SRC + key) ?? 0) > 0;
+    const experts = (key: string) => (t.getU32(SRC + key) ?? 0) > 0;
     const textArch = experts("expert_count") || experts("expert_used_count") ? "nemotron_h_moe" : "nemotron_h";
     t.setArch(textArch);
     t.copyKvPrefixExcept(SRC, `${textArch}.`, ["vision.", "audio."]);

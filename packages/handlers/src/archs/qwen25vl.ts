@@ -1,5 +1,4 @@
 import { GgufValueType } from "@compat/gguf";
-import { intArrayKv } from "../detect";
 import type { Handler } from "../handler";
 
 /**
@@ -15,7 +14,7 @@ export const qwen25vl: Handler = {
   apply(t) {
     t.setArch("qwen2vl");
     t.copyKvPrefix("qwen25vl.", "qwen2vl.");
-    const sections = intArrayKv(t.draft, "qwen2vl.rope.mrope_section");
+    const sections = t.getIntArray("qwen2vl.rope.mrope_section");
     if (sections !== undefined && sections.length >= 3) {
       t.setArray("qwen2vl.rope.dimension_sections", GgufValueType.INT32, [sections[0]!, sections[1]!, sections[2]!, 0]);
     }

@@ -35,9 +35,8 @@ export function applyQwen35TextFixes(t: Translation, p: string): void {
 
 /** llama.cpp reads four M-RoPE sections; Ollama wrote three. Items are taken as i32, as the reference reads them. */
 function padSectionsToFour(t: Translation, key: string): void {
-  const kv = t.draft.get(key);
-  if (kv?.type !== GgufValueType.ARRAY) return;
-  const items = t.draft.getArray(key).toArray();
+  const items = t.getArray(key)?.values;
+  if (items === undefined) return;
   if (items.length !== 3) return;
   const asI32 = items.map((v) => (typeof v === "bigint" ? Number(BigInt.asIntN(32, v)) : typeof v === "number" ? v | 0 : 0));
   t.setArray(key, GgufValueType.INT32, [...asI32, 0]);
@@ -79,8 +78,7 @@ function trunkBlockCount(t: Translation, names: readonly string[], p: string): n
     if (m) max = Math.max(max, Number(m[1]));
   }
   if (max >= 0) return max + 1;
-  const kv = t.draft.get(`${p}.block_count`);
-  return kv?.type === GgufValueType.UINT32 ? (kv.value as number) : 0;
+  return t.getU32(`${p}.block_count`) ?? 0;
 }
 
 function translateMtp(t: Translation, p: string): void {

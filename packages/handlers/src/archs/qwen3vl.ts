@@ -23,7 +23,7 @@ export function qwen3vlHandler(arch: "qwen3vl" | "qwen3vlmoe"): Handler {
     apply(t: Translation) {
       t.setArray(sectionsKey, GgufValueType.INT32, QWEN3VL_REFERENCE_SECTIONS);
       const indexes = `${arch}.vision.deepstack_visual_indexes`;
-      const count = t.draft.get(indexes)?.type === GgufValueType.ARRAY ? t.draft.getArray(indexes).length : 0;
+      const count = t.getArray(indexes)?.values.length ?? 0;
       t.injectU32(`${arch}.n_deepstack_layers`, count);
       t.hide("v.");
       t.hide("mm.");
