@@ -5,8 +5,10 @@ import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { serializeGguf } from "@compat/gguf";
 import { generateFixture, writeFixture } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { llavaProjector } from "../../clip/test/llava-fixture";
 
 const bin = fileURLToPath(new URL("../src/bin.ts", import.meta.url));
 const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
@@ -136,6 +138,19 @@ describe("ollama-compat translate on a monolithic vision blob", () => {
     expect(json.report.handlers[0].name).toBe("gemma3");
     expect(json.mmproj.report.arch).toEqual({ from: "gemma3", to: "clip" });
     expect(json.mmproj.size).toBeGreaterThan(0);
+  });
+
+  it("a separate LLaVA projector blob is itself the output: -o gets it with its projector type named", async () => {
+    const blob = join(dir, "llava-projector-blob");
+    await writeFile(blob, await serializeGguf(llavaProjector()));
+    const out = join(dir, "llava-mmproj.gguf");
+    const r = await cli(["translate", blob, "-o", out]);
+    expect(r.code).toBe(0);
+    expect(r.stderr).toBe("");
+    expect(r.stdout).toMatch(/llava-projector-type/);
+    const proj = await inspect(out);
+    expect(proj.metadata.find((kv: { key: string }) => kv.key === "clip.projector_type")?.value).toBe("mlp");
+    expect(existsSync(join(dir, "mmproj-llava-mmproj.gguf"))).toBe(false);
   });
 
   it("a text-only blob has no projector: --mmproj writes nothing and says so", async () => {

@@ -363,23 +363,35 @@ export class Translation {
 
   /**
    * Creates `dest`, a 1-D F32 tensor holding row `row` of the 2-D tensor `source` (e.g. one
-   * token's embedding). Silent when `source` is missing or has no such row.
+   * token's embedding). Only that row's bytes are read when the source is a file range or
+   * bytes. Silent when `source` is missing or has no such row.
    */
   rowAsF32Tensor(dest: string, source: string, row: number): void {
     const t = this.draft.findTensor(source);
     const rows = t?.shape[1];
     if (t === undefined || t.shape.length !== 2 || rows === undefined || !Number.isInteger(row) || row < 0 || row >= rows) return;
     const width = t.shape[0]!;
-    this.op(dest, {
-      label: `row ${row} of ${source} as F32`,
-      inputs: [source],
-      type: GgmlType.F32,
-      shape: [width],
-      compute: ([x]) => {
-        const picked = split({ data: x!.bytes, shape: x!.shape }, x!.type, 1, [row, 1, rows - row - 1])[1]!;
-        return bytesOf(toF32(x!.type, picked.data, width));
-      },
-    });
+    const label = `row ${row} of ${source} as F32`;
+    const stride = tensorByteSize(t.type, [width]);
+    const d = t.data;
+    if (d.kind === "computed") {
+      // an op's output exists only whole: take the row out of it
+      this.op(dest, {
+        label,
+        inputs: [source],
+        type: GgmlType.F32,
+        shape: [width],
+        compute: ([x]) => bytesOf(toF32(x!.type, split({ data: x!.bytes, shape: x!.shape }, x!.type, 1, [row, 1, rows - row - 1])[1]!.data, width)),
+      });
+      return;
+    }
+    // dest starts as a view of the row in the source's dtype, then an op converts it
+    const rowData: TensorData =
+      d.kind === "range" ? { ...d, offset: d.offset + row * stride, length: stride } : { kind: "bytes", bytes: d.bytes.subarray(row * stride, (row + 1) * stride) };
+    if (this.draft.hasTensor(dest)) throw new TranslationError("TENSOR_CLASH", `cannot create "${dest}": that name is taken`, this.ctx(dest));
+    this.draft.addTensor({ name: dest, type: t.type, shape: [width], data: rowData }, { after: source });
+    this.op(dest, { label, inputs: [dest], type: GgmlType.F32, shape: [width], compute: ([x]) => bytesOf(toF32(x!.type, x!.bytes, width)) });
+    this.ops[this.ops.length - 1] = { tensor: dest, label, inputs: [source] }; // the report names the real input
   }
 
   // ---- finishing -------------------------------------------------------------------------

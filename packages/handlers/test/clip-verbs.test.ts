@@ -1,4 +1,4 @@
-import { GgmlType, GgufModel, type GgufTensor } from "@compat/gguf";
+import { GgmlType, GgufModel, bufferSource, layoutGguf, readGguf, serializeGguf, type ByteSource, type GgufTensor } from "@compat/gguf";
 import { TranslationError, readTensorBytes, translateModel, type Handler, type Translation } from "@compat/handlers";
 import { f16ToNumber, numberToF16 } from "@compat/tensor-ops";
 import { describe, expect, it } from "vitest";
@@ -105,5 +105,23 @@ describe("verbs for views that keep part of a file (the clip side)", () => {
     expect(row.shape).toEqual([4]);
     expect(await f32(row)).toEqual([4.5, 5.5, 6.5, 7.5]);
     expect(view.model.hasTensor("v.none")).toBe(false);
+    expect(view.report.ops).toEqual([{ tensor: "v.row", label: "row 1 of token_embd.weight as F32", inputs: ["token_embd.weight"] }]);
+  });
+
+  it("rowAsF32Tensor reads only that row of a file-backed matrix", async () => {
+    const m = toy();
+    addF16(m, "token_embd.weight", [256, 4096], (i) => (i % 997) / 64); // 2 MiB
+    const bytes = await serializeGguf(m);
+    const layout = layoutGguf(m);
+    const reads: Array<[number, number]> = [];
+    const inner = bufferSource(bytes, "counting");
+    const counting: ByteSource = { name: "counting", size: inner.size, read: (o, n) => (reads.push([o, n]), inner.read(o, n)) };
+    const model = await readGguf(counting);
+    const view = run(model, (t) => t.rowAsF32Tensor("v.row", "token_embd.weight", 4000));
+    reads.length = 0;
+    const got = await f32(view.model.findTensor("v.row")!);
+    expect(got).toEqual(Array.from({ length: 256 }, (_, i) => f16ToNumber(numberToF16(((4000 * 256 + i) % 997) / 64))));
+    const rowStart = layout.dataOffset + layout.tensorOffsets[0]! + 4000 * 256 * 2;
+    expect(reads).toEqual([[rowStart, 512]]);
   });
 });
