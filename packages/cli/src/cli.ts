@@ -1,4 +1,5 @@
-import { Command, CommanderError } from "commander";
+import { Command, CommanderError, Option } from "commander";
+import { TRANSLATION_PROFILES } from "@compat/handlers";
 import { detectCommand } from "./commands/detect";
 import { inspectCommand } from "./commands/inspect";
 import { translateCommand } from "./commands/translate";
@@ -7,6 +8,13 @@ import { ExitCode, processIo, type CliIo } from "./io";
 
 declare const __CLI_VERSION__: string | undefined;
 const VERSION = typeof __CLI_VERSION__ === "string" ? __CLI_VERSION__ : "0.0.0-dev";
+
+/** --profile, on every command that translates. */
+function profileOption(): Option {
+  return new Option("--profile <profile>", "native: also fix the reference's known gaps (listed in the report); reference: reproduce Ollama's compat layer exactly")
+    .choices(TRANSLATION_PROFILES)
+    .default("native");
+}
 
 function buildProgram(io: CliIo): Command {
   const program = new Command("ollama-compat")
@@ -23,6 +31,7 @@ function buildProgram(io: CliIo): Command {
     .option("-o, --output <out>", "where to write the translated GGUF (atomically)")
     .option("--dry-run", "print what would change, write nothing")
     .option("--json", "print machine-readable output")
+    .addOption(profileOption())
     .action((file: string, opts) => translateCommand(file, opts, io));
 
   program
@@ -30,6 +39,7 @@ function buildProgram(io: CliIo): Command {
     .description("name the handler that would translate FILE and the Ollama markers it found")
     .argument("<file>")
     .option("--json", "print machine-readable output")
+    .addOption(profileOption())
     .action((file: string, opts) => detectCommand(file, opts, io));
 
   program

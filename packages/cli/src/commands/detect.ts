@@ -1,14 +1,14 @@
 import { readGguf } from "@compat/gguf";
-import { compatEnabled, detectHandlers } from "@compat/handlers";
+import { compatEnabled, detectHandlers, type TranslationProfile } from "@compat/handlers";
 import type { CliIo } from "../io";
 
-export async function detectCommand(file: string, opts: { json?: boolean }, io: CliIo): Promise<void> {
+export async function detectCommand(file: string, opts: { json?: boolean; profile?: TranslationProfile }, io: CliIo): Promise<void> {
   const model = await readGguf(file);
   try {
     const enabled = compatEnabled(io.env);
-    const handlers = detectHandlers(model, { env: io.env });
+    const handlers = detectHandlers(model, { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
     if (opts.json) {
-      io.out(JSON.stringify({ file, compatEnabled: enabled, handlers }, null, 2) + "\n");
+      io.out(JSON.stringify({ file, compatEnabled: enabled, profile: opts.profile ?? "native", handlers }, null, 2) + "\n");
     } else if (!enabled) {
       io.out(`${file}: nothing to do (OLLAMA_LLAMA_CPP_COMPAT=0 disables translation)\n`);
     } else if (handlers.length === 0) {

@@ -1,6 +1,6 @@
 import { resolve } from "node:path";
 import { readGguf } from "@compat/gguf";
-import { formatReport, translateModel } from "@compat/handlers";
+import { formatReport, translateModel, type TranslationProfile } from "@compat/handlers";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
 
@@ -8,6 +8,8 @@ export interface TranslateFlags {
   output?: string;
   dryRun?: boolean;
   json?: boolean;
+  /** Default native. */
+  profile?: TranslationProfile;
 }
 
 export async function translateCommand(file: string, opts: TranslateFlags, io: CliIo): Promise<void> {
@@ -17,9 +19,9 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
   }
   const model = await readGguf(file);
   try {
-    const view = translateModel(model, { env: io.env });
+    const view = translateModel(model, { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
     if (view === null) {
-      if (opts.json) io.out(JSON.stringify({ file, translated: false }, null, 2) + "\n");
+      if (opts.json) io.out(JSON.stringify({ file, translated: false, profile: opts.profile ?? "native" }, null, 2) + "\n");
       else io.out(`${file}: nothing to do, no output written\n`);
       return;
     }
@@ -29,7 +31,10 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
     }
     await view.writeTo(opts.output!);
     if (opts.json) io.out(JSON.stringify({ file, translated: true, output: opts.output, size: view.size, report: view.report }, null, 2) + "\n");
-    else io.out(`${file} -> ${opts.output} (${view.report.handlers.map((h) => h.name).join(", ")}; ${view.size.toLocaleString("en-US")} bytes)\n`);
+    else {
+      const fixes = view.report.fixes.length > 0 ? `; fixes: ${view.report.fixes.map((f) => f.name).join(", ")}` : "";
+      io.out(`${file} -> ${opts.output} (${view.report.handlers.map((h) => h.name).join(", ")}${fixes}; ${view.size.toLocaleString("en-US")} bytes)\n`);
+    }
   } finally {
     await model.close();
   }
