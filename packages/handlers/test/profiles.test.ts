@@ -121,6 +121,29 @@ describe("translation profiles", () => {
     );
   });
 
+  it("fast-check: any profile sequence over Ollama fixtures (any seed) settles after one pass per profile", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom(...variants),
+        fc.integer({ min: 0, max: 10_000 }),
+        fc.array(fc.constantFrom(...PROFILES), { minLength: 1, maxLength: 3 }),
+        async ({ arch, variant }, seed, sequence) => {
+          let model = generateFixture(arch, { seed, layout: "ollama", variant }).text;
+          for (const profile of sequence) {
+            const view = translateModel(model, { profile });
+            if (view !== null) model = await roundTrip(view.model);
+            // idempotent: the same profile right away finds nothing to do
+            expect(translateModel(model, { profile })).toBeNull();
+          }
+          // native last means every fix a handler can still see is in
+          const final = translateModel(model, { profile: "native" });
+          if (final !== null) expect(final.report.fixes.length).toBeGreaterThan(0);
+        },
+      ),
+      { numRuns: 40 },
+    );
+  });
+
   it("both profiles leave every native fixture alone", () => {
     for (const { arch, variant } of variants) {
       const native = generateFixture(arch, { seed: 11, layout: "native", variant });
