@@ -1,4 +1,5 @@
-import { Command, CommanderError } from "commander";
+import { Command, CommanderError, Option } from "commander";
+import { TRANSLATION_PROFILES } from "@compat/handlers";
 import { detectCommand } from "./commands/detect";
 import { inspectCommand } from "./commands/inspect";
 import { lsCommand } from "./commands/ls";
@@ -9,6 +10,13 @@ import { ExitCode, processIo, type CliIo } from "./io";
 
 declare const __CLI_VERSION__: string | undefined;
 const VERSION = typeof __CLI_VERSION__ === "string" ? __CLI_VERSION__ : "0.0.0-dev";
+
+/** --profile, on every command that translates. */
+function profileOption(): Option {
+  return new Option("--profile <profile>", "native: also fix the reference's known gaps (listed in the report); reference: reproduce Ollama's compat layer exactly")
+    .choices(TRANSLATION_PROFILES)
+    .default("native");
+}
 
 function buildProgram(io: CliIo, result: { code: number }): Command {
   const program = new Command("ollama-compat")
@@ -28,6 +36,7 @@ function buildProgram(io: CliIo, result: { code: number }): Command {
     .option("--mmproj <file>", "where to write the projector (default: mmproj-<name of OUT> beside OUT)")
     .option("--dry-run", "print what would change, write nothing")
     .option("--json", "print machine-readable output")
+    .addOption(profileOption())
     .action((file: string, opts) => translateCommand(file, opts, io));
 
   program
@@ -35,6 +44,7 @@ function buildProgram(io: CliIo, result: { code: number }): Command {
     .description("name the handler that would translate FILE and the Ollama markers it found")
     .argument("<file>")
     .option("--json", "print machine-readable output")
+    .addOption(profileOption())
     .action((file: string, opts) => detectCommand(file, opts, io));
 
   program

@@ -87,6 +87,35 @@ describe("ollama-compat translate", () => {
     expect(existsSync(out)).toBe(false);
   });
 
+  it("--profile native (the default) lists each fix with its reason; --profile reference keeps the gaps", async () => {
+    const def = JSON.parse((await cli(["translate", ollamaPath, "--dry-run", "--json"])).stdout);
+    expect(def.report.profile).toBe("native");
+    expect(def.report.fixes).toEqual([{ handler: "llama3-metadata", name: "llama3-add-bos", reason: expect.stringMatching(/add_bos_token/) }]);
+    const ref = JSON.parse((await cli(["translate", ollamaPath, "--dry-run", "--json", "--profile", "reference"])).stdout);
+    expect(ref.report.profile).toBe("reference");
+    expect(ref.report.fixes).toEqual([]);
+    expect(ref.report.gapsKept.map((f: { name: string }) => f.name)).toEqual(["llama3-add-bos"]);
+    expect(ref.report.kv.changed).not.toContain("tokenizer.ggml.add_bos_token");
+    expect(def.report.kv.changed).toContain("tokenizer.ggml.add_bos_token");
+    const text = await cli(["translate", ollamaPath, "--dry-run"]);
+    expect(text.stdout).toMatch(/fixes of reference gaps \(1, profile native\):\n {2}llama3-add-bos \[llama3-metadata\]: /);
+    const refText = await cli(["translate", ollamaPath, "--dry-run", "--profile", "reference"]);
+    expect(refText.stdout).toMatch(/reference gaps kept .*\n {2}llama3-add-bos/);
+    // written output: the same profile again finds nothing to do
+    const out = join(dir, "reference.gguf");
+    expect((await cli(["translate", ollamaPath, "-o", out, "--profile", "reference"])).code).toBe(0);
+    expect((await cli(["translate", out, "--dry-run", "--profile", "reference"])).stdout).toMatch(/nothing to do/);
+    const detect = JSON.parse((await cli(["detect", ollamaPath, "--json", "--profile", "reference"])).stdout);
+    expect(detect.profile).toBe("reference");
+    expect(detect.handlers[0].name).toBe("llama3-metadata");
+  });
+
+  it("an unknown --profile is a usage error (exit 2)", async () => {
+    const r = await cli(["translate", ollamaPath, "--dry-run", "--profile", "exact"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/native, reference/);
+  });
+
   it("refuses to overwrite its input (usage error, exit 2)", async () => {
     const r = await cli(["translate", ollamaPath, "-o", ollamaPath]);
     expect(r.code).toBe(2);

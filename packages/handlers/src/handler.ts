@@ -17,6 +17,13 @@ export interface Handler {
   detect(model: GgufModel): string[] | null;
   /** Rewrite the draft. Never touches the file system. */
   apply(t: Translation): void;
+  /**
+   * Optional, for files `detect` passes over (the reference leaves them as they are) that
+   * still carry a known reference gap: markers of an Ollama file with that gap, or null. Pure.
+   */
+  detectGaps?(model: GgufModel): string[] | null;
+  /** With detectGaps: only the handler's t.fix calls, run when detectGaps matched. */
+  applyFixes?(t: Translation): void;
 }
 
 export function gatesOn(handler: Handler, arch: string): boolean {

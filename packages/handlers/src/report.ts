@@ -1,5 +1,5 @@
 import { GgufValueType, ggmlTypeName, type GgufArray, type GgufKv, type GgufModel, type GgufTensor } from "@compat/gguf";
-import type { OpRecord } from "./translation";
+import type { FixRecord, OpRecord, TranslationProfile } from "./translation";
 
 /** What a translation changed, for people (`--dry-run`) and machines (`--json`). */
 export interface TranslationReport {
@@ -16,6 +16,12 @@ export interface TranslationReport {
     readonly added: readonly string[];
   };
   readonly ops: readonly OpRecord[];
+  /** The profile the translation ran under. */
+  readonly profile: TranslationProfile;
+  /** Corrections of known reference gaps that were applied (`native` profile), each with its reason. */
+  readonly fixes: readonly FixRecord[];
+  /** Known reference gaps left as the reference leaves them (`reference` profile): what `native` would fix. */
+  readonly gapsKept: readonly FixRecord[];
 }
 
 function sameArray(a: GgufArray, b: GgufArray): boolean {
@@ -52,6 +58,9 @@ export function buildReport(opts: {
   hidden: readonly string[];
   dropped: readonly string[];
   ops: readonly OpRecord[];
+  profile?: TranslationProfile;
+  fixes?: readonly FixRecord[];
+  gapsKept?: readonly FixRecord[];
 }): TranslationReport {
   const { source, output } = opts;
   const added: string[] = [];
@@ -84,6 +93,9 @@ export function buildReport(opts: {
     kv: { added, changed, removed },
     tensors: { renamed, retyped, reshaped, hidden: opts.hidden.slice(), dropped: opts.dropped.slice(), added: addedTensors },
     ops: opts.ops.slice(),
+    profile: opts.profile ?? "native",
+    fixes: (opts.fixes ?? []).map((f) => ({ ...f })),
+    gapsKept: (opts.gapsKept ?? []).map((f) => ({ ...f })),
   };
 }
 
@@ -105,6 +117,14 @@ export function formatReport(r: TranslationReport): string {
   list("tensors dropped", r.tensors.dropped);
   list("tensors added", r.tensors.added);
   list("load ops", r.ops.map((o) => `${o.tensor} <- ${o.label}(${o.inputs.join(", ")})`));
+  if (r.fixes.length > 0) {
+    lines.push(`fixes of reference gaps (${r.fixes.length}, profile ${r.profile}):`);
+    for (const f of r.fixes) lines.push(`  ${f.name} [${f.handler}]: ${f.reason}`);
+  }
+  if (r.gapsKept.length > 0) {
+    lines.push(`reference gaps kept (${r.gapsKept.length}, profile ${r.profile}; --profile native fixes them):`);
+    for (const f of r.gapsKept) lines.push(`  ${f.name} [${f.handler}]: ${f.reason}`);
+  }
   return lines.join("\n");
 }
 

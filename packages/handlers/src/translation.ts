@@ -30,6 +30,34 @@ export interface OpRecord {
   readonly inputs: readonly string[];
 }
 
+/**
+ * How faithfully a translation follows the reference. `native` (the default) also
+ * applies the handlers' named fixes where Ollama's compat layer is known to behave
+ * worse than the file llama.cpp's own converter writes; `reference` reproduces the
+ * compat layer exactly, gaps included.
+ */
+export type TranslationProfile = "native" | "reference";
+export const TRANSLATION_PROFILES: readonly TranslationProfile[] = Object.freeze(["native", "reference"]);
+
+/** One correction a handler offers (see Translation.fix). */
+export interface FixSpec {
+  /** Stable id, "<handler>-<what>", e.g. "gemma3-add-space-prefix". */
+  readonly name: string;
+  /** What the reference gets wrong and what llama.cpp's converter writes instead. */
+  readonly reason: string;
+  /** Whether the draft still shows the gap; false on a file already fixed, so translating again stays a no-op. */
+  needed(): boolean;
+  /** Closes the gap with the other verbs. */
+  apply(): void;
+}
+
+/** A fix as the report lists it. */
+export interface FixRecord {
+  readonly handler: string;
+  readonly name: string;
+  readonly reason: string;
+}
+
 /** Reads a TensorData into memory. @deprecated use readTensorData from @compat/gguf, which this calls. */
 export function readTensorBytes(data: TensorData): Promise<Uint8Array> {
   return readTensorData({ name: "<tensor data>", data });
@@ -51,11 +79,17 @@ export class Translation {
   private keptKeyPrefixes: readonly string[] | undefined;
   private readonly dropped: string[] = [];
   private readonly ops: OpRecord[] = [];
+  private readonly fixes: FixRecord[] = [];
+  private readonly gapsKept: FixRecord[] = [];
 
   /** Each draft tensor's name in the source, for the report (identity survives renames). */
   readonly origins = new Map<GgufTensor, string>();
 
-  constructor(readonly source: GgufModel) {
+  constructor(
+    readonly source: GgufModel,
+    /** Which fixes apply (see TranslationProfile). */
+    readonly profile: TranslationProfile = "native",
+  ) {
     this.draft = source.clone();
     this.draft.tensors.forEach((t, i) => this.origins.set(t, source.tensors[i]!.name));
   }
@@ -205,6 +239,17 @@ export class Translation {
    */
   keepKeysOnly(prefixes: readonly string[]): void {
     this.keptKeyPrefixes = prefixes.slice();
+  }
+
+  /** Sets item `index` of an array KV, keeping its item type (no-op when the key is missing, not an array, or too short). */
+  setArrayItem(key: string, index: number, value: number | bigint | boolean | string): void {
+    const kv = this.draft.get(key);
+    if (kv?.type !== GgufValueType.ARRAY) return;
+    const arr = this.draft.getArray(key);
+    if (index < 0 || index >= arr.length || Object.is(arr.at(index), value)) return;
+    const items = arr.toArray().slice();
+    items[index] = value;
+    this.draft.setArray(key, arr.itemType, items as never);
   }
 
   // ---- tensors ---------------------------------------------------------------------------
@@ -394,10 +439,29 @@ export class Translation {
     this.ops[this.ops.length - 1] = { tensor: dest, label, inputs: [source] }; // the report names the real input
   }
 
+  // ---- corrections ----------------------------------------------------------------------
+
+  /**
+   * A named correction of a known reference gap. Under the `native` profile it is
+   * applied when `needed()` holds and listed in the report with its reason; under
+   * `reference` the gap is kept and listed as such. Fixes must be idempotent through
+   * `needed()`: a fixed file must not need the fix again.
+   */
+  fix(spec: FixSpec): void {
+    if (!spec.needed()) return;
+    const record: FixRecord = { handler: this.handler ?? "", name: spec.name, reason: spec.reason };
+    if (this.profile !== "native") {
+      this.gapsKept.push(record);
+      return;
+    }
+    spec.apply();
+    this.fixes.push(record);
+  }
+
   // ---- finishing -------------------------------------------------------------------------
 
   /** Applies hides, keepOnly/keepKeysOnly and range truncation; returns what the report needs. */
-  finish(): { hidden: string[]; dropped: string[]; ops: OpRecord[] } {
+  finish(): { hidden: string[]; dropped: string[]; ops: OpRecord[]; fixes: FixRecord[]; gapsKept: FixRecord[] } {
     const hiddenNames: string[] = [];
     const kept = this.keptTensorPrefixes;
     this.draft.tensors = this.draft.tensors.filter((t) => {
@@ -422,7 +486,13 @@ export class Translation {
     const keys = this.keptKeyPrefixes;
     if (keys !== undefined) for (const key of this.draft.keys()) if (!keys.some((p) => key.startsWith(p))) this.draft.delete(key);
     const opNames = new Set(this.draft.tensors.map((t) => t.name));
-    return { hidden: hiddenNames, dropped: this.dropped.slice(), ops: this.ops.filter((o) => opNames.has(o.tensor)) };
+    return {
+      hidden: hiddenNames,
+      dropped: this.dropped.slice(),
+      ops: this.ops.filter((o) => opNames.has(o.tensor)),
+      fixes: this.fixes.slice(),
+      gapsKept: this.gapsKept.slice(),
+    };
   }
 
   private ctx(tensor: string): { handler?: string; tensor: string } {

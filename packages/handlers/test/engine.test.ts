@@ -186,3 +186,66 @@ describe("TranslatedView", () => {
     await model.close();
   });
 });
+
+describe("Translation.fix and the profiles", () => {
+  /** A toy handler with one reference step and one fix. */
+  const toy: Handler = {
+    name: "toy",
+    arch: "toy",
+    detect: (m) => (m.has("toy.ollama") ? ["kv toy.ollama"] : null),
+    apply(t) {
+      t.injectU32("toy.block_count", 1);
+      t.fix({
+        name: "toy-flag",
+        reason: "the reference leaves toy.flag unset, which the toy loader reads as true",
+        needed: () => !t.has("toy.flag"),
+        apply: () => t.setBool("toy.flag", false),
+      });
+    },
+  };
+  const toyFile = () => {
+    const m = GgufModel.create();
+    m.setString("general.architecture", "toy");
+    m.setBool("toy.ollama", true);
+    addF32(m, "token_embd.weight", [4, 4]);
+    return m;
+  };
+
+  it("native applies the fix and lists it; reference keeps the gap and lists it as kept", () => {
+    const native = translateModel(toyFile(), { handlers: [toy] })!;
+    expect(native.report.profile).toBe("native");
+    expect(native.model.getBool("toy.flag")).toBe(false);
+    expect(native.report.fixes).toEqual([{ handler: "toy", name: "toy-flag", reason: expect.stringContaining("toy.flag") }]);
+    expect(native.report.gapsKept).toEqual([]);
+    expect(native.report.kv.added).toEqual(["toy.block_count", "toy.flag"]);
+    const reference = translateModel(toyFile(), { handlers: [toy], profile: "reference" })!;
+    expect(reference.model.has("toy.flag")).toBe(false);
+    expect(reference.report.fixes).toEqual([]);
+    expect(reference.report.gapsKept).toEqual(native.report.fixes);
+    expect(reference.report.kv.added).toEqual(["toy.block_count"]);
+  });
+
+  it("a fix no longer needed is neither applied nor listed, so the fixed file is a no-op", () => {
+    const fixed = toyFile();
+    fixed.setU32("toy.block_count", 1);
+    fixed.setBool("toy.flag", false);
+    expect(translateModel(fixed, { handlers: [toy] })).toBeNull();
+    expect(translateModel(fixed, { handlers: [toy], profile: "reference" })).toBeNull();
+  });
+
+  it("detectGaps/applyFixes: only the fixes run on a file detect passes over, and only under native", () => {
+    const gapOnly: Handler = {
+      ...toy,
+      detect: () => null,
+      detectGaps: (m) => (m.has("toy.ollama") && !m.has("toy.flag") ? ["kv toy.ollama without toy.flag"] : null),
+      applyFixes(t) {
+        t.fix({ name: "toy-flag", reason: "as above", needed: () => !t.has("toy.flag"), apply: () => t.setBool("toy.flag", false) });
+      },
+    };
+    const view = translateModel(toyFile(), { handlers: [gapOnly] })!;
+    expect(view.report.handlers).toEqual([{ name: "toy", markers: ["kv toy.ollama without toy.flag"] }]);
+    expect(view.report.kv).toEqual({ added: ["toy.flag"], changed: [], removed: [] });
+    expect(translateModel(toyFile(), { handlers: [gapOnly], profile: "reference" })).toBeNull();
+  });
+});
+

@@ -2,11 +2,13 @@ import { dirname, join } from "node:path";
 import { readFile, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { readGguf, type GgufModel } from "@compat/gguf";
-import { translate, translateModel, type TranslatedView } from "@compat/handlers";
+import { translate, translateModel, type TranslatedView, type TranslationProfile } from "@compat/handlers";
 import {
   generateFixture,
   runLoaderInSubprocess,
+  PRINTABLE_ASCII_GRAMMAR,
   runMtmdCli,
+  startLlamaServer,
   writeFixture,
   type FixtureOptions,
   type FixturePaths,
@@ -60,14 +62,17 @@ export async function proveHandler(
     twin?: TwinOptions;
     /** Also prove the native twin: it loads in real llama.cpp and no handler claims it (see proveNativeTwin). */
     nativeTwin?: boolean | Pick<NativeTwinOptions, "load">;
+    /** Translation profile (default native, the engine's default). */
+    profile?: TranslationProfile;
   },
 ): Promise<HandlerProof> {
-  const { embedding, twin, nativeTwin, ...fixtureOpts } = opts;
+  const { embedding, twin, nativeTwin, profile, ...fixtureOpts } = opts;
   const ollama = await writeFixture(generateFixture(arch, { ...fixtureOpts, layout: "ollama" }), dir);
   const before = await sha256(ollama.text);
-  const view = await translate(ollama.text);
+  const topts = profile !== undefined ? { profile } : {};
+  const view = await translate(ollama.text, topts);
   if (view === null) throw new Error(`no handler translated the ${arch} ollama fixture`);
-  const outPath = join(dir, `${arch}-${opts.variant ?? "default"}-translated.gguf`);
+  const outPath = join(dir, `${arch}-${opts.variant ?? "default"}-${profile ?? "native"}-translated.gguf`);
   await view.writeTo(outPath);
   const load = await runLoaderInSubprocess(outPath, embedding ? { embedding: true } : { maxTokens: 4 });
   const native = generateFixture(arch, { ...fixtureOpts, layout: "native" });
@@ -75,7 +80,7 @@ export async function proveHandler(
   const diff = await compareWithNative(translatedModel, native.text, twin);
   const after = await sha256(ollama.text);
   await expectReadMatchesFile(view, outPath);
-  expect(await translate(outPath), "translating the translated file again must be a no-op").toBeNull();
+  expect(await translate(outPath, topts), "translating the translated file again must be a no-op").toBeNull();
   await view.close();
   await translatedModel.close();
   const twinProof = nativeTwin
@@ -140,5 +145,69 @@ export async function expectReadMatchesFile(view: TranslatedView, path: string):
     const at = Math.max(0, start);
     const got = await view.read(at, 4099);
     expect(Buffer.compare(Buffer.from(got), Buffer.from(file.subarray(at, at + 4099))), `read(${at}, 4099)`).toBe(0);
+  }
+}
+
+/**
+ * How real llama.cpp tokenizes `prompt` with this file: llama-server's /tokenize with
+ * add_special (so BOS is added exactly when the file asks for it), ids and pieces.
+ */
+export async function serverTokenize(path: string, prompt: string): Promise<Array<{ id: number; piece: string }>> {
+  const server = await startLlamaServer({ model: path });
+  try {
+    const response = await fetch(`${server.url}/tokenize`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ content: prompt, add_special: true, with_pieces: true }),
+    });
+    expect(response.status, await response.clone().text()).toBe(200);
+    const body = (await response.json()) as { tokens: Array<{ id: number; piece: string | number[] }> };
+    return body.tokens.map((t) => ({ id: t.id, piece: typeof t.piece === "string" ? t.piece : JSON.stringify(t.piece) }));
+  } finally {
+    await server.stop();
+  }
+}
+
+/**
+ * Whether real llama.cpp ends generation at `token`: llama-server is made to pick it
+ * greedily (logit bias) with end-of-generation honoured, and we look at why it stopped
+ * and what it printed.
+ */
+export async function serverStopsAt(path: string, token: number): Promise<{ stopType: string; predicted: number; content: string }> {
+  const server = await startLlamaServer({ model: path });
+  try {
+    const response = await fetch(`${server.url}/completion`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ prompt: "Hello", n_predict: 3, temperature: 0, top_k: 1, seed: 0, cache_prompt: false, logit_bias: [[token, 100]] }),
+    });
+    const text = await response.text();
+    expect(response.status, text).toBe(200);
+    const raw = JSON.parse(text) as { stop_type?: string; tokens_predicted?: number; content?: string };
+    return { stopType: String(raw.stop_type), predicted: Number(raw.tokens_predicted), content: String(raw.content ?? "") };
+  } finally {
+    await server.stop();
+  }
+}
+
+/**
+ * The prompt as llama.cpp gives it back: /completion answers with the prompt's tokens
+ * detokenized by llama_detokenize (specials shown), which applies the vocabulary's
+ * clean-up of spaces before punctuation, switched on or off by the pre-tokenizer type.
+ */
+export async function serverPromptEcho(path: string, prompt: string): Promise<string> {
+  const server = await startLlamaServer({ model: path });
+  try {
+    const response = await fetch(`${server.url}/completion`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      // printable ASCII keeps the tiny model's one generated token valid UTF-8 (see PRINTABLE_ASCII_GRAMMAR)
+      body: JSON.stringify({ prompt, n_predict: 1, temperature: 0, top_k: 1, seed: 0, cache_prompt: false, grammar: PRINTABLE_ASCII_GRAMMAR }),
+    });
+    const raw = await response.text();
+    expect(response.status, raw).toBe(200);
+    return String((JSON.parse(raw) as { prompt?: unknown }).prompt);
+  } finally {
+    await server.stop();
   }
 }

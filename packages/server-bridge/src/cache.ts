@@ -3,7 +3,7 @@ import { createReadStream } from "node:fs";
 import { mkdir, open, readdir, readFile, realpath, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
-import type { TranslatedView } from "@compat/handlers";
+import type { TranslatedView, TranslationProfile } from "@compat/handlers";
 import { BridgeError } from "./errors";
 
 declare const __HANDLERS_VERSION__: string | undefined;
@@ -18,7 +18,7 @@ export interface CacheOptions {
   /** Evict least-recently-used entries beyond this many bytes. Default `$OLLAMA_COMPAT_CACHE_MAX_BYTES`, else 64 GiB. */
   maxBytes?: number;
   /** Translation profile; part of the key. Default "native". */
-  profile?: string;
+  profile?: TranslationProfile;
   /** Default TRANSLATOR_VERSION. */
   translatorVersion?: string;
   /** How long to wait for another process's lock on the same entry. Default 30 minutes. */
@@ -75,7 +75,7 @@ export function defaultCacheDir(env: Record<string, string | undefined> = proces
 export class TranslationCache {
   readonly dir: string;
   readonly maxBytes: number;
-  readonly profile: string;
+  readonly profile: TranslationProfile;
   readonly translatorVersion: string;
   private readonly lockTimeoutMs: number;
 

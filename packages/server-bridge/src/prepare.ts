@@ -50,7 +50,7 @@ export async function prepareModel(resolved: ResolvedModel, opts: PrepareOptions
   try {
     const architecture = source.getString("general.architecture", "");
     const embedding = architecture !== "" && source.has(archKey(architecture, "pooling_type"));
-    const translateOpts: TranslateOptions & { profile?: string } = { env, profile: cache.profile };
+    const translateOpts: TranslateOptions = { env, profile: cache.profile };
     const view = translateModel(source, translateOpts);
     const out: PreparedModel = {
       resolved,

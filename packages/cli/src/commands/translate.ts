@@ -1,6 +1,6 @@
 import { basename, dirname, join, resolve } from "node:path";
 import { readGguf } from "@compat/gguf";
-import { formatReport, translateModel, type TranslatedView } from "@compat/handlers";
+import { formatReport, translateModel, type TranslatedView, type TranslationProfile } from "@compat/handlers";
 import { clipViewModel } from "@compat/clip";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
@@ -11,6 +11,7 @@ export interface TranslateFlags {
   mmproj?: string;
   dryRun?: boolean;
   json?: boolean;
+  profile?: TranslationProfile;
 }
 
 /**
@@ -33,10 +34,10 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
   }
   const model = await readGguf(await resolveInput(file, io));
   try {
-    const text = translateModel(model, { env: io.env });
+    const text = translateModel(model, { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
     const clip = clipViewModel(model, { env: io.env });
     if (text === null && clip === null) {
-      if (opts.json) io.out(JSON.stringify({ file, translated: false, mmproj: null }, null, 2) + "\n");
+      if (opts.json) io.out(JSON.stringify({ file, translated: false, profile: opts.profile ?? "native", mmproj: null }, null, 2) + "\n");
       else io.out(`${file}: nothing to do, no output written\n`);
       if (opts.mmproj !== undefined) io.err(`ollama-compat: ${file} has no vision/audio projector to translate; nothing written to ${opts.mmproj}\n`);
       return;
@@ -90,7 +91,8 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
 }
 
 function summary(view: TranslatedView): string {
-  return `${view.report.handlers.map((h) => h.name).join(", ")}; ${view.size.toLocaleString("en-US")} bytes`;
+  const fixes = view.report.fixes.length > 0 ? `; fixes: ${view.report.fixes.map((f) => f.name).join(", ")}` : "";
+  return `${view.report.handlers.map((h) => h.name).join(", ")}${fixes}; ${view.size.toLocaleString("en-US")} bytes`;
 }
 
 /** The text side, in the shape `--json` has always printed (translated, output, size, report). */

@@ -1,3 +1,4 @@
+import { stringKv } from "../detect";
 import type { Handler } from "../handler";
 
 /**
@@ -27,5 +28,12 @@ export const embeddinggemma: Handler = {
     t.renameTensor("dense.0.weight", "dense_2.weight");
     t.renameTensor("dense.1.weight", "dense_3.weight");
     t.renameTensor("norm.weight", "output_norm.weight");
+    t.fix({
+      name: "embeddinggemma-add-space-prefix",
+      reason:
+        "Ollama never wrote tokenizer.ggml.add_space_prefix, so llama.cpp's SentencePiece default (true) puts a space before every input and the embedding changes; llama.cpp's converter writes false (as for Gemma 3)",
+      needed: () => stringKv(t.draft, "tokenizer.ggml.model") === "llama" && !t.has("tokenizer.ggml.add_space_prefix"),
+      apply: () => t.setBool("tokenizer.ggml.add_space_prefix", false),
+    });
   },
 };

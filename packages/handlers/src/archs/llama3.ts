@@ -2,6 +2,7 @@ import { GgufValueType } from "@compat/gguf";
 import type { GgufModel } from "@compat/gguf";
 import { anyOf, missingOrDefault, stringKv, tokenAt, u32Kv } from "../detect";
 import type { Handler } from "../handler";
+import type { Translation } from "../translation";
 
 const EOT_ID = 128009;
 const END_OF_TEXT_ID = 128001;
@@ -12,6 +13,30 @@ const END_OF_TEXT_ID = 128001;
  */
 function writtenByOllama(m: GgufModel): boolean {
   return (stringKv(m, "tokenizer.ggml.model") === "gpt2" && m.has("tokenizer.ggml.scores")) || m.has("tokenizer.ggml.eos_token_ids");
+}
+
+const addBosFalse = (m: GgufModel) => m.get("tokenizer.ggml.add_bos_token")?.type === GgufValueType.BOOL && !m.getBool("tokenizer.ggml.add_bos_token");
+
+/** Token 128009 is <|eot_id|> and the chat markers of Llama 3 are there (null otherwise). */
+function llama3ChatMarkers(m: GgufModel): string[] | null {
+  if (stringKv(m, "general.architecture") !== "llama" || tokenAt(m, EOT_ID) !== "<|eot_id|>") return null;
+  const template = stringKv(m, "tokenizer.chat_template");
+  const chat = anyOf(
+    tokenAt(m, 128006) === "<|start_header_id|>" && "token 128006 <|start_header_id|>",
+    template?.includes("<|start_header_id|>") && "chat template uses <|start_header_id|>",
+    template?.includes("<|eot_id|>") && "chat template uses <|eot_id|>",
+  );
+  return chat === null ? null : ["token 128009 <|eot_id|>", ...chat];
+}
+
+function fixAddBos(t: Translation): void {
+  t.fix({
+    name: "llama3-add-bos",
+    reason:
+      "Ollama's legacy writer stored add_bos_token = false when tokenizer_config.json had no such key (Llama 3 has none), so llama.cpp adds no <|begin_of_text|>; Llama 3 adds it through its tokenizer.json post-processor and llama.cpp's converter writes true",
+    needed: () => addBosFalse(t.draft),
+    apply: () => t.setBool("tokenizer.ggml.add_bos_token", true),
+  });
 }
 
 /**
@@ -27,20 +52,22 @@ export const llama3: Handler = {
   name: "llama3-metadata",
   arch: "llama",
   detect(m) {
-    if (tokenAt(m, EOT_ID) !== "<|eot_id|>") return null;
-    const template = stringKv(m, "tokenizer.chat_template");
-    const chat = anyOf(
-      tokenAt(m, 128006) === "<|start_header_id|>" && "token 128006 <|start_header_id|>",
-      template?.includes("<|start_header_id|>") && "chat template uses <|start_header_id|>",
-      template?.includes("<|eot_id|>") && "chat template uses <|eot_id|>",
-    );
+    const chat = llama3ChatMarkers(m);
     if (chat === null) return null;
     const gap = anyOf(
       missingOrDefault(m, "tokenizer.ggml.pre") && "tokenizer.ggml.pre missing or default",
       u32Kv(m, "tokenizer.ggml.eos_token_id") === END_OF_TEXT_ID && writtenByOllama(m) && "eos_token_id is <|end_of_text|> in an Ollama-written vocab",
     );
-    return gap === null ? null : ["token 128009 <|eot_id|>", ...chat, ...gap];
+    return gap === null ? null : [...chat, ...gap];
   },
+  // Ollama's later Llama 3 files (pre llama-bpe, eos <|eot_id|>) need nothing from the reference
+  // but carry the same add_bos_token = false.
+  detectGaps(m) {
+    const chat = llama3ChatMarkers(m);
+    if (chat === null || !writtenByOllama(m) || !addBosFalse(m)) return null;
+    return [...chat, "add_bos_token false in an Ollama-written vocab"];
+  },
+  applyFixes: fixAddBos,
   apply(t) {
     if (t.isMissingOrDefault("tokenizer.ggml.pre")) t.setString("tokenizer.ggml.pre", "llama-bpe");
     for (const key of ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"]) {
@@ -48,5 +75,6 @@ export const llama3: Handler = {
       if (id === undefined || id === END_OF_TEXT_ID) t.setU32(key, EOT_ID);
     }
     t.setArray("tokenizer.ggml.eos_token_ids", GgufValueType.INT32, [EOT_ID]);
+    fixAddBos(t);
   },
 };

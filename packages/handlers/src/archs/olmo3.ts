@@ -11,5 +11,14 @@ export const olmo3: Handler = {
   apply(t) {
     t.setArch("olmo2");
     t.copyKvPrefix("olmo3.", "olmo2.");
+    // Ollama stored HF's rope_scaling.attention_factor as rope.scaling.attn_factor, which llama.cpp
+    // multiplies into the YaRN attention scale it already derives from the factor.
+    t.fix({
+      name: "olmo3-yarn-attn-factor-once",
+      reason:
+        "the copied olmo2.rope.scaling.attn_factor is multiplied into the YaRN attention scale llama.cpp already derives from rope.scaling.factor, so the scale is applied twice; llama.cpp's converter writes it as yarn_attn_factor, which the olmo2 loader does not read",
+      needed: () => t.has("olmo2.rope.scaling.attn_factor") && t.draft.getString("olmo2.rope.scaling.type", "") === "yarn",
+      apply: () => t.removeKv("olmo2.rope.scaling.attn_factor"),
+    });
   },
 };
