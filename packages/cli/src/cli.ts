@@ -54,6 +54,7 @@ function buildProgram(io: CliIo, result: { code: number }): Command {
     .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
     .option("--cache-dir <dir>", "where translated files are cached")
     .option("--start-timeout <seconds>", "how long to wait for llama-server to be ready", "600")
+    .option("--profile <name>", "translation profile (native: the reference plus proven fixes; reference: Ollama's exactly)", "native")
     .action(async (model: string | undefined, rest: string[], opts) => {
       result.code = await serveCommand(model, rest, opts, io);
     });
@@ -63,6 +64,7 @@ function buildProgram(io: CliIo, result: { code: number }): Command {
     .description("installed Ollama models: size, architecture, and native / translatable / cached / not supported")
     .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
     .option("--cache-dir <dir>", "where translated files are cached")
+    .option("--profile <name>", "translation profile the cache status refers to", "native")
     .option("--json", "print machine-readable output")
     .action((opts) => lsCommand(opts, io));
 

@@ -50,7 +50,10 @@ export async function prepareModel(resolved: ResolvedModel, opts: PrepareOptions
   try {
     const architecture = source.getString("general.architecture", "");
     const embedding = architecture !== "" && source.has(archKey(architecture, "pooling_type"));
-    const translateOpts: TranslateOptions & { profile?: string } = { env, profile: cache.profile };
+    const translateOpts: TranslateOptions = { env };
+    // The handlers' translation profile (native / reference) is part of the cache key; set
+    // untyped so this compiles whether or not this @compat/handlers knows profiles yet.
+    (translateOpts as Record<string, unknown>).profile = cache.profile;
     const view = translateModel(source, translateOpts);
     const out: PreparedModel = {
       resolved,

@@ -11,6 +11,7 @@ export interface ServeFlags {
   models?: string;
   cacheDir?: string;
   startTimeout?: string;
+  profile?: string;
 }
 
 const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143 };
@@ -47,7 +48,7 @@ export async function serveCommand(model: string | undefined, passthrough: strin
   let lastPct = -1;
   const common = {
     store: new ModelStore(opts.models, io.env),
-    cache: new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}) }),
+    cache: new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}), ...(opts.profile ? { profile: opts.profile } : {}) }),
     env: io.env,
     host: opts.host ?? "127.0.0.1",
     port,
