@@ -67,6 +67,7 @@ function buildProgram(io: CliIo, result: { code: number }): Command {
     .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
     .option("--cache-dir <dir>", "where translated files are cached")
     .option("--start-timeout <seconds>", "how long to wait for llama-server to be ready", "600")
+    .addOption(profileOption())
     .action(async (model: string | undefined, rest: string[], opts) => {
       result.code = await serveCommand(model, rest, opts, io);
     });
@@ -76,6 +77,7 @@ function buildProgram(io: CliIo, result: { code: number }): Command {
     .description("installed Ollama models: size, architecture, and native / translatable / cached / not supported")
     .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
     .option("--cache-dir <dir>", "where translated files are cached")
+    .addOption(profileOption())
     .option("--json", "print machine-readable output")
     .action((opts) => lsCommand(opts, io));
 

@@ -1,5 +1,6 @@
+import type { TranslationProfile } from "@compat/handlers";
 import { readGguf } from "@compat/gguf";
-import { compatEnabled, translateModel } from "@compat/handlers";
+import { compatEnabled, translateModel, type TranslateOptions } from "@compat/handlers";
 import { ModelStore, TranslationCache, type ResolvedModel } from "@compat/server-bridge";
 import type { CliIo } from "../io";
 
@@ -24,7 +25,9 @@ async function statusOf(m: ResolvedModel, cache: TranslationCache, env: Record<s
     return { ...base, status: "not supported", reason: (e as Error).message.split("\n")[0] };
   }
   const architecture = source.getString("general.architecture", "?");
-  const view = compatEnabled(env) ? translateModel(source, { env }) : null;
+  const opts: TranslateOptions = { env };
+  (opts as Record<string, unknown>).profile = cache.profile; // see @compat/server-bridge prepareModel
+  const view = compatEnabled(env) ? translateModel(source, opts) : null;
   try {
     if (!view) return { ...base, architecture, status: "native" };
     const cached = m.modelDigest ? await cache.has(m.modelDigest, "text", view) : false;
@@ -46,9 +49,9 @@ function human(bytes: number): string {
 }
 
 /** `ls`: installed models with size, architecture and what serving them takes. */
-export async function lsCommand(opts: { json?: boolean; models?: string; cacheDir?: string }, io: CliIo): Promise<void> {
+export async function lsCommand(opts: { json?: boolean; models?: string; cacheDir?: string; profile?: TranslationProfile }, io: CliIo): Promise<void> {
   const store = new ModelStore(opts.models, io.env);
-  const cache = new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}) });
+  const cache = new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}), ...(opts.profile ? { profile: opts.profile } : {}) });
   const rows: ListedModel[] = [];
   for (const e of await store.list()) {
     if (e.error) rows.push({ name: e.name, size: 0, status: "not supported", reason: e.error.message.split("\n")[0] });

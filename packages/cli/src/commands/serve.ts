@@ -1,3 +1,4 @@
+import type { TranslationProfile } from "@compat/handlers";
 import { ModelStore, startRouter, startServer, TranslationCache, type ExitInfo, type RunningServer } from "@compat/server-bridge";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
@@ -11,9 +12,31 @@ export interface ServeFlags {
   models?: string;
   cacheDir?: string;
   startTimeout?: string;
+  profile?: TranslationProfile;
 }
 
-const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143 };
+const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 };
+const SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
+
+/**
+ * While serving, the signals are ours alone: a handler that exits at once (the binary's
+ * temp-file cleanup) would orphan llama-server. We stop llama-server, or abort the cache
+ * write (which removes its own staging files), then return the signal's exit code.
+ * Returns a function that gives the signals back.
+ */
+function takeSignals(onSignal: (sig: NodeJS.Signals) => void): () => void {
+  const saved = SIGNALS.map((sig) => [sig, process.rawListeners(sig) as Array<(...a: unknown[]) => void>] as const);
+  for (const sig of SIGNALS) {
+    process.removeAllListeners(sig);
+    process.on(sig, onSignal);
+  }
+  return () => {
+    for (const [sig, listeners] of saved) {
+      process.off(sig, onSignal);
+      for (const l of listeners) process.on(sig, l);
+    }
+  };
+}
 
 /**
  * `serve MODEL [-- llama-server args]` or `serve --all`: prints the URL on a line of its own
@@ -41,13 +64,12 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     ac.abort();
     void server?.stop();
   };
-  process.on("SIGINT", onSignal);
-  process.on("SIGTERM", onSignal);
+  const giveBack = takeSignals(onSignal);
 
   let lastPct = -1;
   const common = {
     store: new ModelStore(opts.models, io.env),
-    cache: new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}) }),
+    cache: new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}), ...(opts.profile ? { profile: opts.profile } : {}) }),
     env: io.env,
     host: opts.host ?? "127.0.0.1",
     port,
@@ -76,18 +98,14 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     }
     throw e;
   } finally {
-    if (!server) {
-      process.off("SIGINT", onSignal);
-      process.off("SIGTERM", onSignal);
-    }
+    if (!server) giveBack();
   }
   if (!caught) {
     io.err(`ollama-compat: llama-server (pid ${server.pid}) ready\n`);
     io.out(`${server.url}\n`);
   }
   const exit: ExitInfo = await server.exited;
-  process.off("SIGINT", onSignal);
-  process.off("SIGTERM", onSignal);
+  giveBack();
   if (caught) return SIGNAL_EXIT[caught] ?? 1;
   io.err(`ollama-compat: llama-server exited (${exit.code ?? exit.signal}); last lines:\n${exit.lastLines.map((l) => `  ${l}`).join("\n")}\n`);
   return 1;
