@@ -14,10 +14,18 @@ export const gemma4Clip: Handler = {
   detect: embeddedVision,
   apply(t) {
     if (t.anyTensorWithPrefix("v.")) vision(t);
-    if (t.anyTensorWithPrefix("a.")) audio(t);
+    if (t.anyTensorWithPrefix("a.")) {
+      // clip.cpp takes gemma4a's output width from this tensor's rows and would dereference
+      // nothing without it: such a file's audio tower is left out (vision still served)
+      if (t.hasTensor(AUDIO_EMBEDDER)) audio(t);
+      else for (const p of ["a.", "mm.a."]) t.hide(p);
+    }
     asMmproj(t);
   },
 };
+
+/** The audio embedder's projection into the text model's width (Ollama and llama.cpp name it alike). */
+const AUDIO_EMBEDDER = "mm.a.input_projection.weight";
 
 function vision(t: Translation): void {
   t.copyKv("gemma4.vision.block_count", "clip.vision.block_count");
@@ -29,7 +37,8 @@ function vision(t: Translation): void {
   // required by clip.cpp but unused for gemma4v (images are resized by token budget); the converter writes 224
   t.injectU32("clip.vision.image_size", 224);
   t.copyKv("gemma4.embedding_length", "clip.vision.projection_dim");
-  // Gemma 4's image processor does not normalize (the tower applies v.std_bias / v.std_scale)
+  // no normalization in preprocessing: clip.cpp's gemma4v graph maps the [0, 1] pixels to
+  // [-1, 1] itself (2x - 1), and the converter writes the preprocessor's mean 0 / std 1
   t.injectF32Array("clip.vision.image_mean", [0, 0, 0]);
   t.injectF32Array("clip.vision.image_std", [1, 1, 1]);
   t.injectBool("clip.has_vision_encoder", true);
@@ -55,8 +64,8 @@ function audio(t: Translation): void {
   t.copyKv("gemma4.audio.attention.layer_norm_epsilon", "clip.audio.attention.layer_norm_epsilon");
   t.injectU32("clip.audio.num_mel_bins", melBins(t));
   // The reference needed a llama.cpp hook for gemma4a's output width (its pinned llama.cpp had
-  // no gemma4a case in clip_n_mmproj_embd). Current llama.cpp reads it from the
-  // mm.a.input_projection.weight rows, which the file holds under that very name, so the
+  // no gemma4a case in clip_n_mmproj_embd). Current llama.cpp reads it from the rows of
+  // AUDIO_EMBEDDER, which the file holds under that very name (checked above), so the
   // projection_dim below is only what the converter writes too; nothing else is needed.
   t.copyKv("gemma4.embedding_length", "clip.audio.projection_dim");
   t.injectBool("clip.has_audio_encoder", true);

@@ -2,7 +2,8 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { GgmlType, readGguf, type GgufModel } from "@compat/gguf";
 import { readTensorBytes } from "@compat/handlers";
-import { killAllSpawned, writeFixture } from "@compat/testkit";
+import { clipViewModel } from "@compat/clip";
+import { generateFixture, killAllSpawned, writeFixture } from "@compat/testkit";
 import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../../../handlers/test/helpers";
 import { NO_DIFFERENCES } from "../../../handlers/test/proof";
@@ -154,5 +155,19 @@ describe("gemma4 clip handler (gemma4v vision and gemma4a audio towers inline)",
     const wav = await sineWav(d);
     expect((await mtmdAnswer(p.textPath, p.mmprojPath, wav, "gemma")).length).toBeGreaterThan(0);
     expect(await mtmdAnswer(native.text, p.mmprojPath, wav, "gemma")).toBe(await mtmdAnswer(native.text, native.mmproj!, wav, "gemma"));
+  });
+});
+
+describe("gemma4 clip handler without the audio embedder", () => {
+  it("serves the vision tower only when mm.a.input_projection.weight is missing (clip.cpp reads gemma4a's width from it)", () => {
+    const m = generateFixture("gemma4", { seed: 5, layout: "ollama", variant: "dense" }).text;
+    m.dropTensor("mm.a.input_projection.weight");
+    const view = clipViewModel(m);
+    expect(view).not.toBeNull();
+    const out = view!.model;
+    expect(out.getString("clip.vision.projector_type")).toBe("gemma4v");
+    expect(out.keys().filter((k) => k.startsWith("clip.audio.") || k === "clip.has_audio_encoder")).toEqual([]);
+    expect(out.tensors.filter((t) => t.name.startsWith("a.") || t.name.startsWith("mm.a."))).toEqual([]);
+    expect(out.tensors.some((t) => t.name.startsWith("v."))).toBe(true);
   });
 });
