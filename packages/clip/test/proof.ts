@@ -71,11 +71,12 @@ export async function greyImage(dir: string, side: number, level: number): Promi
 }
 
 /**
- * llama-mtmd-cli answers one image prompt with a text GGUF and an mmproj: it must encode
- * the image and generate. Returns what it generated (stdout), for comparison between pairs.
+ * llama-mtmd-cli answers one image (or audio) prompt with a text GGUF and an mmproj: it
+ * must encode the media and generate. Returns what it generated (stdout), for comparison
+ * between pairs. `args` go to llama-mtmd-cli as they are (e.g. an image token budget).
  */
-export async function mtmdAnswer(model: string, mmproj: string, image: string, chatTemplate: string): Promise<string> {
-  const run = await runMtmdCli({ model, mmproj, image, prompt: "Describe.", args: ["--chat-template", chatTemplate] });
+export async function mtmdAnswer(model: string, mmproj: string, image: string, chatTemplate: string, args: readonly string[] = []): Promise<string> {
+  const run = await runMtmdCli({ model, mmproj, image, prompt: "Describe.", args: ["--chat-template", chatTemplate, ...args] });
   expect(run.ok, run.stderr.slice(-3000)).toBe(true);
   expect(run.stderr).toMatch(/encoding mtmd batch/);
   return run.stdout;

@@ -1,0 +1,108 @@
+import { detect, type Handler, type Translation } from "@compat/handlers";
+import { asMmproj, embeddedVision } from "../tower";
+
+/**
+ * Gemma 4: the vision tower (gemma4v projector) and, in the small dense models, the
+ * audio conformer (gemma4a projector) inline with the text model. Ollama's converter
+ * already wrote the vision tensors under llama.cpp's mmproj names; six audio names differ.
+ * One mmproj holds both towers, each with its own projector type, as llama.cpp's
+ * converter writes it.
+ */
+export const gemma4Clip: Handler = {
+  name: "gemma4-clip",
+  arch: "gemma4",
+  detect: embeddedVision,
+  apply(t) {
+    if (t.anyTensorWithPrefix("v.")) vision(t);
+    if (t.anyTensorWithPrefix("a.")) {
+      // clip.cpp takes gemma4a's output width from this tensor's rows and would dereference
+      // nothing without it: such a file's audio tower is left out (vision still served)
+      if (t.hasTensor(AUDIO_EMBEDDER)) audio(t);
+      else for (const p of ["a.", "mm.a."]) t.hide(p);
+    }
+    asMmproj(t);
+  },
+};
+
+/** The audio embedder's projection into the text model's width (Ollama and llama.cpp name it alike). */
+const AUDIO_EMBEDDER = "mm.a.input_projection.weight";
+
+function vision(t: Translation): void {
+  t.copyKv("gemma4.vision.block_count", "clip.vision.block_count");
+  t.copyKv("gemma4.vision.embedding_length", "clip.vision.embedding_length");
+  t.copyKv("gemma4.vision.feed_forward_length", "clip.vision.feed_forward_length");
+  t.copyKv("gemma4.vision.attention.head_count", "clip.vision.attention.head_count");
+  t.copyKv("gemma4.vision.attention.layer_norm_epsilon", "clip.vision.attention.layer_norm_epsilon");
+  t.copyKv("gemma4.vision.patch_size", "clip.vision.patch_size");
+  // required by clip.cpp but unused for gemma4v (images are resized by token budget); the converter writes 224
+  t.injectU32("clip.vision.image_size", 224);
+  t.copyKv("gemma4.embedding_length", "clip.vision.projection_dim");
+  // no normalization in preprocessing: clip.cpp's gemma4v graph maps the [0, 1] pixels to
+  // [-1, 1] itself (2x - 1), and the converter writes the preprocessor's mean 0 / std 1
+  t.injectF32Array("clip.vision.image_mean", [0, 0, 0]);
+  t.injectF32Array("clip.vision.image_std", [1, 1, 1]);
+  t.injectBool("clip.has_vision_encoder", true);
+  t.setString("clip.vision.projector_type", "gemma4v");
+  // Ollama's packed copy of the per-linear clamp scalars; clip.cpp reads the scalars
+  // themselves (<linear>.input_min, ...), which the file also holds under llama.cpp's names.
+  t.dropTensor("v.clamp_data");
+  // v.patch_embd.weight stays F16 (the reference promotes it to F32 for Metal's im2col):
+  // llama.cpp's converter writes it F16 for --outtype f16 and current clip.cpp runs it so.
+}
+
+/** The SSCP's two stride-2 convolutions divide the mel axis by 4 (rounding up). */
+const SSCP_FREQ_DIVISOR = 4;
+/** Gemma 4's feature extractor (input_feat_size of every published audio config). */
+const DEFAULT_MEL_BINS = 128;
+
+function audio(t: Translation): void {
+  t.copyKv("gemma4.audio.block_count", "clip.audio.block_count");
+  t.copyKv("gemma4.audio.embedding_length", "clip.audio.embedding_length");
+  t.copyKv("gemma4.audio.feed_forward_length", "clip.audio.feed_forward_length");
+  t.copyKv("gemma4.audio.attention.head_count", "clip.audio.attention.head_count");
+  // clip.cpp uses 1e-6 for gemma4a whatever the file says; copied for completeness, as the converter writes one
+  t.copyKv("gemma4.audio.attention.layer_norm_epsilon", "clip.audio.attention.layer_norm_epsilon");
+  t.injectU32("clip.audio.num_mel_bins", melBins(t));
+  // The reference needed a llama.cpp hook for gemma4a's output width (its pinned llama.cpp had
+  // no gemma4a case in clip_n_mmproj_embd). Current llama.cpp reads it from the rows of
+  // AUDIO_EMBEDDER, which the file holds under that very name (checked above), so the
+  // projection_dim below is only what the converter writes too; nothing else is needed.
+  t.copyKv("gemma4.embedding_length", "clip.audio.projection_dim");
+  t.injectBool("clip.has_audio_encoder", true);
+  t.setString("clip.audio.projector_type", "gemma4a");
+
+  // Top level (in this order: the SSCP projection vacates a.pre_encode.out for the output projection).
+  t.renameTensor("a.pre_encode.out.weight", "a.input_projection.weight");
+  t.renameTensor("mm.a.fc.weight", "a.pre_encode.out.weight");
+  t.renameTensor("mm.a.fc.bias", "a.pre_encode.out.bias");
+  // llama.cpp's converter forces the SSCP input projection to F32 (its HF name sits under
+  // subsample_conv_projection, which tensor_force_quant treats as a conv); Ollama stored F16.
+  t.promoteF16ToF32("a.input_projection.weight");
+
+  // the reference assumes 12 blocks (E2B/E4B) when the key is missing
+  const blocks = detect.u32Kv(t.draft, "gemma4.audio.block_count") ?? 12;
+  for (let b = 0; b < blocks; b++) {
+    const p = `a.blk.${b}.`;
+    // ln2 is vacated before layer_pre_norm (the block's output norm) takes its name
+    t.renameTensor(`${p}ln1.weight`, `${p}attn_pre_norm.weight`);
+    t.renameTensor(`${p}ln2.weight`, `${p}attn_post_norm.weight`);
+    t.renameTensor(`${p}layer_pre_norm.weight`, `${p}ln2.weight`);
+  }
+  // The relative-position key projection, with any clamp scalars it has (the reference
+  // renames the weight only; clip.cpp looks the scalars up under the weight's new name).
+  t.renameTensorsContaining(".linear_pos.", ".attn_k_rel.");
+}
+
+/**
+ * clip.audio.num_mel_bins is not in Ollama's file; the reference writes 128, right for every
+ * published Gemma 4. The SSCP input projection's width (channels x mel / 4) gives it for any
+ * file, so a tower with another mel count gets a filterbank that fits its weights.
+ */
+function melBins(t: Translation): number {
+  const proj = t.tensor("a.pre_encode.out.weight");
+  const conv = t.tensor("a.conv1d.1.weight");
+  const width = proj?.shape[0];
+  const channels = conv?.shape[3];
+  if (width === undefined || channels === undefined || channels === 0 || width % channels !== 0) return DEFAULT_MEL_BINS;
+  return (width / channels) * SSCP_FREQ_DIVISOR;
+}
