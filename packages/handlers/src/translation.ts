@@ -262,6 +262,10 @@ export class Translation {
     return this.draft.hasTensor(name);
   }
 
+  anyTensorWithPrefix(prefix: string): boolean {
+    return this.draft.tensors.some((t) => t.name.startsWith(prefix));
+  }
+
   tensorNames(): string[] {
     return this.draft.tensors.map((t) => t.name);
   }
