@@ -13,3 +13,28 @@ export function packageBuild(overrides: Options = {}) {
     ...overrides,
   });
 }
+
+/**
+ * The `browser` export condition's build (dist/browser/index.js, ESM only): relative imports
+ * matching `swap` resolve to `stub` instead, so Node-only modules never reach a bundle.
+ */
+export function browserBuild(swap: RegExp, stub: string) {
+  return packageBuild({
+    format: ["esm"],
+    outDir: "dist/browser",
+    platform: "browser",
+    target: "es2022",
+    dts: false,
+    splitting: false,
+    clean: false,
+    sourcemap: false,
+    esbuildPlugins: [
+      {
+        name: "browser-stubs",
+        setup(build) {
+          build.onResolve({ filter: swap }, () => ({ path: stub }));
+        },
+      },
+    ],
+  });
+}
