@@ -3,6 +3,7 @@ import { gemma3Clip } from "./archs/gemma3";
 import { llama4Clip } from "./archs/llama4";
 import { llavaProjectorDefault } from "./archs/llava";
 import { mistral3Clip } from "./archs/mistral3";
+import { qwen25vlClip } from "./archs/qwen25vl";
 
 /**
  * Clip-side handlers in the reference's clip dispatch order (Ollama's
@@ -16,4 +17,5 @@ export const clipHandlers: readonly Handler[] = Object.freeze([
   gemma3Clip,
   mistral3Clip,
   llama4Clip,
+  qwen25vlClip,
 ]);
