@@ -4,6 +4,7 @@ import { llama4Clip } from "./archs/llama4";
 import { llavaProjectorDefault } from "./archs/llava";
 import { mistral3Clip } from "./archs/mistral3";
 import { qwen25vlClip } from "./archs/qwen25vl";
+import { qwen3vlClip } from "./archs/qwen3vl";
 
 /**
  * Clip-side handlers in the reference's clip dispatch order (Ollama's
@@ -18,4 +19,5 @@ export const clipHandlers: readonly Handler[] = Object.freeze([
   mistral3Clip,
   llama4Clip,
   qwen25vlClip,
+  qwen3vlClip,
 ]);

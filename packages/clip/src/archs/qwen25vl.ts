@@ -1,5 +1,4 @@
-import { GgufValueType } from "@compat/gguf";
-import type { Handler, Translation } from "@compat/handlers";
+import { detect, type Handler } from "@compat/handlers";
 import { asMmproj, embeddedVision } from "../tower";
 
 /** CLIP's normalization, as Qwen2.5-VL's preprocessor_config.json gives it. */
@@ -35,8 +34,8 @@ export const qwen25vlClip: Handler = {
     if (up?.shape[1] !== undefined) t.injectU32("clip.vision.feed_forward_length", up.shape[1]);
     // clip.cpp requires the window-attention period: llama.cpp's converter takes it from
     // the first full-attention block, as here; 8 (every Qwen2.5-VL's) when the key is missing
-    const full = firstFullAttentionBlock(t);
-    if (full !== undefined) t.setU32("clip.vision.n_wa_pattern", full + 1);
+    const full = detect.intArrayKv(t.draft, "qwen25vl.vision.fullatt_block_indexes")?.[0];
+    if (full !== undefined && full >= 0) t.setU32("clip.vision.n_wa_pattern", full + 1);
     t.injectU32("clip.vision.n_wa_pattern", 8);
     // the config has no image_size: 560 is the converter's (and the reference's) default
     t.injectU32("clip.vision.image_size", 560);
@@ -52,11 +51,3 @@ export const qwen25vlClip: Handler = {
   },
 };
 
-function firstFullAttentionBlock(t: Translation): number | undefined {
-  const kv = t.draft.get("qwen25vl.vision.fullatt_block_indexes");
-  if (kv?.type !== GgufValueType.ARRAY) return undefined;
-  const arr = t.draft.getArray("qwen25vl.vision.fullatt_block_indexes");
-  if (arr.length < 1) return undefined;
-  const first = Number(arr.at(0));
-  return Number.isInteger(first) && first >= 0 ? first : undefined;
-}
