@@ -1,5 +1,6 @@
-import { GgmlType } from "@compat/gguf";
-import { killAllSpawned, writeFixture } from "@compat/testkit";
+import { GgmlType, GgufValueType } from "@compat/gguf";
+import { clipViewModel } from "@compat/clip";
+import { generateFixture, killAllSpawned, runMtmdCli, writeFixture } from "@compat/testkit";
 import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../../../handlers/test/helpers";
 import { NO_DIFFERENCES } from "../../../handlers/test/proof";
@@ -35,5 +36,19 @@ describe("qwen25vl clip handler (windowed ViT and patch merger inline)", () => {
     const withOurs = await mtmdAnswer(native.text, p.mmprojPath, image, "chatml");
     const withNative = await mtmdAnswer(native.text, native.mmproj!, image, "chatml");
     expect(withOurs).toBe(withNative);
+    // stock llama.cpp cannot use the Ollama blob itself as the mmproj
+    const stock = await runMtmdCli({ model: native.text, mmproj: p.ollamaPath, image, prompt: "Describe.", args: ["--chat-template", "chatml"] });
+    expect(stock.ok).toBe(false);
+  });
+
+  it("n_wa_pattern: first full-attention block + 1, else the reference's 8; image_size 560 and window_size carried", () => {
+    const m = generateFixture("qwen25vl", { seed: 3, layout: "ollama" }).text;
+    m.setArray("qwen25vl.vision.fullatt_block_indexes", GgufValueType.INT32, [3, 7]);
+    expect(clipViewModel(m)!.model.getNumber("clip.vision.n_wa_pattern")).toBe(4);
+    m.delete("qwen25vl.vision.fullatt_block_indexes");
+    const view = clipViewModel(m)!.model;
+    expect(view.getNumber("clip.vision.n_wa_pattern")).toBe(8);
+    expect(view.getNumber("clip.vision.image_size")).toBe(560);
+    expect(view.getNumber("clip.vision.window_size")).toBe(112);
   });
 });
