@@ -4,6 +4,10 @@ import { gemma4Clip } from "./archs/gemma4";
 import { llama4Clip } from "./archs/llama4";
 import { llavaProjectorDefault } from "./archs/llava";
 import { mistral3Clip } from "./archs/mistral3";
+import { qwen25vlClip } from "./archs/qwen25vl";
+import { qwen35Clip } from "./archs/qwen35";
+import { qwen35moeClip } from "./archs/qwen35moe";
+import { qwen3vlClip } from "./archs/qwen3vl";
 
 /**
  * Clip-side handlers in the reference's clip dispatch order (Ollama's
@@ -15,7 +19,11 @@ import { mistral3Clip } from "./archs/mistral3";
 export const clipHandlers: readonly Handler[] = Object.freeze([
   llavaProjectorDefault,
   gemma3Clip,
+  qwen35moeClip,
+  qwen35Clip,
   mistral3Clip,
   llama4Clip,
   gemma4Clip,
+  qwen25vlClip,
+  qwen3vlClip,
 ]);

@@ -1,0 +1,50 @@
+import { GgufValueType } from "@compat/gguf";
+import { detect, type Translation } from "@compat/handlers";
+import { mergeVisionQkv, splitPatchEmbedding } from "../qwen-tower";
+import { asMmproj } from "../tower";
+
+/** Ollama's names, mapped to clip.cpp's (substring, first occurrence, in this order). */
+const RENAMES: ReadonlyArray<readonly [string, string]> = [
+  ["v.pos_embed", "v.position_embd"],
+  ["v.patch_embed", "v.patch_embd"],
+  ["v.merger.norm", "v.post_ln"],
+  ["v.merger.linear_fc1", "mm.0"],
+  ["v.merger.linear_fc2", "mm.2"],
+  [".mlp.linear_fc1", ".ffn_up"],
+  [".mlp.linear_fc2", ".ffn_down"],
+  [".norm1", ".ln1"],
+  [".norm2", ".ln2"],
+];
+
+/**
+ * Qwen 3.5 dense and MoE (the reference's shared qwen35-like clip handler): a Qwen3-VL
+ * tower without DeepStack, served with the qwen3vl_merger projector.
+ */
+export function applyQwen35Clip(t: Translation, arch: "qwen35" | "qwen35moe"): void {
+  for (const k of ["block_count", "embedding_length", "attention.head_count", "patch_size", "spatial_merge_size", "num_channels"]) {
+    t.copyKv(`${arch}.vision.${k}`, `clip.vision.${k}`);
+  }
+  t.copyKv(`${arch}.embedding_length`, "clip.vision.projection_dim");
+  // Hard-coded by the reference (Qwen3.5's tower: intermediate_size 4304, 2304 positions of
+  // 16 px); Ollama's file has neither key, though both follow from the tower's tensors.
+  t.injectU32("clip.vision.feed_forward_length", 4304);
+  t.injectU32("clip.vision.image_size", 768);
+  t.injectF32("clip.vision.attention.layer_norm_epsilon", 1e-6);
+  t.injectF32Array("clip.vision.image_mean", [0.5, 0.5, 0.5]);
+  t.injectF32Array("clip.vision.image_std", [0.5, 0.5, 0.5]);
+  // no DeepStack: one false per block, as llama.cpp's converter writes it
+  const blocks = detect.u32Kv(t.draft, "clip.vision.block_count") ?? 0;
+  if (!t.has("clip.vision.is_deepstack_layers") && blocks > 0) {
+    t.setArray("clip.vision.is_deepstack_layers", GgufValueType.BOOL, Array.from({ length: blocks }, () => false));
+  }
+  t.injectBool("clip.has_vision_encoder", true);
+  t.injectBool("clip.use_gelu", true);
+  t.setString("clip.projector_type", "qwen3vl_merger");
+
+  mergeVisionQkv(t, detect.u32Kv(t.draft, "clip.vision.block_count") ?? 27);
+  splitPatchEmbedding(t, detect.u32Kv(t.draft, "clip.vision.num_channels") ?? 3);
+  for (const [from, to] of RENAMES) t.renameTensorsContaining(from, to);
+  // llama.cpp's converter keeps the position embedding F32; Ollama stored it F16
+  t.promoteF16ToF32("v.position_embd.weight");
+  asMmproj(t);
+}

@@ -1,0 +1,90 @@
+import { GgmlType } from "@compat/gguf";
+import type { OpInput, Translation } from "@compat/handlers";
+import { concat, split, toF32 } from "@compat/tensor-ops";
+
+/**
+ * The Qwen3-VL-style tower work the reference shares between its qwen35/qwen35moe and
+ * qwen3vl/qwen3vlmoe clip handlers: Ollama split the fused QKV and folded the Conv3D's
+ * time axis into its channels; clip.cpp's qwen3vl_merger graph reads the fused
+ * `attn_qkv` and two per-frame Conv2D kernels.
+ */
+
+/**
+ * For each vision block with `attn_q`: `v.blk.N.attn_qkv.{weight,bias}` = q ‖ k ‖ v along
+ * the rows, as llama.cpp's converter keeps the checkpoint's fused tensor; q/k/v go away.
+ * Same types: the bytes are joined as they are (the reference's raw concat for Qwen 3.5).
+ * Mixed types (published Qwen3-VL files hold F16 Q/K next to a Q8_0 V) cannot be joined
+ * as bytes, so all three are widened to F32 first, the reference's rule for Qwen3-VL. The
+ * reference widens Qwen3-VL's to F32 even when the types agree; the converter does not.
+ */
+export function mergeVisionQkv(t: Translation, blocks: number): void {
+  for (let b = 0; b < blocks; b++) {
+    const p = `v.blk.${b}.`;
+    if (!t.hasTensor(`${p}attn_q.weight`)) continue;
+    for (const suffix of ["weight", "bias"]) {
+      const parts = ["q", "k", "v"].map((x) => `${p}attn_${x}.${suffix}`);
+      if (parts.every((n) => t.hasTensor(n))) concatRows(t, `${p}attn_qkv.${suffix}`, parts);
+    }
+  }
+}
+
+function concatRows(t: Translation, dest: string, parts: string[]): void {
+  const tensors = parts.map((n) => t.tensor(n)!);
+  const first = tensors[0]!;
+  const axis = first.shape.length - 1;
+  const shape = first.shape.slice();
+  shape[axis] = tensors.reduce((n, x) => n + x.shape[axis]!, 0);
+  const sameType = tensors.every((x) => x.type === first.type);
+  t.op(dest, {
+    label: sameType ? "concat q+k+v" : "concat q+k+v (mixed types -> F32)",
+    inputs: parts,
+    type: sameType ? first.type : GgmlType.F32,
+    shape,
+    compute: (xs) =>
+      sameType
+        ? concat(xs.map(asTensor), first.type, axis).data
+        : concat(xs.map(asF32Tensor), GgmlType.F32, axis).data,
+  });
+  for (const n of parts) t.dropTensor(n);
+}
+
+/**
+ * `v.patch_embed.weight` [P, P, T, C_out * C_in] (time folded into the channels: plane
+ * (packed, t) at t + T * packed, packed = c_out * C_in + c_in) becomes
+ * `v.patch_embd.weight` and `v.patch_embd.weight.1` [P, P, C_in, C_out], one per frame,
+ * as llama.cpp's converter slices the Conv3D. Planes move whole, so the type stays (F16,
+ * as the converter writes it for f16 output; the reference widens both to F32). Left as
+ * it is, as by the reference, unless T == 2 and the channels divide the packed axis.
+ */
+export function splitPatchEmbedding(t: Translation, channels: number): void {
+  const src = t.tensor("v.patch_embed.weight");
+  if (src === undefined || src.shape.length !== 4) return;
+  const [w, h, frames, packed] = src.shape as [number, number, number, number];
+  if (!(channels > 0) || frames !== 2 || packed % channels !== 0) return;
+  const shape = [w, h, channels, packed / channels];
+  const slices = [
+    ["v.patch_embd.weight", 0],
+    ["v.patch_embd.weight.1", 1],
+  ] as const;
+  for (const [dest, frame] of slices) {
+    t.op(dest, {
+      label: `patch embedding frame ${frame} of ${frames}`,
+      inputs: ["v.patch_embed.weight"],
+      type: src.type,
+      shape,
+      // viewed as [P*P, T, packed]: the split along T keeps each frame's planes in packed order
+      compute: ([x]) => split({ data: x!.bytes, shape: [w * h, frames, packed] }, x!.type, 1, [1, 1])[frame]!.data,
+    });
+  }
+  t.dropTensor("v.patch_embed.weight");
+}
+
+function asTensor(x: OpInput): { data: Uint8Array; shape: readonly number[] } {
+  return { data: x.bytes, shape: x.shape };
+}
+
+function asF32Tensor(x: OpInput): { data: Uint8Array; shape: readonly number[] } {
+  const n = x.shape.reduce((a, b) => a * b, 1);
+  const f = toF32(x.type, x.bytes, n);
+  return { data: new Uint8Array(f.buffer, f.byteOffset, f.byteLength), shape: x.shape };
+}

@@ -1,0 +1,36 @@
+import { GgmlType, readGguf } from "@compat/gguf";
+import { killAllSpawned, writeFixture } from "@compat/testkit";
+import { afterAll, describe, expect, it } from "vitest";
+import { tempDir } from "../../../handlers/test/helpers";
+import { NO_DIFFERENCES } from "../../../handlers/test/proof";
+import { greyImage, mtmdAnswer, proveClip } from "../proof";
+import { expectFusedQkv, expectPatchFrames } from "../qwen-tower";
+
+const dir = tempDir();
+afterAll(() => killAllSpawned());
+
+describe("qwen3vl clip handler on qwen3vlmoe (Qwen3-VL-30B-A3B-style: the same tower beside an MoE text model)", () => {
+  it("our mmproj equals llama.cpp's native qwen3vl_merger mmproj, and llama-mtmd-cli answers an image prompt with our pair", async () => {
+    const d = await dir();
+    // Ollama stored v.pos_embed F16; llama.cpp's converter keeps it F32: compared through F16
+    const p = await proveClip(d, "qwen3vlmoe", { seed: 5, twin: { roundedThrough: { "v.position_embd.weight": GgmlType.F16 } } });
+    expect(p.diff).toEqual(NO_DIFFERENCES);
+    expect(p.view.report.handlers.map((h) => h.name)).toEqual(["qwen3vl-clip"]);
+    const m = p.mmproj;
+    expect(m.getString("clip.projector_type")).toBe("qwen3vl_merger");
+    expect(m.getNumber("clip.vision.projection_dim")).toBe(32);
+    expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
+    const source = await readGguf(p.ollamaPath);
+    await expectFusedQkv(m, source, 3);
+    await expectPatchFrames(m, source, 3);
+    await source.close();
+    await m.close();
+
+    const image = await greyImage(d, 96, 170);
+    expect((await mtmdAnswer(p.textPath, p.mmprojPath, image, "chatml")).length).toBeGreaterThan(0);
+    const native = await writeFixture(p.native, d);
+    const withOurs = await mtmdAnswer(native.text, p.mmprojPath, image, "chatml");
+    const withNative = await mtmdAnswer(native.text, native.mmproj!, image, "chatml");
+    expect(withOurs).toBe(withNative);
+  });
+});

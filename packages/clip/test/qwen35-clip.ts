@@ -1,0 +1,41 @@
+// The proof shared by the qwen35 and qwen35moe clip tests (the reference's one qwen35-like handler).
+import { GgmlType, readGguf } from "@compat/gguf";
+import { writeFixture } from "@compat/testkit";
+import { expect } from "vitest";
+import { NO_DIFFERENCES } from "../../handlers/test/proof";
+import { greyImage, mtmdAnswer, proveClip } from "./proof";
+import { expectFusedQkv, expectPatchFrames } from "./qwen-tower";
+
+/** Ollama stored v.pos_embed F16; llama.cpp's converter keeps it F32: compared through F16. */
+const TWIN = { roundedThrough: { "v.position_embd.weight": GgmlType.F16 } };
+
+export async function proveQwen35Clip(d: string, arch: "qwen35" | "qwen35moe", variant: string, seed: number): Promise<void> {
+  const p = await proveClip(d, arch, { seed, variant, twin: TWIN });
+  expect(p.diff).toEqual(NO_DIFFERENCES);
+  expect(p.view.report.handlers.map((h) => h.name)).toEqual([`${arch}-clip`]);
+  const m = p.mmproj;
+  expect(m.getString("clip.projector_type")).toBe("qwen3vl_merger");
+  // the reference's hard-coded values, which the fixture's tower is sized to
+  expect(m.getNumber("clip.vision.feed_forward_length")).toBe(4304);
+  expect(m.getNumber("clip.vision.image_size")).toBe(768);
+  expect(m.getArray("clip.vision.is_deepstack_layers").toArray()).toEqual([false]);
+  expect(m.findTensor("v.blk.0.attn_qkv.weight")?.type).toBe(GgmlType.F16);
+  expect(m.findTensor("v.patch_embd.weight")?.type).toBe(GgmlType.F16);
+  expect(m.findTensor("v.position_embd.weight")?.type).toBe(GgmlType.F32);
+  expect(m.tensors.every((t) => t.name.startsWith("v.") || t.name.startsWith("mm."))).toBe(true);
+  expect(m.tensors.some((t) => /attn_[qkv]\./.test(t.name) || t.name.includes("patch_embed"))).toBe(false);
+  expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
+  const source = await readGguf(p.ollamaPath);
+  await expectFusedQkv(m, source, 1);
+  await expectPatchFrames(m, source, 3);
+  await source.close();
+  await m.close();
+
+  const image = await greyImage(d, 96, 128 + seed);
+  expect((await mtmdAnswer(p.textPath, p.mmprojPath, image, "chatml")).length).toBeGreaterThan(0);
+  // Same text model, same tower values: our mmproj and the native one give the same answer.
+  const native = await writeFixture(p.native, d);
+  const withOurs = await mtmdAnswer(native.text, p.mmprojPath, image, "chatml");
+  const withNative = await mtmdAnswer(native.text, native.mmproj!, image, "chatml");
+  expect(withOurs).toBe(withNative);
+}
