@@ -1,5 +1,6 @@
 import type { Handler } from "@compat/handlers";
 import { gemma3Clip } from "./archs/gemma3";
+import { glmocrClip } from "./archs/glmocr";
 import { llama4Clip } from "./archs/llama4";
 import { llavaProjectorDefault } from "./archs/llava";
 import { mistral3Clip } from "./archs/mistral3";
@@ -16,4 +17,5 @@ export const clipHandlers: readonly Handler[] = Object.freeze([
   gemma3Clip,
   mistral3Clip,
   llama4Clip,
+  glmocrClip,
 ]);
