@@ -1,4 +1,5 @@
 import type { Handler } from "@compat/handlers";
+import { deepseekocrClip } from "./archs/deepseekocr";
 import { gemma3Clip } from "./archs/gemma3";
 import { glmocrClip } from "./archs/glmocr";
 import { llama4Clip } from "./archs/llama4";
@@ -16,6 +17,7 @@ export const clipHandlers: readonly Handler[] = Object.freeze([
   llavaProjectorDefault,
   gemma3Clip,
   mistral3Clip,
+  deepseekocrClip,
   llama4Clip,
   glmocrClip,
 ]);
