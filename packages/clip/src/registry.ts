@@ -5,6 +5,7 @@ import { glmocrClip } from "./archs/glmocr";
 import { llama4Clip } from "./archs/llama4";
 import { llavaProjectorDefault } from "./archs/llava";
 import { mistral3Clip } from "./archs/mistral3";
+import { nemotronHOmniClip } from "./archs/nemotron-h-omni";
 
 /**
  * Clip-side handlers in the reference's clip dispatch order (Ollama's
@@ -18,6 +19,7 @@ export const clipHandlers: readonly Handler[] = Object.freeze([
   gemma3Clip,
   mistral3Clip,
   deepseekocrClip,
+  nemotronHOmniClip,
   llama4Clip,
   glmocrClip,
 ]);
