@@ -1,9 +1,12 @@
 import type { Handler } from "@compat/handlers";
+import { deepseekocrClip } from "./archs/deepseekocr";
 import { gemma3Clip } from "./archs/gemma3";
 import { gemma4Clip } from "./archs/gemma4";
+import { glmocrClip } from "./archs/glmocr";
 import { llama4Clip } from "./archs/llama4";
 import { llavaProjectorDefault } from "./archs/llava";
 import { mistral3Clip } from "./archs/mistral3";
+import { nemotronHOmniClip } from "./archs/nemotron-h-omni";
 import { qwen25vlClip } from "./archs/qwen25vl";
 import { qwen35Clip } from "./archs/qwen35";
 import { qwen35moeClip } from "./archs/qwen35moe";
@@ -22,8 +25,11 @@ export const clipHandlers: readonly Handler[] = Object.freeze([
   qwen35moeClip,
   qwen35Clip,
   mistral3Clip,
+  deepseekocrClip,
+  nemotronHOmniClip,
   llama4Clip,
   gemma4Clip,
+  glmocrClip,
   qwen25vlClip,
   qwen3vlClip,
 ]);

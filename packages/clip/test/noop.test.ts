@@ -59,7 +59,7 @@ describe("the clip view is a no-op where it must be", () => {
 
 describe("the clip registry", () => {
   it("lists the architectures with a tower handler, once each; only the LLaVA default is gated on clip", () => {
-    expect([...clipArchitectures].sort()).toEqual(["gemma3", "gemma4", "llama4", "mistral3", "qwen25vl", "qwen35", "qwen35moe", "qwen3vl", "qwen3vlmoe"]);
+    expect([...clipArchitectures].sort()).toEqual(["deepseekocr", "gemma3", "gemma4", "glmocr", "llama4", "mistral3", "nemotron_h_omni", "qwen25vl", "qwen35", "qwen35moe", "qwen3vl", "qwen3vlmoe"]);
     const gatedOnClip = clipHandlers.filter((h) => h.arch === "clip" || (Array.isArray(h.arch) && h.arch.includes("clip")));
     expect(gatedOnClip.map((h) => h.name)).toEqual(["llava-projector-type"]);
     expect(clipHandlers[0]!.name).toBe("llava-projector-type");
