@@ -4,12 +4,15 @@ export type BridgeErrorCode =
   | "UNKNOWN_MODEL" // a valid name with no manifest in the store
   | "CORRUPT_MANIFEST" // the manifest is not the JSON Ollama writes
   | "MISSING_BLOB" // a layer the manifest names is not in blobs/
+  | "UNSAFE_BLOB" // a blob is a symlink pointing out of the store
+  | "DIGEST_MISMATCH" // with verifyDigest: the blob's sha256 is not the one in its name
   | "NO_MODEL_LAYER" // the manifest has no GGUF model layer (e.g. a safetensors-only model)
   | "UNSUPPORTED_MODEL" // the model layer is not a GGUF we can read
   | "TRANSLATION_ABORTED" // stopped (signal) while writing a cache entry; nothing was left behind
   | "CACHE_LOCK_TIMEOUT" // another process held the entry's lock for too long
   | "LLAMA_SERVER_NOT_FOUND"
   | "PORT_IN_USE"
+  | "INSECURE_BIND" // a non-loopback host without an API key or an explicit opt-out
   | "SERVER_START_FAILED" // llama-server exited before it was healthy
   | "SERVER_START_TIMEOUT"; // llama-server did not become healthy in time
 

@@ -1,7 +1,7 @@
 export { BridgeError, type BridgeErrorCode } from "./errors";
 export { parseModelName, displayName, fullName, DEFAULT_HOST, DEFAULT_NAMESPACE, DEFAULT_TAG, type ModelName } from "./name";
 export { MediaType } from "./media-types";
-export { ModelStore, defaultModelsDir, parseManifest, type Manifest, type ManifestLayer, type ResolvedModel } from "./store";
+export { ModelStore, defaultModelsDir, parseManifest, type Manifest, type ManifestLayer, type ResolvedModel, type StoreOptions } from "./store";
 export { TranslationCache, defaultCacheDir, TRANSLATOR_VERSION, type CacheEntry, type CacheKind, type CacheOptions, type ObtainOptions } from "./cache";
 export { projectorFor, loadClipView, type ClipViewFn, type ProjectorSource } from "./projector";
 export { prepareModel, type PrepareOptions, type PreparedModel } from "./prepare";
@@ -9,5 +9,5 @@ export { modelArgs, DEFAULT_NUM_CTX } from "./args";
 export { builtinTemplateFor } from "./template";
 export { findLlamaTool } from "./locate";
 export { LlamaChild, freePort, checkPortFree, waitHealthy, type ExitInfo, type ChildOptions } from "./child";
-export { startServer, launch, commonArgs, type LaunchOptions, type StartServerOptions, type RunningServer, type SingleServer } from "./server";
+export { startServer, launch, commonArgs, isLoopback, type LaunchOptions, type StartServerOptions, type RunningServer, type SingleServer } from "./server";
 export { startRouter, presetSection, llamaCanonicalName, type StartRouterOptions, type RouterServer, type RouterModel } from "./router";

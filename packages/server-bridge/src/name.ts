@@ -16,6 +16,8 @@ export const DEFAULT_TAG = "latest";
 
 /** Splits a reference and fills in the defaults; null when a part is empty or has characters Ollama rejects. */
 export function parseModelName(ref: string): ModelName | null {
+  // Control characters never belong in a name (a log line or a path could carry them on).
+  if (/[\u0000-\u001f\u007f]/.test(ref)) return null;
   // A scheme (https://) only says how to pull; the store ignores it.
   let rest = ref.trim().replace(/^[a-z]+:\/\//, "");
   let tag = "";

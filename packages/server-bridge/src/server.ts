@@ -10,6 +10,13 @@ export interface LaunchOptions extends PrepareOptions {
   store?: ModelStore | string;
   /** Default 127.0.0.1: the bridge is local unless told otherwise. */
   host?: string;
+  /**
+   * Required to bind beyond loopback (unless `insecure`). Handed to llama-server through
+   * its LLAMA_API_KEY environment variable, never on the command line other users can read.
+   */
+  apiKey?: string;
+  /** Serve beyond loopback without an API key (anyone who reaches the port can use the model). */
+  insecure?: boolean;
   /** Default: a free port. */
   port?: number;
   /** Path of llama-server (else $LLAMA_SERVER, PATH, the build cache). */
@@ -68,11 +75,15 @@ export async function launch(
   const env = opts.env ?? process.env;
   const command = findLlamaTool("llama-server", { explicit: opts.llamaServer, env });
   const host = opts.host ?? "127.0.0.1";
+  if (!isLoopback(host) && !opts.apiKey && !opts.insecure) {
+    throw new BridgeError("INSECURE_BIND", `refusing to serve on ${host} without an API key: give one (apiKey, --api-key-file) or opt out with insecure`, { host });
+  }
   let port = opts.port ?? 0;
   if (port) await checkPortFree(host, port);
   else port = await freePort(host);
   const full = [...commonArgs(host, port, opts.rpc), ...args, ...(opts.args ?? [])];
-  const child = new LlamaChild({ command, args: full, env: { ...process.env, ...env }, onLog: opts.onLog });
+  const childEnv = { ...process.env, ...env, ...(opts.apiKey ? { LLAMA_API_KEY: opts.apiKey } : {}) };
+  const child = new LlamaChild({ command, args: full, env: childEnv, onLog: opts.onLog });
   const urlHost = host.includes(":") ? `[${host}]` : host === "0.0.0.0" ? "127.0.0.1" : host;
   const url = `http://${urlHost}:${port}`;
   const onAbort = () => void child.stop();
@@ -110,4 +121,9 @@ export async function startServer(opts: StartServerOptions): Promise<SingleServe
   if (opts.signal?.aborted) throw new BridgeError("TRANSLATION_ABORTED", "stopped before llama-server started");
   const server = await launch([...modelArgs(model), "--alias", resolved.name], opts);
   return { ...server, model };
+}
+
+/** 127.0.0.0/8, ::1 and localhost: addresses only this machine reaches. */
+export function isLoopback(host: string): boolean {
+  return host === "localhost" || host === "::1" || host === "[::1]" || /^127(\.\d{1,3}){3}$/.test(host);
 }

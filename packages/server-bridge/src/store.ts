@@ -1,7 +1,9 @@
 import { existsSync, statSync } from "node:fs";
-import { readdir, readFile, stat } from "node:fs/promises";
+import { createReadStream } from "node:fs";
+import { lstat, readdir, readFile, realpath, stat } from "node:fs/promises";
+import { createHash } from "node:crypto";
 import { homedir } from "node:os";
-import { isAbsolute, join, resolve as resolvePath } from "node:path";
+import { isAbsolute, join, resolve as resolvePath, sep } from "node:path";
 import { BridgeError } from "./errors";
 import { MediaType } from "./media-types";
 import { displayName, fullName, isValidName, manifestSegments, parseModelName, type ModelName } from "./name";
@@ -55,12 +57,23 @@ export function defaultModelsDir(env: Record<string, string | undefined> = proce
 }
 
 const DIGEST = /^sha256[:-]([0-9a-fA-F]{64})$/;
+/** A manifest is a few hundred bytes; anything this large is not one (and is not read into memory). */
+const MAX_MANIFEST_BYTES = 1 << 20;
+
+export interface StoreOptions {
+  /** Hash the model blob and compare it with the sha256 in its name before use (slow on big blobs). */
+  verifyDigest?: boolean;
+}
 
 /** Ollama's model store on disk: manifests/<host>/<namespace>/<model>/<tag> and blobs/sha256-<hex>. */
 export class ModelStore {
   readonly root: string;
 
-  constructor(root?: string, env: Record<string, string | undefined> = process.env) {
+  constructor(
+    root?: string,
+    env: Record<string, string | undefined> = process.env,
+    readonly options: StoreOptions = {},
+  ) {
     this.root = resolvePath(root ?? defaultModelsDir(env));
   }
 
@@ -97,6 +110,10 @@ export class ModelStore {
     const manifestPath = this.manifestPath(n);
     let text: string;
     try {
+      const size = (await stat(manifestPath)).size;
+      if (size > MAX_MANIFEST_BYTES) {
+        throw new BridgeError("CORRUPT_MANIFEST", `${manifestPath} is ${size} bytes, not a manifest (expected at most ${MAX_MANIFEST_BYTES})`, { ref, manifestPath });
+      }
       text = await readFile(manifestPath, "utf8");
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "ENOENT" || (e as NodeJS.ErrnoException).code === "ENOTDIR") {
@@ -163,8 +180,10 @@ export class ModelStore {
     const path = this.blobPath(layer.digest);
     let size: number;
     try {
+      await this.checkInsideStore(path, layer, manifestPath);
       size = (await stat(path)).size;
-    } catch {
+    } catch (e) {
+      if (e instanceof BridgeError) throw e;
       throw new BridgeError("MISSING_BLOB", `blob ${layer.digest} (${layer.mediaType}) named by ${manifestPath} is missing: ${path}`, {
         digest: layer.digest,
         path,
@@ -178,7 +197,20 @@ export class ModelStore {
         manifestPath,
       });
     }
+    if (this.options.verifyDigest && layer.mediaType === MediaType.model) await verifyBlobDigest(path, layer.digest, manifestPath);
     return path;
+  }
+
+  /** A blob that is a symlink must still point into the store: a manifest must not make us read any file. */
+  private async checkInsideStore(path: string, layer: ManifestLayer, manifestPath: string): Promise<void> {
+    if (!(await lstat(path)).isSymbolicLink()) return;
+    const [target, root] = await Promise.all([realpath(path), realpath(this.root)]);
+    if (target === root || target.startsWith(root + sep)) return;
+    throw new BridgeError("UNSAFE_BLOB", `blob ${path} (${layer.mediaType}) named by ${manifestPath} is a symlink out of the store, to ${target}`, {
+      digest: layer.digest,
+      path,
+      manifestPath,
+    });
   }
 
   private async readLayer(layer: ManifestLayer, manifestPath: string): Promise<string> {
@@ -272,4 +304,18 @@ function parseJsonLayer(text: string, layer: ManifestLayer, manifestPath: string
     // reported below
   }
   throw new BridgeError("CORRUPT_MANIFEST", `${layer.mediaType} blob ${layer.digest} of ${manifestPath} is not a JSON object`, { manifestPath });
+}
+
+/** Streams the blob through sha256 and compares it with the digest in its name. */
+async function verifyBlobDigest(path: string, digest: string, manifestPath: string): Promise<void> {
+  const hash = createHash("sha256");
+  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
+  const actual = `sha256:${hash.digest("hex")}`;
+  if (actual !== normalizeDigest(digest)) {
+    throw new BridgeError("DIGEST_MISMATCH", `blob ${path} hashes to ${actual}, not the ${normalizeDigest(digest)} its name and ${manifestPath} say`, {
+      digest,
+      path,
+      manifestPath,
+    });
+  }
 }
