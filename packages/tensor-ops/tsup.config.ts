@@ -3,12 +3,17 @@ import { fileURLToPath } from "node:url";
 import { packageBuild } from "../../tsup.package";
 
 const browserLoader = fileURLToPath(new URL("./src/native-loader.browser.ts", import.meta.url));
+const browserWasmBytes = fileURLToPath(new URL("./src/wasm-bytes.browser.ts", import.meta.url));
 
-/** The browser build has no addon loader (package.json "browser" condition). */
-const noAddonInBrowser: Plugin = {
-  name: "no-addon-in-browser",
+/**
+ * The browser build (package.json "browser" condition) has no addon loader, and carries the WASM
+ * kernels inline instead of reading wasm/kernels.wasm from disk.
+ */
+const browserModules: Plugin = {
+  name: "browser-modules",
   setup(build) {
     build.onResolve({ filter: /^\.\/native-loader$/ }, () => ({ path: browserLoader }));
+    build.onResolve({ filter: /^\.\/wasm-bytes$/ }, () => ({ path: browserWasmBytes }));
   },
 };
 
@@ -24,6 +29,7 @@ export default [
     splitting: false,
     clean: false,
     sourcemap: false,
-    esbuildPlugins: [noAddonInBrowser],
+    loader: { ".wasm": "binary" },
+    esbuildPlugins: [browserModules],
   }),
 ];

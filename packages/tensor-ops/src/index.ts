@@ -63,7 +63,7 @@ export {
   dequantizeIQ1_M,
 } from "./convert";
 export { convertStream, type ConvertStreamOptions } from "./stream";
-export { activeBackend, setBackend, nativeAvailable, backendInfo, type Backend } from "./native";
+export { activeBackend, setBackend, nativeAvailable, backendInfo, ready, type Backend, type BackendChoice } from "./native";
 export { type Dtype, type Shape, type TensorBytes, tensorBytes as tensorByteLength, formatOf } from "./layout/tensor";
 export {
   concat,
