@@ -24,6 +24,13 @@ const KERNELS = new Map<number, [string, number, number]>([
   [T.Q4_K, ["q4_k", 144, 256]],
   [T.Q6_K, ["q6_k", 210, 256]],
   [T.MXFP4, ["mxfp4", 17, 32]],
+  [T.Q4_0, ["q4_0", 18, 32]],
+  [T.Q4_1, ["q4_1", 20, 32]],
+  [T.Q5_0, ["q5_0", 22, 32]],
+  [T.Q5_1, ["q5_1", 24, 32]],
+  [T.Q5_K, ["q5_k", 176, 256]],
+  [T.IQ4_NL, ["iq4_nl", 18, 32]],
+  [T.IQ4_XS, ["iq4_xs", 136, 256]],
 ]);
 
 /** Source bytes per call: small enough to stay in cache, large enough to amortize the call. */

@@ -174,3 +174,113 @@ EXPORT("q6_k") void q6_k(const uint8_t *src, float *dst, size_t nb) {
         }
     }
 }
+
+/*
+ * The remaining types the native addon covers, as plain loops (clang vectorizes them with simd128).
+ * Same arithmetic and order as the JS kernels.
+ */
+static const int8_t IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+EXPORT("q4_0") void q4_0(const uint8_t *src, float *dst, size_t nb) {
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *b = src + 18 * i;
+        const float d = half_to_float(rd16(b));
+        float *y = dst + 32 * i;
+        for (int j = 0; j < 16; j++) {
+            y[j] = ((b[2 + j] & 0xF) - 8) * d;
+            y[j + 16] = ((b[2 + j] >> 4) - 8) * d;
+        }
+    }
+}
+
+EXPORT("q4_1") void q4_1(const uint8_t *src, float *dst, size_t nb) {
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *b = src + 20 * i;
+        const float d = half_to_float(rd16(b)), m = half_to_float(rd16(b + 2));
+        float *y = dst + 32 * i;
+        for (int j = 0; j < 16; j++) {
+            y[j] = (b[4 + j] & 0xF) * d + m;
+            y[j + 16] = (b[4 + j] >> 4) * d + m;
+        }
+    }
+}
+
+EXPORT("q5_0") void q5_0(const uint8_t *src, float *dst, size_t nb) {
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *b = src + 22 * i;
+        const float d = half_to_float(rd16(b));
+        const uint32_t qh = b[2] | (b[3] << 8) | (b[4] << 16) | ((uint32_t) b[5] << 24);
+        float *y = dst + 32 * i;
+        for (int j = 0; j < 16; j++) {
+            const int x0 = ((b[6 + j] & 0xF) | (((qh >> j) << 4) & 0x10)) - 16;
+            const int x1 = ((b[6 + j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
+            y[j] = x0 * d;
+            y[j + 16] = x1 * d;
+        }
+    }
+}
+
+EXPORT("q5_1") void q5_1(const uint8_t *src, float *dst, size_t nb) {
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *b = src + 24 * i;
+        const float d = half_to_float(rd16(b)), m = half_to_float(rd16(b + 2));
+        const uint32_t qh = b[4] | (b[5] << 8) | (b[6] << 16) | ((uint32_t) b[7] << 24);
+        float *y = dst + 32 * i;
+        for (int j = 0; j < 16; j++) {
+            const int x0 = (b[8 + j] & 0xF) | (((qh >> j) << 4) & 0x10);
+            const int x1 = (b[8 + j] >> 4) | ((qh >> (j + 12)) & 0x10);
+            y[j] = x0 * d + m;
+            y[j + 16] = x1 * d + m;
+        }
+    }
+}
+
+EXPORT("q5_k") void q5_k(const uint8_t *src, float *dst, size_t nb) {
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *b = src + 176 * i;
+        const float d = half_to_float(rd16(b));
+        const float dmin = half_to_float(rd16(b + 2));
+        const uint8_t *qh = b + 16, *ql = b + 48;
+        float *y = dst + 256 * i;
+        uint8_t u1 = 1, u2 = 2;
+        for (int is = 0; is < 8; is += 2, ql += 32, y += 64, u1 <<= 2, u2 <<= 2) {
+            uint8_t sc, m;
+            scale_min_k4(is, b + 4, &sc, &m);
+            const float d1 = d * sc, m1 = dmin * m;
+            scale_min_k4(is + 1, b + 4, &sc, &m);
+            const float d2 = d * sc, m2 = dmin * m;
+            for (int l = 0; l < 32; l++) y[l] = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; l++) y[32 + l] = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+        }
+    }
+}
+
+EXPORT("iq4_nl") void iq4_nl(const uint8_t *src, float *dst, size_t nb) {
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *b = src + 18 * i;
+        const float d = half_to_float(rd16(b));
+        float *y = dst + 32 * i;
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * IQ4NL[b[2 + j] & 0xF];
+            y[j + 16] = d * IQ4NL[b[2 + j] >> 4];
+        }
+    }
+}
+
+EXPORT("iq4_xs") void iq4_xs(const uint8_t *src, float *dst, size_t nb) {
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *b = src + 136 * i;
+        const float d = half_to_float(rd16(b));
+        const uint16_t sh = rd16(b + 2);
+        float *y = dst + 256 * i;
+        for (int ib = 0; ib < 8; ib++, y += 32) {
+            const int ls = ((b[4 + ib / 2] >> 4 * (ib % 2)) & 0xF) | (((sh >> 2 * ib) & 3) << 4);
+            const float dl = d * (ls - 32);
+            const uint8_t *qs = b + 8 + 16 * ib;
+            for (int j = 0; j < 16; j++) {
+                y[j] = dl * IQ4NL[qs[j] & 0xF];
+                y[j + 16] = dl * IQ4NL[qs[j] >> 4];
+            }
+        }
+    }
+}
