@@ -91,21 +91,22 @@ describe("WASM kernels", () => {
     );
   });
 
-  it("property: quantized blocks with any scale (NaN/Inf/subnormal included) match JS", (ctx) => {
+  it("property: quantized blocks with any scale (NaN/Inf/subnormal included) match JS (and native)", (ctx) => {
     if (!available) ctx.skip();
     const quant = fc.constantFrom(...WASM_TYPES.filter((t) => t !== T.F16 && t !== T.BF16));
     fc.assert(
       fc.property(quant, fc.integer({ min: 1, max: 12 }), fc.integer(), (type, nBlocks, seed) => {
         const input = randomBytes(nBlocks * blockLayout(type).blockBytes, seed);
-        const a = convert("wasm", type, input);
         const b = js(type, input);
-        // Arithmetic on a NaN scale leaves the NaN payload unspecified in wasm and in JS engines
+        // Arithmetic on a NaN scale leaves the NaN payload unspecified in wasm, C and JS engines
         // alike, so NaN outputs are compared as NaN; every other value must match bit for bit.
-        for (let i = 0; i < b.length; i++) {
-          const aNaN = ((a[i] as number) & 0x7fffffff) > 0x7f800000;
-          const bNaN = ((b[i] as number) & 0x7fffffff) > 0x7f800000;
-          if (aNaN || bNaN) expect([i, aNaN]).toEqual([i, bNaN]);
-          else if (a[i] !== b[i]) expect([i, a[i]]).toEqual([i, b[i]]);
+        for (const a of [convert("wasm", type, input), ...(nativeAvailable() ? [convert("native", type, input)] : [])]) {
+          for (let i = 0; i < b.length; i++) {
+            const aNaN = ((a[i] as number) & 0x7fffffff) > 0x7f800000;
+            const bNaN = ((b[i] as number) & 0x7fffffff) > 0x7f800000;
+            if (aNaN || bNaN) expect([i, aNaN]).toEqual([i, bNaN]);
+            else if (a[i] !== b[i]) expect([i, a[i]]).toEqual([i, b[i]]);
+          }
         }
       }),
       { numRuns: 200 },
