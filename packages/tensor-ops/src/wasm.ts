@@ -2,8 +2,8 @@
  * WebAssembly SIMD kernels (wasm/kernels.c), the second tier after the native addon and before JS.
  * They give bit-identical output to the JS kernels and run wherever WebAssembly SIMD does: Node
  * without the addon, browsers, workers. Node compiles the module synchronously on first use; where
- * synchronous compilation is refused (browser main threads limit it to 4 KiB) the module compiles in
- * the background, JS kernels run meanwhile, and `initWasm()` resolves once it is ready.
+ * synchronous compilation is refused (some browsers cap its size on the main thread) the module
+ * compiles in the background, JS kernels run meanwhile, and `initWasm()` resolves once it is ready.
  */
 import { GgmlTypeId as T } from "./types";
 import { wasmBytes } from "./wasm-bytes";
