@@ -6,7 +6,7 @@
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import fc from "fast-check";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { activeBackend, backendInfo, blockLayout, GgmlTypeId as T, ready, setBackend, toF32Into, toF32IntoJs } from "../src/index";
 import { nativeAvailable } from "../src/native";
 import { reloadWasm, wasmKernels } from "../src/wasm";
@@ -134,6 +134,25 @@ describe("WASM kernels", () => {
       expect(Buffer.from(convert("wasm", type, input).buffer).equals(Buffer.from(js(type, input).buffer))).toBe(true);
     });
   }
+
+  it("where synchronous compilation is refused, compiles in the background; JS runs until ready()", async (ctx) => {
+    if (!available) ctx.skip();
+    const spy = vi.spyOn(WebAssembly, "Module").mockImplementation(() => {
+      throw new RangeError("synchronous compilation refused (simulated)");
+    });
+    try {
+      reloadWasm();
+      expect(setBackend("wasm")).toBe("js"); // still compiling
+      const input = bytesOf(Uint16Array.from({ length: 1000 }, (_, i) => i * 65));
+      expect(Buffer.from(convert("wasm", T.F16, input).buffer).equals(Buffer.from(js(T.F16, input).buffer))).toBe(true);
+      setBackend("wasm");
+      expect(await ready()).toBe("wasm");
+      expect(Buffer.from(convert("wasm", T.F16, input).buffer).equals(Buffer.from(js(T.F16, input).buffer))).toBe(true);
+    } finally {
+      spy.mockRestore();
+      setBackend("auto");
+    }
+  });
 
   it("types without a WASM kernel fall through to JS", (ctx) => {
     if (!available) ctx.skip();
