@@ -26,7 +26,9 @@ for p in "${packages[@]}"; do
   (cd "$root/packages/$p" && npm pack --silent --pack-destination "$scratch/tarballs" >/dev/null)
 done
 # types as TypeScript resolves them (node16 and bundler; node10 cannot see exports subpaths such
-# as @compat/gguf/advanced, and every package needs Node >= 20.19 anyway)
+# as @compat/gguf/advanced, and every package needs Node >= 20.19 anyway). Needs attw >= 0.18:
+# 0.17.x kept only the last chunk of its streaming gunzip, so any tarball that unpacks to more than
+# one chunk gave untar no entries and crashed with "reading 'filename'" (not an npm 11 problem).
 for t in "$scratch"/tarballs/*.tgz; do
   "$root/node_modules/.bin/attw" --profile node16 --format ascii "$t" >"$scratch/attw.log" 2>&1 \
     || { cat "$scratch/attw.log" >&2; echo "pack-smoke: attw found problems in $(basename "$t")" >&2; exit 1; }
