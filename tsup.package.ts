@@ -15,10 +15,11 @@ export function packageBuild(overrides: Options = {}) {
 }
 
 /**
- * The `browser` export condition's build (dist/browser/index.js, ESM only): relative imports
- * matching `swap` resolve to `stub` instead, so Node-only modules never reach a bundle.
+ * The `browser` export condition's build (dist/browser/index.js, ESM only): each relative
+ * import matching a pattern of `stubs` resolves to its browser module instead, so Node-only
+ * modules never reach a bundle.
  */
-export function browserBuild(swap: RegExp, stub: string) {
+export function browserBuild(stubs: ReadonlyArray<[RegExp, string]>, overrides: Options = {}) {
   return packageBuild({
     format: ["esm"],
     outDir: "dist/browser",
@@ -32,9 +33,10 @@ export function browserBuild(swap: RegExp, stub: string) {
       {
         name: "browser-stubs",
         setup(build) {
-          build.onResolve({ filter: swap }, () => ({ path: stub }));
+          for (const [swap, stub] of stubs) build.onResolve({ filter: swap }, () => ({ path: stub }));
         },
       },
     ],
+    ...overrides,
   });
 }

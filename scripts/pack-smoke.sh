@@ -2,7 +2,9 @@
 # The packages as a user gets them: `npm pack` every published package, install the
 # tarballs into a scratch project outside the workspace, and use them from there:
 # ollama-compat --help and translate on an Ollama-format file, ESM and CJS imports,
-# and the native tensor-ops kernels (not the JS fallback). Needs `npm run build` first.
+# the native tensor-ops kernels (not the JS fallback) and its WASM tier; every tarball checked by
+# @arethetypeswrong/cli; and the release flow (`changeset version` on a scratch copy, then pack the
+# bumped packages). Needs `npm run build` first.
 # Usage: scripts/pack-smoke.sh [OLLAMA_GGUF]   (default: a testkit Llama 3 fixture; prints "pack-smoke: ok")
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +25,15 @@ for p in "${packages[@]}"; do
   (cd "$root/packages/$p" && "$root/node_modules/.bin/publint" --strict >/dev/null) || { echo "pack-smoke: publint failed for $p" >&2; exit 1; }
   (cd "$root/packages/$p" && npm pack --silent --pack-destination "$scratch/tarballs" >/dev/null)
 done
+# types as TypeScript resolves them (node16 and bundler; node10 cannot see exports subpaths such
+# as @compat/gguf/advanced, and every package needs Node >= 20.19 anyway). Needs attw >= 0.18:
+# 0.17.x kept only the last chunk of its streaming gunzip, so any tarball that unpacks to more than
+# one chunk gave untar no entries and crashed with "reading 'filename'" (not an npm 11 problem).
+for t in "$scratch"/tarballs/*.tgz; do
+  "$root/node_modules/.bin/attw" --profile node16 --format ascii "$t" >"$scratch/attw.log" 2>&1 \
+    || { cat "$scratch/attw.log" >&2; echo "pack-smoke: attw found problems in $(basename "$t")" >&2; exit 1; }
+done
+
 cd "$scratch/app"
 npm init -y >/dev/null
 npm install --no-audit --no-fund --silent "$scratch"/tarballs/*.tgz
@@ -41,6 +52,16 @@ if (m.tensors.length === 0) throw new Error("no tensors read");
 await m.close();
 if (activeBackend() !== "native") throw new Error(`tensor-ops backend is ${activeBackend()}, expected native`);
 ' "$scratch/app/translated.gguf"
+# the WASM tier from the tarball (what a browser or an addon-less Node gets), ESM and CJS
+COMPAT_TENSOR_OPS=wasm node --input-type=module -e '
+import { activeBackend, toF32, GgmlTypeId } from "@compat/tensor-ops";
+const out = toF32(GgmlTypeId.F16, new Uint8Array([0x00, 0x3c, 0x00, 0xc0]), 2);
+if (activeBackend() !== "wasm" || out[0] !== 1 || out[1] !== -2) throw new Error(`wasm tier: ${activeBackend()} ${out}`);
+'
+COMPAT_TENSOR_OPS=wasm node -e '
+const { activeBackend } = require("@compat/tensor-ops");
+if (activeBackend() !== "wasm") throw new Error(`CJS wasm tier: ${activeBackend()}`);
+'
 node -e '
 const { parseGguf } = require("@compat/gguf");
 const { translate } = require("@compat/handlers");
@@ -56,4 +77,36 @@ if [ -n "${LLAMA_BIN:-}" ]; then
     || { echo "pack-smoke: examples/serve.mjs failed" >&2; exit 1; }
 fi
 
-echo "pack-smoke: ok ($(ls "$scratch/tarballs" | wc -l) tarballs, translate, ESM+CJS, tensor-ops native)"
+# release flow: `changeset version` on a scratch copy of the manifests and changesets (never on
+# the repo), then every bumped package packs with its new version and bumped internal deps
+release="$scratch/release"
+mkdir -p "$release"
+(cd "$root" && git ls-files -co --exclude-standard -- package.json .changeset 'packages/*/package.json' 'packages/*/CHANGELOG.md' \
+  'packages/*/README.md' 'packages/*/LICENSE' | while read -r f; do [ -f "$f" ] && cp --parents "$f" "$release/"; done)
+ln -s "$root/node_modules" "$release/node_modules"
+pending=$(find "$release/.changeset" -name '*.md' ! -name README.md | wc -l)
+(cd "$release" && ./node_modules/.bin/changeset version >"$scratch/changeset.log" 2>&1) \
+  || { cat "$scratch/changeset.log" >&2; echo "pack-smoke: changeset version failed" >&2; exit 1; }
+mkdir -p "$scratch/release-tarballs"
+for p in "${packages[@]}"; do
+  cp -r "$root/packages/$p/dist" "$release/packages/$p/"
+  (cd "$release/packages/$p" && npm pack --silent --ignore-scripts --pack-destination "$scratch/release-tarballs" >/dev/null)
+done
+node --input-type=module -e '
+import { readFileSync, readdirSync } from "node:fs";
+const [release, pending, packages] = [process.argv[1], Number(process.argv[2]), process.argv.slice(3)];
+const manifests = packages.map((p) => JSON.parse(readFileSync(`${release}/packages/${p}/package.json`, "utf8")));
+const versions = new Map(manifests.map((m) => [m.name, m.version]));
+if (readdirSync(`${release}/.changeset`).some((f) => f.endsWith(".md") && f !== "README.md")) throw new Error("changesets left unconsumed");
+for (const m of manifests) {
+  for (const [dep, range] of Object.entries(m.dependencies ?? {})) {
+    if (versions.has(dep) && range !== versions.get(dep)) throw new Error(`${m.name} depends on ${dep}@${range}, released as ${versions.get(dep)}`);
+  }
+}
+const bumped = manifests.filter((m) => m.version !== "0.0.0").map((m) => `${m.name}@${m.version}`);
+if (pending > 0 && bumped.length === 0) throw new Error(`changeset version bumped nothing (${pending} changesets)`);
+console.log(`pack-smoke: release dry run bumps ${bumped.join(", ")}`);
+' "$release" "$pending" "${packages[@]}"
+[ "$(ls "$scratch/release-tarballs" | wc -l)" -eq "${#packages[@]}" ] || { echo "pack-smoke: release packs missing" >&2; exit 1; }
+
+echo "pack-smoke: ok ($(ls "$scratch/tarballs" | wc -l) tarballs, attw, translate, ESM+CJS, tensor-ops native+wasm, release dry run)"

@@ -1,5 +1,5 @@
 /**
- * Conversion throughput, JS and native, next to Buffer.copy of the same input bytes in the same run.
+ * Conversion throughput, JS, WASM SIMD and native, next to Buffer.copy of the same input bytes in the same run.
  * MB/s counts input (GGUF) bytes; every figure is the median of several repeats.
  *   npm run bench -w packages/tensor-ops        (BENCH_MB=32 for a larger tensor)
  */
@@ -35,7 +35,9 @@ function measure(bytes: number, fns: (() => void)[]): number[] {
 const types = [T.F16, T.BF16, T.Q8_0, T.Q4_K, T.Q6_K, T.MXFP4, T.Q4_0, T.Q5_K, T.IQ4_XS, T.IQ2_XXS, T.Q3_K];
 const native = nativeAvailable();
 const info = backendInfo();
-console.log(`tensor-ops conversion bench: ${(targetBytes / 1048576).toFixed(0)} MiB per type, median of ${repeats}; native ${native ? `yes (${info.isa})` : "not built"}`);
+console.log(
+  `tensor-ops conversion bench: ${(targetBytes / 1048576).toFixed(0)} MiB per type, median of ${repeats}; native ${native ? `yes (${info.isa})` : "not built"}; wasm ${info.wasmTypes.length > 0 ? "yes (simd128)" : `no (${info.wasmLoadError ?? "not built"})`}`,
+);
 
 const rows: string[][] = [];
 for (const type of types) {
@@ -47,23 +49,37 @@ for (const type of types) {
   const out = new Float32Array(n);
 
   const hasNative = native && info.nativeTypes.includes(type);
+  const hasWasm = info.wasmTypes.includes(type);
+  const wasmRun = () => {
+    setBackend("wasm");
+    toF32Into(type, input, out, n);
+    setBackend("auto");
+  };
   setBackend("auto");
-  const [copy, js, nat] = measure(input.byteLength, [
+  const rates = measure(input.byteLength, [
     () => input.copy(copyTarget),
     () => toF32IntoJs(type, input, out, n),
+    ...(hasWasm ? [wasmRun] : []),
     ...(hasNative ? [() => toF32Into(type, input, out, n)] : []),
-  ]) as [number, number, number | undefined];
+  ]);
+  const [copy, js] = rates as [number, number];
+  const wasm = hasWasm ? rates[2] : undefined;
+  const nat = hasNative ? rates[hasWasm ? 3 : 2] : undefined;
+  const best = Math.max(js, wasm ?? 0, nat ?? 0);
+  const ratio = (v: number | undefined) => (v === undefined ? "-" : `${(v / js).toFixed(1)}x`);
   rows.push([
     `${layout.name} -> F32`,
     copy.toFixed(0),
     js.toFixed(0),
+    wasm === undefined ? "-" : wasm.toFixed(0),
+    ratio(wasm),
     nat === undefined ? "-" : nat.toFixed(0),
-    nat === undefined ? "-" : `${(nat / js).toFixed(1)}x`,
-    nat === undefined ? `${(copy / js).toFixed(1)}x` : `${(copy / nat).toFixed(1)}x`,
+    ratio(nat),
+    `${(copy / best).toFixed(1)}x`,
   ]);
 }
 
-const header = ["conversion", "copy MB/s", "JS MB/s", "native MB/s", "native/JS", "copy/best"];
+const header = ["conversion", "copy MB/s", "JS MB/s", "WASM MB/s", "WASM/JS", "native MB/s", "native/JS", "copy/best"];
 const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] as string).length)));
 const line = (cells: string[]) => `| ${cells.map((c, i) => (i === 0 ? c.padEnd(widths[i] as number) : c.padStart(widths[i] as number))).join(" | ")} |`;
 console.log(line(header));

@@ -9,7 +9,7 @@ import type { DequantKernel } from "./dequant/kernel";
 import * as simple from "./dequant/simple";
 import * as k from "./dequant/kquants";
 import * as iq from "./dequant/iquants";
-import { nativeAddon } from "./native";
+import { nativeAddon, wasmTier } from "./native";
 
 const T = GgmlTypeId;
 
@@ -80,7 +80,7 @@ export function validateToF32(type: number, byteLength: number, nElements: numbe
 
 /**
  * Converts `nElements` elements of ggml `type` from `bytes` into `out` (starting at out[0]).
- * Uses the native kernel when active, otherwise the JS one; both give identical bits.
+ * Uses the native kernel when active, then the WASM one, otherwise JS; all give identical bits.
  */
 export function toF32Into(type: number, bytes: Uint8Array, out: Float32Array, nElements: number): Float32Array {
   const nBlocks = validateToF32(type, bytes.byteLength, nElements);
@@ -88,6 +88,8 @@ export function toF32Into(type: number, bytes: Uint8Array, out: Float32Array, nE
   if (nBlocks === 0) return out;
   const addon = nativeAddon();
   if (addon && addon.toF32(type, bytes, out, nBlocks)) return out;
+  const wasm = wasmTier();
+  if (wasm && wasm.toF32(type, bytes, out, nBlocks)) return out;
   (jsKernels.get(type) as DequantKernel)(bytes, out, nBlocks);
   return out;
 }

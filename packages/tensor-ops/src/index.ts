@@ -62,9 +62,9 @@ export {
   dequantizeIQ1_S,
   dequantizeIQ1_M,
 } from "./convert";
-export { convertStream, type ConvertStreamOptions } from "./stream";
-export { activeBackend, setBackend, nativeAvailable, backendInfo, type Backend } from "./native";
-export { type Dtype, type Shape, type TensorBytes, tensorBytes as tensorByteLength, formatOf } from "./layout/tensor";
+export { convertStream, type ConvertStreamOptions, type ByteSource } from "./stream";
+export { activeBackend, setBackend, nativeAvailable, backendInfo, ready, type Backend, type BackendChoice } from "./native";
+export { type Dtype, type Shape, type TensorBytes, type Format, tensorBytes as tensorByteLength, formatOf } from "./layout/tensor";
 export {
   concat,
   split,

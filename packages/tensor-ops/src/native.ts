@@ -1,11 +1,16 @@
 /**
- * Optional native kernels (an N-API addon built by `npm run build:native`). When the addon is
- * missing, fails to load, or COMPAT_TENSOR_OPS=js is set, every conversion uses the JS kernels,
- * which produce bit-identical output.
+ * Optional native kernels (an N-API addon built by `npm run build:native`), then WebAssembly SIMD
+ * kernels (src/wasm.ts), then JS: each conversion uses the first tier that has a kernel for the type,
+ * and all three produce bit-identical output. COMPAT_TENSOR_OPS=wasm skips the addon,
+ * COMPAT_TENSOR_OPS=js skips both.
  */
 import { loadNativeAddon } from "./native-loader";
+import { initWasm, wasmKernels, wasmLoadError, type WasmKernels } from "./wasm";
 
-export type Backend = "native" | "js";
+export type Backend = "native" | "wasm" | "js";
+
+/** What `setBackend` accepts: a tier to force, or "auto" for the fastest available. */
+export type BackendChoice = "native" | "wasm" | "js" | "auto";
 
 /** Shape of the addon's exports (native/tensor_ops.c). */
 export interface NativeAddon {
@@ -21,11 +26,11 @@ export interface NativeAddon {
 
 let loaded: NativeAddon | null | undefined;
 let loadError: unknown;
-let forcedJs = readEnvForce();
+let forced: BackendChoice = readEnvForce();
 
-function readEnvForce(): boolean {
+function readEnvForce(): BackendChoice {
   const value = typeof process !== "undefined" ? process.env?.COMPAT_TENSOR_OPS : undefined;
-  return value === "js";
+  return value === "js" || value === "wasm" ? value : "auto";
 }
 
 function loadAddon(): NativeAddon | null {
@@ -41,13 +46,33 @@ function loadAddon(): NativeAddon | null {
 
 /** The addon when it is loaded and not disabled, otherwise undefined. */
 export function nativeAddon(): NativeAddon | undefined {
-  if (forcedJs) return undefined;
+  if (forced === "js" || forced === "wasm") return undefined;
   return loadAddon() ?? undefined;
 }
 
-/** "native" when conversions go through the addon, "js" otherwise. */
+/** The WASM kernels when they are loaded and not disabled, otherwise undefined. */
+export function wasmTier(): WasmKernels | undefined {
+  if (forced === "js") return undefined;
+  return wasmKernels() ?? undefined;
+}
+
+/**
+ * The fastest tier in use: "native" (the addon), "wasm" (WebAssembly SIMD) or "js". Types the active
+ * tier has no kernel for fall through to the next one.
+ */
 export function activeBackend(): Backend {
-  return nativeAddon() ? "native" : "js";
+  if (nativeAddon()) return "native";
+  return wasmTier() ? "wasm" : "js";
+}
+
+/**
+ * Waits until the WASM kernels are compiled where that happens in the background (browser main
+ * threads), then returns the active backend. Never needed for correctness: conversions use the JS
+ * kernels until then.
+ */
+export async function ready(): Promise<Backend> {
+  await initWasm();
+  return activeBackend();
 }
 
 /** Whether the addon could be loaded at all (regardless of forcing JS). */
@@ -56,23 +81,37 @@ export function nativeAvailable(): boolean {
 }
 
 /**
- * Selects the backend: "js" forces the JS kernels, "auto" uses the addon when it is available.
- * Returns the backend now active.
+ * Selects the backend: "js" forces the JS kernels, "wasm" skips the addon (WASM, then JS), "native"
+ * and "auto" use the fastest available. Returns the backend now active.
  */
-export function setBackend(choice: "js" | "auto"): Backend {
-  forcedJs = choice === "js";
+export function setBackend(choice: BackendChoice): Backend {
+  forced = choice === "native" ? "auto" : choice;
   return activeBackend();
 }
 
 /** Diagnostics for the bench and error reports. */
-export function backendInfo(): { backend: Backend; forcedJs: boolean; isa?: string; nativeTypes: number[]; loadError?: string } {
+export function backendInfo(): {
+  backend: Backend;
+  forcedJs: boolean;
+  forced: BackendChoice;
+  isa?: string;
+  nativeTypes: number[];
+  wasmTypes: number[];
+  loadError?: string;
+  wasmLoadError?: string;
+} {
   const addon = loadAddon();
+  const wasm = wasmKernels();
+  const wasmError = wasmLoadError();
   return {
     backend: activeBackend(),
-    forcedJs,
+    forcedJs: forced === "js",
+    forced,
     ...(addon ? { isa: addon.isa() } : {}),
     nativeTypes: addon ? addon.types() : [],
+    wasmTypes: wasm ? wasm.types() : [],
     ...(addon || loadError === undefined ? {} : { loadError: String(loadError) }),
+    ...(wasmError === undefined ? {} : { wasmLoadError: wasmError }),
   };
 }
 

@@ -18,7 +18,7 @@ export interface ConvertStreamOptions {
   reuseOutput?: boolean;
 }
 
-type ByteSource = AsyncIterable<Uint8Array> | Iterable<Uint8Array>;
+export type ByteSource = AsyncIterable<Uint8Array> | Iterable<Uint8Array>;
 
 /**
  * Converts tensor bytes of ggml `type` chunk by chunk. Yields Float32Array chunks of whole blocks.

@@ -23,7 +23,7 @@ describe("backend selection", () => {
   it("reports the active backend and can be forced to JS", () => {
     setBackend("js");
     expect(activeBackend()).toBe("js");
-    expect(setBackend("auto")).toBe(available ? "native" : "js");
+    expect(setBackend("auto")).toBe(available ? "native" : backendInfo().wasmTypes.length > 0 ? "wasm" : "js");
     expect(backendInfo().backend).toBe(activeBackend());
   });
 });

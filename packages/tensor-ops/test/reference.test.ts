@@ -9,12 +9,18 @@ import {
   toF32,
   toF32IntoJs,
   nativeAvailable,
+  backendInfo,
 } from "../src/index";
 import { randomBlocks } from "./support/blocks";
 import { randomU32 } from "./support/prng";
 import { bytesOf, fromB64, reference, sha256 } from "./support/vectors";
 
-const backends = nativeAvailable() ? (["js", "auto"] as const) : (["js"] as const);
+// "wasm" skips the addon; "auto" is the addon where it loads.
+const backends = [
+  "js" as const,
+  ...(backendInfo().wasmTypes.length > 0 ? (["wasm"] as const) : []),
+  ...(nativeAvailable() ? (["auto"] as const) : []),
+];
 
 describe("type layouts", () => {
   it("match ggml's type traits for every type ggml reports", () => {
