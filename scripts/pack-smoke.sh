@@ -2,7 +2,8 @@
 # The packages as a user gets them: `npm pack` every published package, install the
 # tarballs into a scratch project outside the workspace, and use them from there:
 # ollama-compat --help and translate on an Ollama-format file, ESM and CJS imports,
-# and the native tensor-ops kernels (not the JS fallback). Needs `npm run build` first.
+# the native tensor-ops kernels (not the JS fallback), and with LLAMA_BIN set the
+# examples' serve and `ollama-compat demo` against the real llama-server. Needs `npm run build` first.
 # Usage: scripts/pack-smoke.sh [OLLAMA_GGUF]   (default: a testkit Llama 3 fixture; prints "pack-smoke: ok")
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,6 +55,10 @@ node translate.mjs "$src" "$scratch/app/example-out.gguf" | grep -q "wrote" || {
 if [ -n "${LLAMA_BIN:-}" ]; then
   LLAMA_SERVER="$LLAMA_BIN/llama-server" node serve.mjs "$scratch/app/translated.gguf" | grep -q "answered" \
     || { echo "pack-smoke: examples/serve.mjs failed" >&2; exit 1; }
+  # the demo from the installed tarballs: its fixture generator ships inside @compat/cli
+  LLAMA_SERVER="$LLAMA_BIN/llama-server" "$bin" demo > demo.log 2>&1 || { cat demo.log >&2; echo "pack-smoke: ollama-compat demo failed" >&2; exit 1; }
+  grep -q "demo: ok" demo.log || { cat demo.log >&2; echo "pack-smoke: ollama-compat demo did not finish" >&2; exit 1; }
+  demo=", demo"
 fi
 
-echo "pack-smoke: ok ($(ls "$scratch/tarballs" | wc -l) tarballs, translate, ESM+CJS, tensor-ops native)"
+echo "pack-smoke: ok ($(ls "$scratch/tarballs" | wc -l) tarballs, translate, ESM+CJS, tensor-ops native${demo:-})"

@@ -347,10 +347,19 @@ describe("demo (real llama-server)", () => {
     const r = await cli(["demo"], { ...needsLlama(), OLLAMA_MODELS: join(dir, "no-store") });
     expect(r.code, r.stdout + r.stderr).toBe(0);
     expect(r.stdout).toMatch(/Ollama-format, supported \(gemma3\)/);
+    expect(r.stdout).toMatch(/llama-server refused it: .*key not found in model/);
     expect(r.stdout).toMatch(/-> .*mmproj-gemma3-4b-vision\.gguf \(gemma3-clip/);
     expect(r.stdout).toMatch(/^text: {2}"Hello" -> .* \([1-9]\d* tokens\)$/m);
     expect(r.stdout).toMatch(/^image: .* \([1-9]\d* image tokens in the prompt\)$/m);
     expect(r.stdout).toMatch(/demo: ok/);
     expect(existsSync(join(dir, "no-store"))).toBe(false);
   }, 300_000);
+
+  it("without llama-server: one line saying so, exit 1, nothing built", async () => {
+    const r = await cli(["demo", "--llama-server", join(dir, "no-llama-server")]);
+    expect(r.code).toBe(1);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).toMatch(/^ollama-compat: .*no-llama-server/);
+    expect(r.stdout).toBe("");
+  });
 });

@@ -1,7 +1,7 @@
 import { mkdir, mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { launch, type RunningServer } from "@compat/server-bridge";
+import { findLlamaTool, launch, type RunningServer } from "@compat/server-bridge";
 import { humanBytes } from "../format";
 import { ExitCode, paint, type CliIo } from "../io";
 import { imageAnswer, llamaErrorText, textAnswer } from "../llama-check";
@@ -15,6 +15,8 @@ import { defaultMmprojPath, translateCommand } from "./translate";
  * on the result for one text and one image answer.
  */
 export async function demoCommand(opts: { llamaServer?: string; keep?: string }, io: CliIo): Promise<number> {
+  // no llama-server, no demo: say so before building anything
+  findLlamaTool("llama-server", { explicit: opts.llamaServer, env: io.env });
   const c = paint(io, "out");
   const title = (n: number, s: string) => io.out(`\n${c(1, `${n}. ${s}`)}\n`);
   const dir = opts.keep ?? (await mkdtemp(join(tmpdir(), "ollama-compat-demo-")));
@@ -30,14 +32,18 @@ export async function demoCommand(opts: { llamaServer?: string; keep?: string },
     title(2, "ollama-compat detect");
     await detectCommand(src, {}, io);
 
-    title(3, "ollama-compat translate");
+    title(3, "Stock llama.cpp on the Ollama file as it is");
+    const refused = await tryLoad(["--model", src], io, opts.llamaServer);
+    io.out(refused === null ? "llama-server loaded it (unexpected for this file)\n" : `llama-server refused it: ${refused}\n`);
+
+    title(4, "ollama-compat translate");
     const out = join(dir, "gemma3-4b-vision.gguf");
     const mmproj = defaultMmprojPath(out);
     await translateCommand(src, { output: out, mmproj }, io);
 
-    title(4, "llama-server (stock llama.cpp) serves the translation");
+    title(5, "llama-server (stock llama.cpp) serves the translation");
     try {
-      server = await launch(["--model", out, "--mmproj", mmproj, "--ctx-size", "1024", "--parallel", "1", "--threads", "2", "--no-warmup"], {
+      server = await launch(["--model", out, "--mmproj", mmproj, ...SMALL], {
         env: io.env,
         llamaServer: opts.llamaServer,
         startTimeoutMs: 300_000,
@@ -64,5 +70,20 @@ export async function demoCommand(opts: { llamaServer?: string; keep?: string },
   } finally {
     await server?.stop();
     if (!opts.keep) await rm(dir, { recursive: true, force: true });
+  }
+}
+
+const SMALL = ["--ctx-size", "1024", "--parallel", "1", "--threads", "2", "--no-warmup"];
+
+/** Starts llama-server on `args` and stops it again: null when it came up, else llama.cpp's error line. */
+async function tryLoad(args: string[], io: CliIo, llamaServer: string | undefined): Promise<string | null> {
+  try {
+    const server = await launch([...args, ...SMALL], { env: io.env, llamaServer, startTimeoutMs: 300_000 });
+    await server.stop();
+    return null;
+  } catch (e) {
+    const lines = (e as { details?: { lastLines?: string[] } }).details?.lastLines ?? [];
+    if (lines.length === 0) throw e; // no llama-server at all: the caller's error
+    return llamaErrorText(lines);
   }
 }
