@@ -116,6 +116,29 @@ describe("conventions", () => {
     expect(top.stdout).toMatch(/OLLAMA_MODELS[\s\S]*OLLAMA_LLAMA_CPP_COMPAT[\s\S]*LLAMA_SERVER[\s\S]*NO_COLOR/);
   });
 
+  it("--help and inspect load no handler, clip or server code: every command's dependencies are imported when it runs", async () => {
+    // the modules bin.js loads before any command runs: its static imports, transitively
+    const { readdirSync, readFileSync } = await import("node:fs");
+    const compatImports = (entry: string): string[] => {
+      const seen = new Set<string>();
+      const bare = new Set<string>();
+      const visit = (file: string) => {
+        if (seen.has(file)) return;
+        seen.add(file);
+        const text = readFileSync(join(pkg, "dist", file), "utf8");
+        for (const m of text.matchAll(/^(?:import|export)\b[^;]*?(?:from\s*)?"([^"]+)";?$/gm)) {
+          if (m[1]!.startsWith("./")) visit(m[1]!.slice(2));
+          else bare.add(m[1]!);
+        }
+      };
+      visit(entry);
+      return [...bare].filter((s) => s.startsWith("@compat/")).sort();
+    };
+    expect(compatImports("bin.js")).toEqual(["@compat/gguf"]);
+    const inspect = readdirSync(join(pkg, "dist")).find((f) => /^inspect-[\w-]+\.js$/.test(f))!;
+    expect(compatImports(inspect)).toEqual(["@compat/gguf"]);
+  });
+
   it("the profiles spelled out for a fast --help are the handlers' own", () => {
     expect([...PROFILES]).toEqual([...TRANSLATION_PROFILES]);
   });
