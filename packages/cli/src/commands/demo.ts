@@ -27,7 +27,7 @@ export async function demoCommand(opts: { llamaServer?: string; keep?: string },
     title(1, "A tiny Ollama-format vision model (gemma3, vision tower embedded, random weights)");
     const { writeDemoModel } = await import("../demo-fixture");
     await writeDemoModel(src);
-    io.out(`$ ${src} (${humanBytes((await stat(src)).size)})\n`);
+    io.out(`wrote ${src} (${humanBytes((await stat(src)).size)})\n`);
 
     title(2, "ollama-compat detect");
     await detectCommand(src, {}, io);
