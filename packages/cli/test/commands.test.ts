@@ -5,7 +5,7 @@
  * own llama-server for verify, export and demo.
  */
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, lstatSync, readlinkSync, realpathSync } from "node:fs";
+import { existsSync, lstatSync, readlinkSync, realpathSync, truncateSync } from "node:fs";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -173,7 +173,7 @@ describe("conventions", () => {
   it("errors are one line naming the file; the stack only with --debug", async () => {
     const bad = join(dir, "truncated.gguf");
     await writeGguf(toGgufModel(generateFixtureSpecs("llama", { seed: 3, layout: "native" }).text), bad);
-    execFileSync("truncate", ["-s", "3000", bad]);
+    truncateSync(bad, 3000);
     const r = await cli(["inspect", bad]);
     expect(r.code).toBe(1);
     expect(r.stderr.trim().split("\n")).toHaveLength(1);
