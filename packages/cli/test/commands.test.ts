@@ -211,7 +211,7 @@ describe("detect: three verdicts, each with its exit code", () => {
   it("Ollama-format but not supported (an Ollama-written file of an unknown arch): exit 3, also for translate", async () => {
     const r = await cli(["detect", unknownArch]);
     expect(r.code).toBe(3);
-    expect(r.stdout).toMatch(/Ollama-format but not supported by this version: no handler knows architecture "gemma9"/);
+    expect(r.stdout).toMatch(/Ollama-format but not supported by this version: neither a handler nor llama.cpp knows architecture "gemma9"/);
     expect(JSON.parse((await cli(["detect", unknownArch, "--json"])).stdout)).toMatchObject({ status: "not-supported", exitCode: 3 });
     const t = await cli(["translate", unknownArch, "-o", join(dir, "gemma9-out.gguf")]);
     expect(t.code).toBe(3);
@@ -219,6 +219,34 @@ describe("detect: three verdicts, each with its exit code", () => {
     expect(existsSync(join(dir, "gemma9-out.gguf"))).toBe(false);
     const tj = await cli(["translate", unknownArch, "-o", join(dir, "gemma9-out.gguf"), "--json"]);
     expect(JSON.parse(tj.stderr).error.code).toBe("not-supported");
+  });
+
+  it("an Ollama-written file of an architecture llama.cpp knows and no handler gates on is native (Ollama hands it to llama.cpp unchanged)", async () => {
+    // the gemma3 1b fixture renamed to "gemma2": llama.cpp knows that name, no handler gates on it
+    const spec = generateFixtureSpecs("gemma3", { seed: 4, layout: "ollama", variant: "1b" }).text;
+    spec.kvs.splice(
+      0,
+      spec.kvs.length,
+      ...spec.kvs.map((kv) =>
+        kv.key === "general.architecture" ? { ...kv, value: "gemma2" } : kv.key.startsWith("gemma3.") ? { ...kv, key: `gemma2.${kv.key.slice("gemma3.".length)}` } : kv,
+      ),
+    );
+    const file = join(dir, "gemma2-ollama.gguf");
+    await writeGguf(toGgufModel(spec), file);
+    const r = await cli(["detect", file]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/: native, nothing to do \(llama\.cpp loads gemma2 as it is; written by Ollama, no handler needed\)/);
+    expect(JSON.parse((await cli(["detect", file, "--json"])).stdout)).toMatchObject({ status: "native", ollamaWriter: expect.any(Array) });
+  });
+
+  it("the llama.cpp architecture list is the built llama.cpp's own (src/llama-arch.cpp)", async () => {
+    const { readFileSync } = await import("node:fs");
+    const { LLAMA_CPP_ARCHS } = await import("../src/llama-archs");
+    const tools = await findLlamaTools();
+    const source = readFileSync(join(tools.binDir, "..", "src", "src", "llama-arch.cpp"), "utf8");
+    const table = source.slice(source.indexOf("LLM_ARCH_NAMES = {"), source.indexOf("};", source.indexOf("LLM_ARCH_NAMES = {")));
+    const names = [...table.matchAll(/"([^"]+)"/g)].map((m) => m[1]!).filter((n) => n !== "clip" && n !== "(unknown)");
+    expect([...LLAMA_CPP_ARCHS].sort()).toEqual(names.sort());
   });
 
   it("a model reference is resolved in $OLLAMA_MODELS", async () => {

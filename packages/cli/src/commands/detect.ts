@@ -2,13 +2,19 @@ import { readGguf, type GgufModel } from "@compat/gguf";
 import { compatEnabled, detectHandlers, gatesOn, textHandlers, type TranslationProfile } from "@compat/handlers";
 import { clipViewModel } from "@compat/clip";
 import { ExitCode, paint, type CliIo } from "../io";
+import { LLAMA_CPP_ARCHS } from "../llama-archs";
 import { ollamaWriterMarkers } from "../ollama-written";
 import { resolveInput } from "./resolve";
 
 /**
  * native: llama.cpp loads the file as it is; supported: Ollama-format and this version
- * translates it; not-supported: Ollama-written (see ollamaWriterMarkers) but no handler of
- * this version knows its architecture; disabled: OLLAMA_LLAMA_CPP_COMPAT=0.
+ * translates it; not-supported: Ollama-written (see ollamaWriterMarkers), no handler of this
+ * version knows its architecture, and stock llama.cpp has no architecture of that name
+ * either; disabled: OLLAMA_LLAMA_CPP_COMPAT=0.
+ *
+ * An Ollama-written file of an architecture llama.cpp knows and no handler gates on is
+ * native: the reference's compat layer has no handler for it either, so Ollama itself
+ * hands it to llama.cpp unchanged.
  */
 export type DetectStatus = "native" | "supported" | "not-supported" | "disabled";
 
@@ -31,9 +37,13 @@ export function classify(model: GgufModel, env: Record<string, string | undefine
   const clipHandlers = clipViewModel(model, { env })?.report.handlers.map((h) => ({ name: h.name, markers: h.markers })) ?? [];
   let status: DetectStatus = "native";
   if (handlers.length > 0 || clipHandlers.length > 0) status = "supported";
-  // Ollama wrote it and no handler even looks at its architecture: nobody has checked it.
-  else if (ollamaWriter !== null && !textHandlers.some((h) => gatesOn(h, architecture))) status = "not-supported";
+  else if (unsupportedArch(ollamaWriter, architecture)) status = "not-supported";
   return { status, architecture, handlers, clipHandlers, ollamaWriter };
+}
+
+/** Ollama wrote it, no handler looks at its architecture, and llama.cpp does not know the name. */
+export function unsupportedArch(ollamaWriter: string[] | null, architecture: string): boolean {
+  return ollamaWriter !== null && !textHandlers.some((h) => gatesOn(h, architecture)) && !LLAMA_CPP_ARCHS.has(architecture);
 }
 
 export async function detectCommand(file: string, opts: { json?: boolean; profile?: TranslationProfile }, io: CliIo): Promise<number> {
@@ -56,7 +66,7 @@ export async function detectCommand(file: string, opts: { json?: boolean; profil
       break;
     case "native":
       io.out(
-        `${file}: ${c(32, "native")}, nothing to do (llama.cpp loads ${d.architecture} as it is${d.ollamaWriter ? "; written by Ollama, no quirk found" : ""})\n`,
+        `${file}: ${c(32, "native")}, nothing to do (llama.cpp loads ${d.architecture} as it is${d.ollamaWriter ? "; written by Ollama, no handler needed" : ""})\n`,
       );
       break;
     case "supported":
@@ -66,7 +76,7 @@ export async function detectCommand(file: string, opts: { json?: boolean; profil
       break;
     case "not-supported":
       io.out(
-        `${file}: ${c(33, "Ollama-format but not supported by this version")}: no handler knows architecture "${d.architecture}" ` +
+        `${file}: ${c(33, "Ollama-format but not supported by this version")}: neither a handler nor llama.cpp knows architecture "${d.architecture}" ` +
           `(Ollama writer markers: ${d.ollamaWriter!.join("; ")}); llama.cpp may still load it: try ollama-compat verify ${file}\n`,
       );
       break;

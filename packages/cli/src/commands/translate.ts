@@ -1,12 +1,13 @@
 import { statSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { readGguf } from "@compat/gguf";
-import { formatReport, gatesOn, textHandlers, translateModel, type TranslatedView, type TranslationProfile } from "@compat/handlers";
+import { formatReport, translateModel, type TranslatedView, type TranslationProfile } from "@compat/handlers";
 import { clipViewModel } from "@compat/clip";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
 import { ollamaWriterMarkers } from "../ollama-written";
 import { progressBar } from "../progress";
+import { unsupportedArch } from "./detect";
 import { resolveInput } from "./resolve";
 
 export interface TranslateFlags {
@@ -65,10 +66,10 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
     if (text === null && clip === null) {
       const markers = ollamaWriterMarkers(model);
       const arch = model.getString("general.architecture", "unknown");
-      if (markers !== null && !textHandlers.some((h) => gatesOn(h, arch))) {
+      if (unsupportedArch(markers, arch)) {
         throw new CliError(
           "not-supported",
-          `${file}: Ollama-format (${markers.join("; ")}) but no handler of this version knows architecture "${arch}"; nothing written (ollama-compat verify ${file} tries it in llama.cpp as it is)`,
+          `${file}: Ollama-format (${markers!.join("; ")}) but neither a handler of this version nor llama.cpp knows architecture "${arch}"; nothing written`,
         );
       }
       if (opts.json) io.out(JSON.stringify({ file, translated: false, profile: opts.profile ?? "native", mmproj: null }, null, 2) + "\n");
