@@ -89,6 +89,7 @@ beforeAll(async () => {
     { name: "llama3:tiny", model: ollama, params: { num_ctx: 512 } },
     { name: "tiny-llama:native", model: native },
   ]);
+  await buildOllamaStore(join(dir, "store2"), [{ name: "future:1b", model: unknownArch }]);
   try {
     llamaServer = (await findLlamaTools()).server;
   } catch {
@@ -247,6 +248,12 @@ describe("detect: three verdicts, each with its exit code", () => {
     const table = source.slice(source.indexOf("LLM_ARCH_NAMES = {"), source.indexOf("};", source.indexOf("LLM_ARCH_NAMES = {")));
     const names = [...table.matchAll(/"([^"]+)"/g)].map((m) => m[1]!).filter((n) => n !== "clip" && n !== "(unknown)");
     expect([...LLAMA_CPP_ARCHS].sort()).toEqual(names.sort());
+  });
+
+  it("ls gives an Ollama file of an unknown architecture the same verdict", async () => {
+    const r = await cli(["ls", "--json", "--models", join(dir, "store2"), "--cache-dir", join(dir, "ls-cache")]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout).models).toEqual([expect.objectContaining({ name: "future:1b", architecture: "gemma9", status: "not supported", reason: expect.stringMatching(/"gemma9"/) })]);
   });
 
   it("a model reference is resolved in $OLLAMA_MODELS", async () => {

@@ -77,7 +77,7 @@ export async function detectCommand(file: string, opts: { json?: boolean; profil
     case "not-supported":
       io.out(
         `${file}: ${c(33, "Ollama-format but not supported by this version")}: neither a handler nor llama.cpp knows architecture "${d.architecture}" ` +
-          `(Ollama writer markers: ${d.ollamaWriter!.join("; ")}); llama.cpp may still load it: try ollama-compat verify ${file}\n`,
+          `(Ollama writer markers: ${d.ollamaWriter!.join("; ")})\n`,
       );
       break;
   }

@@ -3,6 +3,8 @@ import { readGguf } from "@compat/gguf";
 import { translate } from "@compat/handlers";
 import { ModelStore, TranslationCache, type ResolvedModel } from "@compat/server-bridge";
 import type { CliIo } from "../io";
+import { ollamaWriterMarkers } from "../ollama-written";
+import { unsupportedArch } from "./detect";
 
 export type ModelStatus = "native" | "translatable" | "cached" | "not supported";
 
@@ -28,7 +30,10 @@ async function statusOf(m: ResolvedModel, cache: TranslationCache, env: Record<s
   // translate() owns the source from here: it closes it when there is nothing to do
   const view = await translate(source, { env, profile: cache.profile });
   if (!view) {
+    // the same verdict as `detect`: Ollama wrote it, and neither a handler nor llama.cpp knows the arch
+    const unsupported = unsupportedArch(ollamaWriterMarkers(source), architecture);
     await source.close();
+    if (unsupported) return { ...base, architecture, status: "not supported", reason: `no handler, and llama.cpp has no architecture "${architecture}"` };
     return { ...base, architecture, status: "native" };
   }
   try {
