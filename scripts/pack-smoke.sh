@@ -2,7 +2,8 @@
 # The packages as a user gets them: `npm pack` every published package, install the
 # tarballs into a scratch project outside the workspace, and use them from there:
 # ollama-compat --help and translate on an Ollama-format file, ESM and CJS imports,
-# the native tensor-ops kernels (not the JS fallback) and its WASM tier; every tarball checked by
+# the native tensor-ops kernels (not the JS fallback) and its WASM tier; with LLAMA_BIN set, the
+# examples' serve and `ollama-compat demo` against the real llama-server; every tarball checked by
 # @arethetypeswrong/cli; and the release flow (`changeset version` on a scratch copy, then pack the
 # bumped packages). Needs `npm run build` first.
 # Usage: scripts/pack-smoke.sh [OLLAMA_GGUF]   (default: a testkit Llama 3 fixture; prints "pack-smoke: ok")
@@ -75,6 +76,10 @@ node translate.mjs "$src" "$scratch/app/example-out.gguf" | grep -q "wrote" || {
 if [ -n "${LLAMA_BIN:-}" ]; then
   LLAMA_SERVER="$LLAMA_BIN/llama-server" node serve.mjs "$scratch/app/translated.gguf" | grep -q "answered" \
     || { echo "pack-smoke: examples/serve.mjs failed" >&2; exit 1; }
+  # the demo from the installed tarballs: its fixture generator ships inside @compat/cli
+  LLAMA_SERVER="$LLAMA_BIN/llama-server" "$bin" demo > demo.log 2>&1 || { cat demo.log >&2; echo "pack-smoke: ollama-compat demo failed" >&2; exit 1; }
+  grep -q "demo: ok" demo.log || { cat demo.log >&2; echo "pack-smoke: ollama-compat demo did not finish" >&2; exit 1; }
+  demo=", demo"
 fi
 
 # release flow: `changeset version` on a scratch copy of the manifests and changesets (never on
@@ -109,4 +114,4 @@ console.log(`pack-smoke: release dry run bumps ${bumped.join(", ")}`);
 ' "$release" "$pending" "${packages[@]}"
 [ "$(ls "$scratch/release-tarballs" | wc -l)" -eq "${#packages[@]}" ] || { echo "pack-smoke: release packs missing" >&2; exit 1; }
 
-echo "pack-smoke: ok ($(ls "$scratch/tarballs" | wc -l) tarballs, attw, translate, ESM+CJS, tensor-ops native+wasm, release dry run)"
+echo "pack-smoke: ok ($(ls "$scratch/tarballs" | wc -l) tarballs, attw, translate, ESM+CJS, tensor-ops native+wasm, release dry run${demo:-})"

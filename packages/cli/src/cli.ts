@@ -1,58 +1,129 @@
 import { Command, CommanderError, Option } from "commander";
-import { TRANSLATION_PROFILES } from "@compat/handlers";
-import { detectCommand } from "./commands/detect";
-import { inspectCommand } from "./commands/inspect";
-import { lsCommand } from "./commands/ls";
-import { serveCommand } from "./commands/serve";
-import { translateCommand } from "./commands/translate";
 import { CliError } from "./errors";
 import { ExitCode, processIo, type CliIo } from "./io";
 
 declare const __CLI_VERSION__: string | undefined;
 const VERSION = typeof __CLI_VERSION__ === "string" ? __CLI_VERSION__ : "0.0.0-dev";
 
+/** @compat/handlers' TRANSLATION_PROFILES, spelled out so `--help` does not load the handlers (a test keeps them equal). */
+export const PROFILES = ["native", "reference"] as const;
+
 /** --profile, on every command that translates. */
 function profileOption(): Option {
   return new Option("--profile <profile>", "native: also fix the reference's known gaps (listed in the report); reference: reproduce Ollama's compat layer exactly")
-    .choices(TRANSLATION_PROFILES)
+    .choices(PROFILES)
     .default("native");
 }
+
+const ENV_HELP: Record<string, string> = {
+  OLLAMA_MODELS: "the Ollama model store for MODEL references (default ~/.ollama/models)",
+  OLLAMA_LLAMA_CPP_COMPAT: "0 turns every translation off (files are used as they are)",
+  LLAMA_SERVER: "the llama-server binary (else PATH, $LLAMA_BIN, the tools build cache)",
+  NO_COLOR: "set: no colour even on a terminal",
+};
+
+const EXIT_HELP = "Exit codes: 0 ok, 1 error, 2 usage, 3 not supported (an Ollama-format file this version has no handler for).";
+
+/** The text after a command's options: examples, exit codes, the environment it reads. */
+function footer(examples: string[], env: Array<keyof typeof ENV_HELP>, exits = EXIT_HELP): string {
+  const lines = ["", "Examples:", ...examples.map((e) => `  $ ${e}`), "", exits];
+  if (env.length > 0) lines.push("", "Environment:", ...env.map((k) => `  ${k.padEnd(24)}${ENV_HELP[k]}`));
+  return lines.join("\n") + "\n";
+}
+
+/** Each command's module is imported only when it runs, so `--help` and `inspect` start fast. */
+const commands = {
+  translate: () => import("./commands/translate"),
+  detect: () => import("./commands/detect"),
+  inspect: () => import("./commands/inspect"),
+  diff: () => import("./commands/diff"),
+  ls: () => import("./commands/ls"),
+  serve: () => import("./commands/serve"),
+  exportModels: () => import("./commands/export"),
+  verify: () => import("./commands/verify"),
+  demo: () => import("./commands/demo"),
+};
 
 function buildProgram(io: CliIo, result: { code: number }): Command {
   const program = new Command("ollama-compat")
     .description("Make Ollama-published GGUFs load in stock llama.cpp")
     .version(VERSION)
+    .option("--debug", "print stack traces with errors")
     .exitOverride()
-    .configureOutput({ writeOut: io.out, writeErr: io.err })
-    .showHelpAfterError("(run ollama-compat --help for usage)");
+    // usage errors are reported by runCli, as one prefixed line
+    .configureOutput({ writeOut: io.out, writeErr: io.err, outputError: () => {} })
+    .addHelpText(
+      "after",
+      footer(
+        ["ollama-compat demo", "ollama-compat detect gemma3:4b", "ollama-compat translate gemma3:4b -o gemma3.gguf", "ollama-compat serve gemma3:4b", "ollama-compat <command> --help"],
+        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT", "LLAMA_SERVER", "NO_COLOR"],
+      ),
+    );
+  const set = (code: number | void) => {
+    if (typeof code === "number") result.code = code;
+  };
 
   program
     .command("translate")
     .description(
       "write the llama.cpp-loadable text GGUF for an Ollama GGUF, and its vision/audio projector as an mmproj GGUF when it embeds one (the source is never modified)",
     )
-    .argument("<in>", "the Ollama GGUF (a blob or a .gguf file)")
-    .option("-o, --output <out>", "where to write the translated GGUF (atomically)")
+    .argument("<in>", "the Ollama GGUF (a blob, a .gguf file, or a model reference such as gemma3:4b)")
+    .option("-o, --output <out>", "where to write the translated GGUF (atomically; not an existing directory)")
     .option("--mmproj <file>", "where to write the projector (default: mmproj-<name of OUT> beside OUT)")
     .option("--dry-run", "print what would change, write nothing")
     .option("--json", "print machine-readable output")
+    .option("-q, --quiet", "no progress bar (it is shown only when stderr is a terminal)")
     .addOption(profileOption())
-    .action((file: string, opts) => translateCommand(file, opts, io));
+    .addHelpText(
+      "after",
+      footer(
+        [
+          "ollama-compat translate ~/.ollama/models/blobs/sha256-… -o model.gguf",
+          "ollama-compat translate gemma3:4b -o gemma3.gguf --mmproj mmproj-gemma3.gguf",
+          "ollama-compat translate gemma3:4b --dry-run --json",
+        ],
+        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT", "NO_COLOR"],
+      ),
+    )
+    .action(async (file: string, opts) => set(await (await commands.translate()).translateCommand(file, opts, io)));
 
   program
     .command("detect")
-    .description("name the handler that would translate FILE and the Ollama markers it found")
-    .argument("<file>")
+    .description("say whether FILE is llama.cpp-native, Ollama-format and supported (which handlers, which markers), or Ollama-format but not supported")
+    .argument("<file>", "a GGUF file or a model reference")
     .option("--json", "print machine-readable output")
     .addOption(profileOption())
-    .action((file: string, opts) => detectCommand(file, opts, io));
+    .addHelpText(
+      "after",
+      footer(
+        ["ollama-compat detect gemma3:4b", "ollama-compat detect model.gguf --json"],
+        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT", "NO_COLOR"],
+        "Exit codes: 0 native (nothing to do) or Ollama-format and supported, 1 error, 2 usage,\n3 Ollama-format but not supported by this version.",
+      ),
+    )
+    .action(async (file: string, opts) => set(await (await commands.detect()).detectCommand(file, opts, io)));
 
   program
     .command("inspect")
-    .description("list a GGUF's metadata (with GGUF types) and tensors (dtype, shape)")
-    .argument("<file>")
+    .description("list a GGUF's metadata (with GGUF types) and tensors (dtype, shape, bytes); long arrays abbreviated unless --full")
+    .argument("<file>", "a GGUF file or a model reference")
     .option("--json", "print machine-readable output")
-    .action((file: string, opts) => inspectCommand(file, opts, io));
+    .option("--full", "every array item, every string in full")
+    .addHelpText("after", footer(["ollama-compat inspect model.gguf", "ollama-compat inspect gemma3:4b --json --full"], ["OLLAMA_MODELS", "NO_COLOR"]))
+    .action(async (file: string, opts) => set(await (await commands.inspect()).inspectCommand(file, opts, io)));
+
+  program
+    .command("diff")
+    .description("the KV and tensor differences between two GGUFs (e.g. a translation and its native twin)")
+    .argument("<a>", "a GGUF file or a model reference")
+    .argument("<b>", "a GGUF file or a model reference")
+    .option("--json", "print machine-readable output")
+    .addHelpText(
+      "after",
+      footer(["ollama-compat diff translated.gguf native.gguf", "ollama-compat diff a.gguf b.gguf --json"], ["OLLAMA_MODELS", "NO_COLOR"], "Exit codes: 0 the files differ or not (see the output), 1 error, 2 usage."),
+    )
+    .action(async (a: string, b: string, opts) => set(await (await commands.diff()).diffCommand(a, b, opts, io)));
 
   program
     .command("serve")
@@ -68,9 +139,15 @@ function buildProgram(io: CliIo, result: { code: number }): Command {
     .option("--cache-dir <dir>", "where translated files are cached")
     .option("--start-timeout <seconds>", "how long to wait for llama-server to be ready", "600")
     .addOption(profileOption())
-    .action(async (model: string | undefined, rest: string[], opts) => {
-      result.code = await serveCommand(model, rest, opts, io);
-    });
+    .addHelpText(
+      "after",
+      footer(
+        ["ollama-compat serve gemma3:4b", "ollama-compat serve gemma3:4b --port 8080 -- -c 8192", "ollama-compat serve --all"],
+        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT", "LLAMA_SERVER"],
+        "Exit codes: 1 llama-server failed or exited (its last lines are shown), 2 usage, 130/143 stopped by SIGINT/SIGTERM.",
+      ),
+    )
+    .action(async (model: string | undefined, rest: string[], opts) => set(await (await commands.serve()).serveCommand(model, rest, opts, io)));
 
   program
     .command("ls")
@@ -79,29 +156,86 @@ function buildProgram(io: CliIo, result: { code: number }): Command {
     .option("--cache-dir <dir>", "where translated files are cached")
     .addOption(profileOption())
     .option("--json", "print machine-readable output")
-    .action((opts) => lsCommand(opts, io));
+    .addHelpText("after", footer(["ollama-compat ls", "ollama-compat ls --json"], ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT"]))
+    .action(async (opts) => set(await (await commands.ls()).lsCommand(opts, io)));
+
+  program
+    .command("export")
+    .description("lay out installed models (text GGUF + mmproj) for other llama.cpp front ends: llama-server --models-dir, or LM Studio")
+    .argument("[models...]", "Ollama references (default: every installed model)")
+    .requiredOption("--to <dir>", "the folder to fill (created if missing)")
+    .addOption(new Option("--layout <layout>", "models-dir: llama-server --models-dir; lmstudio: publisher/model/file.gguf").choices(["models-dir", "lmstudio"]).default("models-dir"))
+    .option("--copy", "plain copies of translated files instead of links to the cache (native files are always linked)")
+    .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
+    .option("--cache-dir <dir>", "where translated files are cached")
+    .option("--json", "print machine-readable output")
+    .option("-q, --quiet", "no progress bar")
+    .addOption(profileOption())
+    .addHelpText(
+      "after",
+      footer(
+        ["ollama-compat export --to ~/llama-models && llama-server --models-dir ~/llama-models", "ollama-compat export gemma3:4b --to ~/.lmstudio/models --layout lmstudio"],
+        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT"],
+      ),
+    )
+    .action(async (models: string[], opts) => set(await (await commands.exportModels()).exportCommand(models, opts, io)));
+
+  program
+    .command("verify")
+    .description("translate FILE into a temporary folder, load it in real llama.cpp (llama-server) and generate a few tokens (and one image answer for vision); pass or fail")
+    .argument("<file>", "a GGUF file or a model reference")
+    .option("--llama-server <path>", "llama-server binary (default: $LLAMA_SERVER, PATH, the tools build cache)")
+    .option("--json", "print machine-readable output")
+    .addOption(profileOption())
+    .addHelpText(
+      "after",
+      footer(
+        ["ollama-compat verify gemma3:4b", "ollama-compat verify model.gguf --json"],
+        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT", "LLAMA_SERVER"],
+        "Exit codes: 0 pass, 1 fail (llama.cpp's error text is shown) or error, 2 usage, 3 not supported.",
+      ),
+    )
+    .action(async (file: string, opts) => set(await (await commands.verify()).verifyCommand(file, opts, io)));
+
+  program
+    .command("demo")
+    .description("no Ollama store, no download: build a tiny Ollama-format vision model, detect it, translate it, and serve it with llama-server for one text and one image answer")
+    .option("--llama-server <path>", "llama-server binary (default: $LLAMA_SERVER, PATH, the tools build cache)")
+    .option("--keep <dir>", "write the demo's files into DIR and keep them")
+    .addHelpText("after", footer(["ollama-compat demo"], ["LLAMA_SERVER", "NO_COLOR"], "Exit codes: 0 every step worked, 1 a step failed (it is named), 2 usage."))
+    .action(async (opts) => set(await (await commands.demo()).demoCommand(opts, io)));
 
   return program;
 }
 
-/** Runs the command line; returns the exit code (0 ok, 1 error, 2 usage). Never throws. */
+/** Runs the command line; returns the exit code (0 ok, 1 error, 2 usage, 3 not supported). Never throws. */
 export async function runCli(argv: readonly string[], io: CliIo = processIo): Promise<number> {
   const result = { code: ExitCode.ok as number };
   const program = buildProgram(io, result);
+  const json = argv.includes("--json");
+  const debug = argv.includes("--debug");
+  const fail = (code: string, message: string, exit: number, e?: unknown): number => {
+    if (json) io.err(JSON.stringify({ error: { code, message } }) + "\n");
+    else io.err(`ollama-compat: ${message}\n`);
+    if (debug && e instanceof Error && e.stack) io.err(e.stack + "\n");
+    return exit;
+  };
   try {
     await program.parseAsync(argv as string[], { from: "user" });
     return result.code;
   } catch (e) {
     if (e instanceof CommanderError) {
       // help and version end here too, successfully
-      return e.exitCode === 0 ? ExitCode.ok : ExitCode.usage;
+      if (e.exitCode === 0 || e.code === "commander.helpDisplayed" || e.code === "commander.version") return ExitCode.ok;
+      if (e.code === "commander.help") return ExitCode.usage; // no command: the help went to stderr
+      return fail("usage", `${e.message.replace(/^error: /, "")} (see ollama-compat --help)`, ExitCode.usage, e);
     }
     if (e instanceof CliError) {
-      io.err(`ollama-compat: ${e.message}\n`);
-      return e.code === "usage" ? ExitCode.usage : ExitCode.error;
+      const exit = e.code === "usage" ? ExitCode.usage : e.code === "not-supported" ? ExitCode.notSupported : ExitCode.error;
+      return fail(e.code, e.message, exit, e);
     }
-    io.err(`ollama-compat: ${oneLine(e)}\n`);
-    return ExitCode.error;
+    const code = e instanceof Error && typeof (e as { code?: unknown }).code === "string" ? ((e as unknown as { code: string }).code) : "error";
+    return fail(code, oneLine(e), ExitCode.error, e);
   }
 }
 

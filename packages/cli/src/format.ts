@@ -1,23 +1,29 @@
-import { GgufValueType, ggmlTypeName, summarize, valueTypeName, type GgufArray, type GgufKv, type GgufModel, type GgufValue } from "@compat/gguf";
+import { GgufValueType, ggmlTypeName, summarize, tensorByteSize, valueTypeName, type GgufArray, type GgufKv, type GgufModel, type GgufValue } from "@compat/gguf";
 
-const MAX_ITEMS_SHOWN = 8;
+/** Arrays longer than this are abbreviated unless --full (tokenizer vocabularies run to 262k items). */
+export const MAX_ITEMS_SHOWN = 8;
 const MAX_STRING_SHOWN = 120;
 
-function clip(s: string): string {
-  const json = JSON.stringify(s);
-  return json.length > MAX_STRING_SHOWN ? `${json.slice(0, MAX_STRING_SHOWN - 4)}…" (${s.length} chars)` : json;
+export interface InspectOptions {
+  /** Every array item and every string in full. */
+  full?: boolean;
 }
 
-function showValue(v: GgufValue): string {
-  if (typeof v === "string") return clip(v);
-  if (typeof v === "object") return showArray(v);
+function clip(s: string, full: boolean): string {
+  const json = JSON.stringify(s);
+  return !full && json.length > MAX_STRING_SHOWN ? `${json.slice(0, MAX_STRING_SHOWN - 4)}…" (${s.length} chars)` : json;
+}
+
+function showValue(v: GgufValue, full: boolean): string {
+  if (typeof v === "string") return clip(v, full);
+  if (typeof v === "object") return showArray(v, full);
   return String(v);
 }
 
-function showArray(a: GgufArray): string {
-  const n = Math.min(a.length, MAX_ITEMS_SHOWN);
+function showArray(a: GgufArray, full: boolean): string {
+  const n = full ? a.length : Math.min(a.length, MAX_ITEMS_SHOWN);
   const items: string[] = [];
-  for (let i = 0; i < n; i++) items.push(showValue(a.at(i)));
+  for (let i = 0; i < n; i++) items.push(showValue(a.at(i), full));
   return `[${items.join(", ")}${a.length > n ? `, … ${a.length - n} more` : ""}]`;
 }
 
@@ -25,21 +31,45 @@ export function kvTypeLabel(kv: GgufKv): string {
   return kv.type === GgufValueType.ARRAY ? `ARRAY<${valueTypeName((kv.value as GgufArray).itemType)}>[${(kv.value as GgufArray).length}]` : valueTypeName(kv.type);
 }
 
+/** 1536 -> "1.5 KiB": binary units, as file sizes on disk. */
+export function humanBytes(bytes: number): string {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let v = bytes;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return i === 0 ? `${v} B` : `${v.toFixed(1)} ${units[i]}`;
+}
+
+/** One line: architecture, counts and sizes. */
+export function summaryLine(m: GgufModel): string {
+  const s = summarize(m);
+  return (
+    `${s.architecture}${s.name !== undefined ? ` "${s.name}"` : ""}: ${m.kvCount} KVs, ${m.tensors.length} tensors, ` +
+    `${s.parameterCount.toLocaleString("en-US")} parameters, ${humanBytes(s.totalTensorBytes)} of tensor data` +
+    `${s.fileType !== undefined ? `, file type ${s.fileType}` : ""}`
+  );
+}
+
 /** The human-readable `inspect` listing. */
-export function formatInspect(file: string, m: GgufModel): string {
+export function formatInspect(file: string, m: GgufModel, opts: InspectOptions = {}): string {
+  const full = opts.full === true;
   const s = summarize(m);
   const lines = [
     `${file}`,
+    `  ${summaryLine(m)}`,
     `  GGUF v${m.version}${m.littleEndian ? "" : " (big-endian)"}, alignment ${m.alignment}`,
-    `  architecture ${s.architecture}${s.name !== undefined ? ` (${s.name})` : ""}, ${s.parameterCount.toLocaleString("en-US")} parameters` +
-      `${s.fileType !== undefined ? `, file type ${s.fileType}` : ""}`,
     `  bytes by dtype: ${Object.entries(s.bytesByType).map(([k, v]) => `${k} ${v.toLocaleString("en-US")}`).join(", ") || "none"}`,
     ``,
     `metadata (${m.kvCount}):`,
   ];
-  for (const kv of m) lines.push(`  ${kv.key}: ${kvTypeLabel(kv)} = ${showValue(kv.value)}`);
+  for (const kv of m) lines.push(`  ${kv.key}: ${kvTypeLabel(kv)} = ${showValue(kv.value, full)}`);
   lines.push("", `tensors (${m.tensors.length}):`);
-  for (const t of m.tensors) lines.push(`  ${t.name}: ${ggmlTypeName(t.type)} [${t.shape.join(", ")}]`);
+  const rows = m.tensors.map((t) => [t.name, ggmlTypeName(t.type), `[${t.shape.join(", ")}]`, humanBytes(tensorByteSize(t.type, t.shape))]);
+  const widths = [0, 1, 2].map((c) => Math.max(0, ...rows.map((r) => r[c]!.length)));
+  for (const r of rows) lines.push(`  ${r[0]!.padEnd(widths[0]!)}  ${r[1]!.padEnd(widths[1]!)}  ${r[2]!.padEnd(widths[2]!)}  ${r[3]!.padStart(10)}`);
   return lines.join("\n") + "\n";
 }
 
@@ -49,19 +79,26 @@ function jsonValue(v: GgufValue): unknown {
   return v;
 }
 
-/** The `inspect --json` document: every KV with its GGUF type, every tensor with dtype and shape. */
-export function inspectJson(m: GgufModel): unknown {
+/** An array KV for --json: every item with --full, else the first MAX_ITEMS_SHOWN and `truncated: true`. */
+function jsonArray(a: GgufArray, full: boolean): { value: unknown[]; length: number; truncated?: true } {
+  if (full || a.length <= MAX_ITEMS_SHOWN) return { value: jsonValue(a) as unknown[], length: a.length };
+  const head: unknown[] = [];
+  for (let i = 0; i < MAX_ITEMS_SHOWN; i++) head.push(jsonValue(a.at(i)));
+  return { value: head, length: a.length, truncated: true };
+}
+
+/** The `inspect --json` document: every KV with its GGUF type, every tensor with dtype, shape and bytes. */
+export function inspectJson(m: GgufModel, opts: InspectOptions = {}): unknown {
   return {
     version: m.version,
     littleEndian: m.littleEndian,
     alignment: m.alignment,
     summary: summarize(m),
-    metadata: m.kvs().map((kv) => ({
-      key: kv.key,
-      type: valueTypeName(kv.type),
-      ...(kv.type === GgufValueType.ARRAY ? { itemType: valueTypeName((kv.value as GgufArray).itemType) } : {}),
-      value: jsonValue(kv.value),
-    })),
-    tensors: m.tensors.map((t) => ({ name: t.name, type: ggmlTypeName(t.type), shape: t.shape })),
+    metadata: m.kvs().map((kv) =>
+      kv.type === GgufValueType.ARRAY
+        ? { key: kv.key, type: valueTypeName(kv.type), itemType: valueTypeName((kv.value as GgufArray).itemType), ...jsonArray(kv.value as GgufArray, opts.full === true) }
+        : { key: kv.key, type: valueTypeName(kv.type), value: jsonValue(kv.value) },
+    ),
+    tensors: m.tensors.map((t) => ({ name: t.name, type: ggmlTypeName(t.type), shape: t.shape, bytes: tensorByteSize(t.type, t.shape) })),
   };
 }

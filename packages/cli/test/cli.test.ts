@@ -208,7 +208,7 @@ describe("ollama-compat detect and inspect", () => {
     expect(r.code).toBe(0);
     expect(r.stdout).toMatch(/general\.architecture: STRING = "llama"/);
     expect(r.stdout).toMatch(/tokenizer\.ggml\.tokens: ARRAY<STRING>\[128256\] = \[/);
-    expect(r.stdout).toMatch(/token_embd\.weight: \w+ \[\d+, 128256\]/);
+    expect(r.stdout).toMatch(/token_embd\.weight\s+\w+\s+\[\d+, 128256\]\s+[\d.]+ MiB/);
   });
 });
 

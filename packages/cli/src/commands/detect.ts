@@ -1,27 +1,85 @@
-import { readGguf } from "@compat/gguf";
-import { compatEnabled, detectHandlers, type TranslationProfile } from "@compat/handlers";
+import { readGguf, type GgufModel } from "@compat/gguf";
+import { compatEnabled, detectHandlers, gatesOn, textHandlers, type TranslationProfile } from "@compat/handlers";
 import { clipViewModel } from "@compat/clip";
-import type { CliIo } from "../io";
+import { ExitCode, paint, type CliIo } from "../io";
+import { LLAMA_CPP_ARCHS } from "../llama-archs";
+import { ollamaWriterMarkers } from "../ollama-written";
 import { resolveInput } from "./resolve";
 
-export async function detectCommand(file: string, opts: { json?: boolean; profile?: TranslationProfile }, io: CliIo): Promise<void> {
+/**
+ * native: llama.cpp loads the file as it is; supported: Ollama-format and this version
+ * translates it; not-supported: Ollama-written (see ollamaWriterMarkers), no handler of this
+ * version knows its architecture, and stock llama.cpp has no architecture of that name
+ * either; disabled: OLLAMA_LLAMA_CPP_COMPAT=0.
+ *
+ * An Ollama-written file of an architecture llama.cpp knows and no handler gates on is
+ * native: the reference's compat layer has no handler for it either, so Ollama itself
+ * hands it to llama.cpp unchanged.
+ */
+export type DetectStatus = "native" | "supported" | "not-supported" | "disabled";
+
+export interface Detection {
+  status: DetectStatus;
+  architecture: string;
+  handlers: Array<{ name: string; markers: readonly string[] }>;
+  clipHandlers: Array<{ name: string; markers: readonly string[] }>;
+  /** Traces of Ollama's GGUF writer, or null. */
+  ollamaWriter: string[] | null;
+}
+
+/** What `detect` reports, for a model already read. */
+export function classify(model: GgufModel, env: Record<string, string | undefined>, profile?: TranslationProfile): Detection {
+  const architecture = model.getString("general.architecture", "unknown");
+  const ollamaWriter = ollamaWriterMarkers(model);
+  if (!compatEnabled(env)) return { status: "disabled", architecture, handlers: [], clipHandlers: [], ollamaWriter };
+  const handlers = detectHandlers(model, { env, ...(profile !== undefined ? { profile } : {}) });
+  // the clip side: which handler would write this file's mmproj
+  const clipHandlers = clipViewModel(model, { env })?.report.handlers.map((h) => ({ name: h.name, markers: h.markers })) ?? [];
+  let status: DetectStatus = "native";
+  if (handlers.length > 0 || clipHandlers.length > 0) status = "supported";
+  else if (unsupportedArch(ollamaWriter, architecture)) status = "not-supported";
+  return { status, architecture, handlers, clipHandlers, ollamaWriter };
+}
+
+/** Ollama wrote it, no handler looks at its architecture, and llama.cpp does not know the name. */
+export function unsupportedArch(ollamaWriter: string[] | null, architecture: string): boolean {
+  return ollamaWriter !== null && !textHandlers.some((h) => gatesOn(h, architecture)) && !LLAMA_CPP_ARCHS.has(architecture);
+}
+
+export async function detectCommand(file: string, opts: { json?: boolean; profile?: TranslationProfile }, io: CliIo): Promise<number> {
   const model = await readGguf(await resolveInput(file, io));
+  let d: Detection;
   try {
-    const enabled = compatEnabled(io.env);
-    const handlers = detectHandlers(model, { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
-    // the clip side: which handler would write this file's mmproj
-    const clipHandlers = clipViewModel(model, { env: io.env })?.report.handlers.map((h) => ({ name: h.name, markers: h.markers })) ?? [];
-    if (opts.json) {
-      io.out(JSON.stringify({ file, compatEnabled: enabled, profile: opts.profile ?? "native", handlers, clipHandlers }, null, 2) + "\n");
-    } else if (!enabled) {
-      io.out(`${file}: nothing to do (OLLAMA_LLAMA_CPP_COMPAT=0 disables translation)\n`);
-    } else if (handlers.length === 0 && clipHandlers.length === 0) {
-      io.out(`${file}: nothing to do (llama.cpp can load it as it is, or no handler knows it)\n`);
-    } else {
-      for (const h of handlers) io.out(`${file}: ${h.name} (markers: ${h.markers.join("; ")})\n`);
-      for (const h of clipHandlers) io.out(`${file}: mmproj ${h.name} (markers: ${h.markers.join("; ")})\n`);
-    }
+    d = classify(model, io.env, opts.profile);
   } finally {
     await model.close();
   }
+  const exit = d.status === "not-supported" ? ExitCode.notSupported : ExitCode.ok;
+  if (opts.json) {
+    io.out(JSON.stringify({ file, ...d, compatEnabled: d.status !== "disabled", profile: opts.profile ?? "native", exitCode: exit }, null, 2) + "\n");
+    return exit;
+  }
+  const c = paint(io, "out");
+  switch (d.status) {
+    case "disabled":
+      io.out(`${file}: nothing to do (OLLAMA_LLAMA_CPP_COMPAT=0 disables translation)\n`);
+      break;
+    case "native":
+      io.out(
+        `${file}: ${c(32, "native")}, nothing to do (llama.cpp loads ${d.architecture} as it is${d.ollamaWriter ? "; written by Ollama, no handler needed" : ""})\n`,
+      );
+      break;
+    case "supported":
+      io.out(`${file}: ${c(36, "Ollama-format, supported")} (${d.architecture}); translate it with: ollama-compat translate ${file} -o OUT.gguf\n`);
+      for (const h of d.handlers) io.out(`${file}: ${h.name} (markers: ${h.markers.join("; ")})\n`);
+      for (const h of d.clipHandlers) io.out(`${file}: mmproj ${h.name} (markers: ${h.markers.join("; ")})\n`);
+      break;
+    case "not-supported":
+      io.out(
+        `${file}: ${c(33, "Ollama-format but not supported by this version")}: neither a handler nor llama.cpp knows architecture "${d.architecture}" ` +
+          `(Ollama writer markers: ${d.ollamaWriter!.join("; ")})\n`,
+      );
+      break;
+  }
+  return exit;
 }

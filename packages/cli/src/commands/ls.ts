@@ -1,8 +1,10 @@
 import type { TranslationProfile } from "@compat/handlers";
 import { readGguf } from "@compat/gguf";
-import { compatEnabled, translateModel, type TranslateOptions } from "@compat/handlers";
+import { translate } from "@compat/handlers";
 import { ModelStore, TranslationCache, type ResolvedModel } from "@compat/server-bridge";
 import type { CliIo } from "../io";
+import { ollamaWriterMarkers } from "../ollama-written";
+import { unsupportedArch } from "./detect";
 
 export type ModelStatus = "native" | "translatable" | "cached" | "not supported";
 
@@ -25,15 +27,20 @@ async function statusOf(m: ResolvedModel, cache: TranslationCache, env: Record<s
     return { ...base, status: "not supported", reason: (e as Error).message.split("\n")[0] };
   }
   const architecture = source.getString("general.architecture", "?");
-  const opts: TranslateOptions = { env };
-  (opts as Record<string, unknown>).profile = cache.profile; // see @compat/server-bridge prepareModel
-  const view = compatEnabled(env) ? translateModel(source, opts) : null;
+  // translate() owns the source from here: it closes it when there is nothing to do
+  const view = await translate(source, { env, profile: cache.profile });
+  if (!view) {
+    // the same verdict as `detect`: Ollama wrote it, and neither a handler nor llama.cpp knows the arch
+    const unsupported = unsupportedArch(ollamaWriterMarkers(source), architecture);
+    await source.close();
+    if (unsupported) return { ...base, architecture, status: "not supported", reason: `no handler, and llama.cpp has no architecture "${architecture}"` };
+    return { ...base, architecture, status: "native" };
+  }
   try {
-    if (!view) return { ...base, architecture, status: "native" };
     const cached = m.modelDigest ? await cache.has(m.modelDigest, "text", view) : false;
     return { ...base, architecture, status: cached ? "cached" : "translatable" };
   } finally {
-    await (view ? view.close() : source.close());
+    await view.close();
   }
 }
 

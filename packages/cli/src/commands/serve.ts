@@ -2,6 +2,7 @@ import type { TranslationProfile } from "@compat/handlers";
 import { ModelStore, startRouter, startServer, TranslationCache, type ExitInfo, type RunningServer } from "@compat/server-bridge";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
+import { progressBar, type ProgressBar } from "../progress";
 
 export interface ServeFlags {
   all?: boolean;
@@ -67,6 +68,7 @@ export async function serveCommand(model: string | undefined, passthrough: strin
   const giveBack = takeSignals(onSignal);
 
   let lastPct = -1;
+  let bar: ProgressBar | undefined;
   const common = {
     store: new ModelStore(opts.models, io.env),
     cache: new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}), ...(opts.profile ? { profile: opts.profile } : {}) }),
@@ -80,7 +82,17 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     signal: ac.signal,
     onLog: (line: string) => io.err(`[llama-server] ${line}\n`),
     onStatus: (line: string) => io.err(`ollama-compat: ${line}\n`),
-    onProgress: (e: { written: number; total: number }) => {
+    onProgress: (e: { kind: string; written: number; total: number }) => {
+      // on a terminal: the same bar as translate; otherwise a line every 10 %
+      if (io.errTTY) {
+        bar ??= progressBar(io, `caching ${e.kind}`);
+        bar.update(e.written, e.total);
+        if (e.written === e.total) {
+          bar.done();
+          bar = undefined;
+        }
+        return;
+      }
       const pct = Math.floor((100 * e.written) / Math.max(1, e.total));
       if (pct >= lastPct + 10 || e.written === e.total) {
         lastPct = e.written === e.total ? -1 : pct;

@@ -1,9 +1,13 @@
+import { statSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { readGguf } from "@compat/gguf";
 import { formatReport, translateModel, type TranslatedView, type TranslationProfile } from "@compat/handlers";
 import { clipViewModel } from "@compat/clip";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
+import { ollamaWriterMarkers } from "../ollama-written";
+import { progressBar } from "../progress";
+import { unsupportedArch } from "./detect";
 import { resolveInput } from "./resolve";
 
 export interface TranslateFlags {
@@ -12,6 +16,27 @@ export interface TranslateFlags {
   dryRun?: boolean;
   json?: boolean;
   profile?: TranslationProfile;
+  quiet?: boolean;
+}
+
+/** An output path must name a file in an existing folder: checked before any work. */
+export function checkOutputPath(flag: string, path: string | undefined): void {
+  if (path === undefined) return;
+  if (path.trim() === "") throw new CliError("usage", `${flag}: empty path; expected a .gguf file name`);
+  let st;
+  try {
+    st = statSync(path);
+  } catch {
+    st = undefined;
+  }
+  if (st?.isDirectory()) throw new CliError("usage", `${flag} ${path}: is a directory; expected a .gguf file name (e.g. ${join(path, "model.gguf")})`);
+  let parent;
+  try {
+    parent = statSync(dirname(resolve(path)));
+  } catch {
+    parent = undefined;
+  }
+  if (!parent?.isDirectory()) throw new CliError("usage", `${flag} ${path}: the folder ${dirname(resolve(path))} does not exist`);
 }
 
 /**
@@ -24,6 +49,8 @@ export function defaultMmprojPath(output: string): string {
 
 export async function translateCommand(file: string, opts: TranslateFlags, io: CliIo): Promise<void> {
   if (!opts.dryRun && opts.output === undefined) throw new CliError("usage", "translate needs -o OUT.gguf (or --dry-run)");
+  checkOutputPath("-o", opts.output);
+  checkOutputPath("--mmproj", opts.mmproj);
   for (const [flag, path] of [["-o", opts.output], ["--mmproj", opts.mmproj]] as const) {
     if (path !== undefined && resolve(path) === resolve(file)) {
       throw new CliError("usage", `${flag}: the output must not be the input: the source file is never modified`);
@@ -37,6 +64,14 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
     const text = translateModel(model, { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
     const clip = clipViewModel(model, { env: io.env });
     if (text === null && clip === null) {
+      const markers = ollamaWriterMarkers(model);
+      const arch = model.getString("general.architecture", "unknown");
+      if (unsupportedArch(markers, arch)) {
+        throw new CliError(
+          "not-supported",
+          `${file}: Ollama-format (${markers!.join("; ")}) but neither a handler of this version nor llama.cpp knows architecture "${arch}"; nothing written`,
+        );
+      }
       if (opts.json) io.out(JSON.stringify({ file, translated: false, profile: opts.profile ?? "native", mmproj: null }, null, 2) + "\n");
       else io.out(`${file}: nothing to do, no output written\n`);
       if (opts.mmproj !== undefined) io.err(`ollama-compat: ${file} has no vision/audio projector to translate; nothing written to ${opts.mmproj}\n`);
@@ -58,9 +93,9 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
       return;
     }
 
-    if (text !== null) await text.writeTo(opts.output!);
+    if (text !== null) await writeWithBar(text, opts.output!, io, opts.quiet);
     if (clip !== null) {
-      await clip.writeTo(mmprojOut!);
+      await writeWithBar(clip, mmprojOut!, io, opts.quiet);
       // Vision must never disappear quietly: say where the projector went when nobody asked.
       if (opts.mmproj === undefined && !standaloneProjector) {
         io.err(`ollama-compat: ${file} embeds a vision/audio projector; wrote it to ${mmprojOut} (pass it to llama.cpp as --mmproj, or choose the path with --mmproj)\n`);
@@ -87,6 +122,15 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
     }
   } finally {
     await model.close();
+  }
+}
+
+async function writeWithBar(view: TranslatedView, path: string, io: CliIo, quiet?: boolean): Promise<void> {
+  const bar = progressBar(io, basename(path), { quiet });
+  try {
+    await view.writeTo(path, { onProgress: (written, total) => bar.update(written, total) });
+  } finally {
+    bar.done();
   }
 }
 

@@ -1,0 +1,423 @@
+/**
+ * The whole command as a user runs it: the BUILT binary (dist/bin.js, built here when
+ * missing) in its own process, against testkit fixtures and a fake Ollama store on disk;
+ * the progress bar through a real pseudo-terminal (util-linux `script`); llama.cpp's
+ * own llama-server for verify, export and demo.
+ */
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync, lstatSync, readlinkSync, realpathSync, truncateSync } from "node:fs";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { writeGguf } from "@compat/gguf";
+import { TRANSLATION_PROFILES } from "@compat/handlers";
+import { LlamaChild, freePort, waitHealthy } from "@compat/server-bridge";
+import { buildOllamaStore, findLlamaTools, generateFixtureFiles, generateFixtureSpecs, toGgufModel } from "@compat/testkit";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PROFILES } from "../src/cli";
+
+const pkg = fileURLToPath(new URL("..", import.meta.url));
+const bin = join(pkg, "dist", "bin.js");
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function cli(args: string[], env: Record<string, string | undefined> = {}): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [bin, ...args], { env: { ...process.env, NO_COLOR: undefined, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => (stdout += d));
+    child.stderr.on("data", (d) => (stderr += d));
+    child.on("error", reject);
+    child.on("close", (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** The binary on a pseudo-terminal (stdin, stdout and stderr all the tty): what a person at a terminal sees. */
+function tty(args: string[], env: Record<string, string> = {}): { code: number; output: string } {
+  const command = [process.execPath, bin, ...args].map((a) => `'${a.replace(/'/g, "'\\''")}'`).join(" ");
+  try {
+    const output = execFileSync("script", ["-qec", command, "/dev/null"], { env: { ...process.env, COLUMNS: "100", ...env }, encoding: "utf8" });
+    return { code: 0, output };
+  } catch (e) {
+    const err = e as { status: number; stdout: string };
+    return { code: err.status, output: err.stdout };
+  }
+}
+
+let dir: string;
+let ollama: string;
+let native: string;
+let vision: string;
+let visionNative: string;
+let unknownArch: string;
+let storeRoot: string;
+let llamaServer: string | undefined;
+
+beforeAll(async () => {
+  if (!existsSync(bin)) execFileSync("npx", ["tsup"], { cwd: pkg, stdio: "ignore" });
+  dir = await mkdtemp(join(tmpdir(), "compat-cli-commands-"));
+  ollama = (await generateFixtureFiles("llama", { seed: 3, layout: "ollama", variant: "llama3-metadata-gap" }, dir)).text;
+  native = (await generateFixtureFiles("llama", { seed: 3, layout: "native" }, dir)).text;
+  vision = (await generateFixtureFiles("gemma3", { seed: 1, layout: "ollama", variant: "4b-vision" }, dir)).text;
+  visionNative = (await generateFixtureFiles("gemma3", { seed: 1, layout: "native", variant: "4b-vision" }, dir)).text;
+  // An Ollama-written file of an architecture no handler knows: the gemma3 1b fixture with
+  // its arch renamed to "gemma9" ("gemma9." keys sort exactly where "gemma3." ones did).
+  const spec = generateFixtureSpecs("gemma3", { seed: 4, layout: "ollama", variant: "1b" }).text;
+  spec.kvs.splice(
+    0,
+    spec.kvs.length,
+    ...spec.kvs.map((kv) =>
+      kv.key === "general.architecture"
+        ? { ...kv, value: "gemma9" }
+        : kv.key.startsWith("gemma3.")
+          ? { ...kv, key: `gemma9.${kv.key.slice("gemma3.".length)}` }
+          : kv,
+    ),
+  );
+  unknownArch = join(dir, "gemma9-ollama.gguf");
+  await writeGguf(toGgufModel(spec), unknownArch);
+
+  storeRoot = join(dir, "store");
+  await buildOllamaStore(storeRoot, [
+    { name: "gemma3:4b", model: vision, params: { num_ctx: 1024 } },
+    { name: "llama3:tiny", model: ollama, params: { num_ctx: 512 } },
+    { name: "tiny-llama:native", model: native },
+  ]);
+  await buildOllamaStore(join(dir, "store2"), [{ name: "future:1b", model: unknownArch }]);
+  try {
+    llamaServer = (await findLlamaTools()).server;
+  } catch {
+    llamaServer = undefined;
+  }
+}, 600_000);
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe("conventions", () => {
+  it("--version and --help; every command's --help has examples, exit codes and its environment", async () => {
+    expect((await cli(["--version"])).stdout).toMatch(/^\d+\.\d+\.\d+/);
+    const top = await cli(["--help"]);
+    expect(top.code).toBe(0);
+    for (const c of ["translate", "detect", "inspect", "diff", "serve", "ls", "export", "verify", "demo"]) {
+      expect(top.stdout).toMatch(new RegExp(`^  ${c}\\b`, "m"));
+      const h = await cli([c, "--help"]);
+      expect(h.code, c).toBe(0);
+      expect(h.stdout, c).toMatch(/Examples:\n {2}\$ ollama-compat /);
+      expect(h.stdout, c).toMatch(/Exit codes: .*0/);
+      expect(h.stdout, c).toMatch(/Environment:\n/);
+    }
+    expect((await cli(["detect", "--help"])).stdout).toMatch(/3 Ollama-format but not supported/);
+    expect(top.stdout).toMatch(/OLLAMA_MODELS[\s\S]*OLLAMA_LLAMA_CPP_COMPAT[\s\S]*LLAMA_SERVER[\s\S]*NO_COLOR/);
+  });
+
+  it("--help and inspect load no handler, clip or server code: every command's dependencies are imported when it runs", async () => {
+    // the modules bin.js loads before any command runs: its static imports, transitively
+    const { readdirSync, readFileSync } = await import("node:fs");
+    const compatImports = (entry: string): string[] => {
+      const seen = new Set<string>();
+      const bare = new Set<string>();
+      const visit = (file: string) => {
+        if (seen.has(file)) return;
+        seen.add(file);
+        const text = readFileSync(join(pkg, "dist", file), "utf8");
+        for (const m of text.matchAll(/^(?:import|export)\b[^;]*?(?:from\s*)?"([^"]+)";?$/gm)) {
+          if (m[1]!.startsWith("./")) visit(m[1]!.slice(2));
+          else bare.add(m[1]!);
+        }
+      };
+      visit(entry);
+      return [...bare].filter((s) => s.startsWith("@compat/")).sort();
+    };
+    expect(compatImports("bin.js")).toEqual(["@compat/gguf"]);
+    const inspect = readdirSync(join(pkg, "dist")).find((f) => /^inspect-[\w-]+\.js$/.test(f))!;
+    expect(compatImports(inspect)).toEqual(["@compat/gguf"]);
+  });
+
+  it("the profiles spelled out for a fast --help are the handlers' own", () => {
+    expect([...PROFILES]).toEqual([...TRANSLATION_PROFILES]);
+  });
+
+  it("usage errors are one prefixed line and exit 2; with --json an error object on stderr", async () => {
+    for (const args of [["frobnicate"], ["translate"], ["translate", ollama], ["diff", ollama], ["translate", ollama, "--dry-run", "--profile", "exact"]]) {
+      const r = await cli(args);
+      expect(r.code, args.join(" ")).toBe(2);
+      expect(r.stderr.trim().split("\n"), args.join(" ")).toHaveLength(1);
+      expect(r.stderr, args.join(" ")).toMatch(/^ollama-compat: /);
+    }
+    const j = await cli(["translate", ollama, "--json"]);
+    expect(j.code).toBe(2);
+    expect(JSON.parse(j.stderr)).toEqual({ error: { code: "usage", message: expect.stringMatching(/-o OUT/) } });
+    const missing = await cli(["inspect", join(dir, "nope.gguf"), "--json"]);
+    expect(missing.code).toBe(1);
+    expect(JSON.parse(missing.stderr).error.message).toMatch(/nope/);
+  });
+
+  it("-o '' and -o EXISTING_DIR are rejected before any work", async () => {
+    const empty = await cli(["translate", ollama, "-o", ""]);
+    expect(empty.code).toBe(2);
+    expect(empty.stderr).toMatch(/^ollama-compat: -o: empty path/);
+    const isDir = await cli(["translate", ollama, "-o", dir]);
+    expect(isDir.code).toBe(2);
+    expect(isDir.stderr).toMatch(/is a directory; expected a \.gguf file name/);
+    const noParent = await cli(["translate", ollama, "-o", join(dir, "no", "such", "x.gguf")]);
+    expect(noParent.code).toBe(2);
+    expect(noParent.stderr).toMatch(/does not exist/);
+  });
+
+  it("errors are one line naming the file; the stack only with --debug", async () => {
+    const bad = join(dir, "truncated.gguf");
+    await writeGguf(toGgufModel(generateFixtureSpecs("llama", { seed: 3, layout: "native" }).text), bad);
+    truncateSync(bad, 3000);
+    const r = await cli(["inspect", bad]);
+    expect(r.code).toBe(1);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).toMatch(/truncated\.gguf.*offset/);
+    const d = await cli(["inspect", bad, "--debug"]);
+    expect(d.stderr).toMatch(/\n\s+at /);
+  });
+
+  it("colour only on a terminal and never with NO_COLOR", async () => {
+    expect((await cli(["detect", ollama])).stdout).not.toMatch(/\x1b\[/);
+    expect(tty(["detect", ollama]).output).toMatch(/\x1b\[36mOllama-format, supported\x1b\[0m/);
+    expect(tty(["detect", ollama], { NO_COLOR: "1" }).output).not.toMatch(/\x1b\[/);
+  });
+});
+
+describe("detect: three verdicts, each with its exit code", () => {
+  it("native: nothing to do, exit 0", async () => {
+    const r = await cli(["detect", native]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/: native, nothing to do/);
+    expect(JSON.parse((await cli(["detect", visionNative, "--json"])).stdout)).toMatchObject({ status: "native", ollamaWriter: null, exitCode: 0 });
+  });
+
+  it("Ollama-format and supported: the handlers and markers, exit 0", async () => {
+    const r = await cli(["detect", vision]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/: Ollama-format, supported \(gemma3\)/);
+    expect(r.stdout).toMatch(/: gemma3 \(markers: /);
+    expect(r.stdout).toMatch(/: mmproj gemma3-clip \(markers: /);
+    const j = JSON.parse((await cli(["detect", ollama, "--json"])).stdout);
+    expect(j).toMatchObject({ status: "supported", exitCode: 0 });
+    expect(j.ollamaWriter).toEqual(expect.arrayContaining([expect.stringMatching(/tensors sorted by \(block, name\)/), "KVs in byte-wise key order"]));
+  });
+
+  it("Ollama-format but not supported (an Ollama-written file of an unknown arch): exit 3, also for translate", async () => {
+    const r = await cli(["detect", unknownArch]);
+    expect(r.code).toBe(3);
+    expect(r.stdout).toMatch(/Ollama-format but not supported by this version: neither a handler nor llama.cpp knows architecture "gemma9"/);
+    expect(JSON.parse((await cli(["detect", unknownArch, "--json"])).stdout)).toMatchObject({ status: "not-supported", exitCode: 3 });
+    const t = await cli(["translate", unknownArch, "-o", join(dir, "gemma9-out.gguf")]);
+    expect(t.code).toBe(3);
+    expect(t.stderr).toMatch(/^ollama-compat: .*gemma9-ollama\.gguf: Ollama-format .*"gemma9"; nothing written/);
+    expect(existsSync(join(dir, "gemma9-out.gguf"))).toBe(false);
+    const tj = await cli(["translate", unknownArch, "-o", join(dir, "gemma9-out.gguf"), "--json"]);
+    expect(JSON.parse(tj.stderr).error.code).toBe("not-supported");
+  });
+
+  it("an Ollama-written file of an architecture llama.cpp knows and no handler gates on is native (Ollama hands it to llama.cpp unchanged)", async () => {
+    // the gemma3 1b fixture renamed to "gemma2": llama.cpp knows that name, no handler gates on it
+    const spec = generateFixtureSpecs("gemma3", { seed: 4, layout: "ollama", variant: "1b" }).text;
+    spec.kvs.splice(
+      0,
+      spec.kvs.length,
+      ...spec.kvs.map((kv) =>
+        kv.key === "general.architecture" ? { ...kv, value: "gemma2" } : kv.key.startsWith("gemma3.") ? { ...kv, key: `gemma2.${kv.key.slice("gemma3.".length)}` } : kv,
+      ),
+    );
+    const file = join(dir, "gemma2-ollama.gguf");
+    await writeGguf(toGgufModel(spec), file);
+    const r = await cli(["detect", file]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/: native, nothing to do \(llama\.cpp loads gemma2 as it is; written by Ollama, no handler needed\)/);
+    expect(JSON.parse((await cli(["detect", file, "--json"])).stdout)).toMatchObject({ status: "native", ollamaWriter: expect.any(Array) });
+  });
+
+  it("the llama.cpp architecture list is the built llama.cpp's own (src/llama-arch.cpp)", async () => {
+    const { readFileSync } = await import("node:fs");
+    const { LLAMA_CPP_ARCHS } = await import("../src/llama-archs");
+    const tools = await findLlamaTools();
+    const source = readFileSync(join(tools.binDir, "..", "src", "src", "llama-arch.cpp"), "utf8");
+    const table = source.slice(source.indexOf("LLM_ARCH_NAMES = {"), source.indexOf("};", source.indexOf("LLM_ARCH_NAMES = {")));
+    const names = [...table.matchAll(/"([^"]+)"/g)].map((m) => m[1]!).filter((n) => n !== "clip" && n !== "(unknown)");
+    expect([...LLAMA_CPP_ARCHS].sort()).toEqual(names.sort());
+  });
+
+  it("ls gives an Ollama file of an unknown architecture the same verdict", async () => {
+    const r = await cli(["ls", "--json", "--models", join(dir, "store2"), "--cache-dir", join(dir, "ls-cache")]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout).models).toEqual([expect.objectContaining({ name: "future:1b", architecture: "gemma9", status: "not supported", reason: expect.stringMatching(/"gemma9"/) })]);
+  });
+
+  it("a model reference is resolved in $OLLAMA_MODELS", async () => {
+    const r = await cli(["detect", "gemma3:4b"], { OLLAMA_MODELS: storeRoot });
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/gemma3:4b: Ollama-format, supported/);
+  });
+});
+
+describe("inspect", () => {
+  it("a summary line, a size column, long arrays abbreviated; --full shows them all", async () => {
+    const r = await cli(["inspect", native]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/^ {2}llama "Fixture Llama 3": \d+ KVs, \d+ tensors, [\d,]+ parameters, [\d.]+ MiB of tensor data/m);
+    expect(r.stdout).toMatch(/tokenizer\.ggml\.tokens: ARRAY<STRING>\[128256\] = \[.*, … 128248 more\]/);
+    expect(r.stdout).toMatch(/^ {2}token_embd\.weight\s+f16\s+\[16, 128256\]\s+3\.9 MiB$/m);
+    const full = await cli(["inspect", native, "--full"]);
+    expect(full.stdout).not.toMatch(/more\]/);
+    expect(full.stdout.length).toBeGreaterThan(r.stdout.length * 10);
+    const j = JSON.parse((await cli(["inspect", native, "--json"])).stdout);
+    const tokens = j.metadata.find((kv: { key: string }) => kv.key === "tokenizer.ggml.tokens");
+    expect(tokens).toMatchObject({ type: "ARRAY", itemType: "STRING", length: 128256, truncated: true });
+    expect(tokens.value).toHaveLength(8);
+    expect(j.tensors.find((t: { name: string }) => t.name === "token_embd.weight").bytes).toBe(16 * 128256 * 2);
+    const jf = JSON.parse((await cli(["inspect", native, "--json", "--full"])).stdout);
+    expect(jf.metadata.find((kv: { key: string }) => kv.key === "tokenizer.ggml.tokens").value).toHaveLength(128256);
+  });
+});
+
+describe("translate: the progress bar", () => {
+  it("on a terminal: bar, bytes, rate and ETA on stderr; --quiet silences it", async () => {
+    const out = join(dir, "bar.gguf");
+    const r = tty(["translate", ollama, "-o", out]);
+    expect(r.code).toBe(0);
+    expect(r.output).toMatch(/\rbar\.gguf \[#+\] 100% [\d.]+ MiB\/[\d.]+ MiB [\d.]+ [KMG]?i?B\/s ETA \d\d:\d\d/);
+    const q = tty(["translate", ollama, "-o", join(dir, "bar-quiet.gguf"), "--quiet"]);
+    expect(q.code).toBe(0);
+    expect(q.output).not.toMatch(/\[#+/);
+    expect(q.output).toMatch(/-> .*bar-quiet\.gguf/);
+  });
+
+  it("not on a terminal: stderr stays empty", async () => {
+    const r = await cli(["translate", ollama, "-o", join(dir, "piped.gguf")]);
+    expect(r.code).toBe(0);
+    expect(r.stderr).toBe("");
+  });
+});
+
+describe("diff", () => {
+  it("a translation against its native twin: KV and tensor differences, --json", async () => {
+    const out = join(dir, "diff-src.gguf");
+    expect((await cli(["translate", ollama, "-o", out])).code).toBe(0);
+    const before = JSON.parse((await cli(["diff", ollama, native, "--json"])).stdout);
+    const after = JSON.parse((await cli(["diff", out, native, "--json"])).stdout);
+    // the translation fixed tokenizer.ggml.pre: a difference with the twin before, none after
+    expect([...before.kv.changed.map((c: { key: string }) => c.key), ...before.kv.onlyA, ...before.kv.onlyB]).toContain("tokenizer.ggml.pre");
+    expect([...after.kv.changed.map((c: { key: string }) => c.key), ...after.kv.onlyA, ...after.kv.onlyB]).not.toContain("tokenizer.ggml.pre");
+    expect(after.tensors).toMatchObject({ onlyA: [], onlyB: [], changed: [] });
+    const text = await cli(["diff", ollama, native]);
+    expect(text.code).toBe(0);
+    expect(text.stdout).toMatch(/^--- .*\n\+\+\+ .*\nKVs: \d+ only in A, \d+ only in B, \d+ changed/);
+    expect(text.stdout).toMatch(/~ tokenizer\.ggml\.pre: STRING "default" -> STRING "llama-bpe"/);
+    expect((await cli(["diff", out, out])).stdout).toMatch(/same KVs and tensors/);
+  });
+});
+
+const needsLlama = () => {
+  if (!llamaServer) throw new Error("llama-server not available: run scripts/build-llama-tools.sh");
+  return { LLAMA_SERVER: llamaServer };
+};
+
+describe("verify (real llama-server)", () => {
+  it("passes an Ollama vision blob: translated, loaded, a few tokens and one image answer", async () => {
+    const r = await cli(["verify", vision], needsLlama());
+    expect(r.code, r.stdout + r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/^ok {3}load in llama-server: http:\/\/127\.0\.0\.1:\d+/m);
+    expect(r.stdout).toMatch(/^ok {3}generate: [1-9]\d* tokens/m);
+    expect(r.stdout).toMatch(/^ok {3}image answer: [1-9]\d* image tokens/m);
+    expect(r.stdout).toMatch(/PASS/);
+  }, 300_000);
+
+  it("fails with llama.cpp's own error text when the file is loaded untranslated", async () => {
+    const r = await cli(["verify", vision, "--json"], { ...needsLlama(), OLLAMA_LLAMA_CPP_COMPAT: "0" });
+    expect(r.code).toBe(1);
+    const j = JSON.parse(r.stdout);
+    expect(j.pass).toBe(false);
+    expect(j.error).toMatch(/key not found in model: gemma3\.attention\.layer_norm_rms_epsilon/);
+  }, 300_000);
+});
+
+describe("export (real llama-server --models-dir)", () => {
+  it("models-dir layout: links into the cache and the store; llama-server --models-dir lists and serves them", async () => {
+    const to = join(dir, "exported");
+    const cacheDir = join(dir, "export-cache");
+    const r = await cli(["export", "--to", to, "--models", storeRoot, "--cache-dir", cacheDir]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/serve them with: llama-server --models-dir/);
+    // multimodal: a folder with the model and mmproj-*; text-only: a file at the top
+    expect((await readdir(join(to, "gemma3-4b"))).sort()).toEqual(["gemma3-4b.gguf", "mmproj-gemma3-4b.gguf"]);
+    for (const f of ["gemma3-4b/gemma3-4b.gguf", "gemma3-4b/mmproj-gemma3-4b.gguf", "llama3-tiny.gguf"]) {
+      expect(lstatSync(join(to, f)).isSymbolicLink(), f).toBe(true);
+      expect(realpathSync(join(to, f)).startsWith(realpathSync(cacheDir)), f).toBe(true);
+    }
+    // the native model: a link to the store's blob, never a copy
+    expect(readlinkSync(join(to, "tiny-llama-native.gguf"))).toMatch(/blobs\/sha256-[0-9a-f]{64}$/);
+
+    const port = await freePort();
+    const child = new LlamaChild({ command: llamaServer ?? needsLlama().LLAMA_SERVER, args: ["--models-dir", to, "--port", String(port), "--no-webui", "--offline", "--models-max", "1", "-c", "1024", "--threads", "2", "--no-warmup"] });
+    try {
+      await waitHealthy(child, `http://127.0.0.1:${port}`, 120_000);
+      const models = (await (await fetch(`http://127.0.0.1:${port}/v1/models`)).json()) as { data: Array<{ id: string }> };
+      expect(models.data.map((m) => m.id).sort()).toEqual(expect.arrayContaining(["gemma3-4b", "llama3-tiny", "tiny-llama-native"]));
+      for (const model of ["llama3-tiny", "gemma3-4b"]) {
+        const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ model, messages: [{ role: "user", content: "hello" }], max_tokens: 3, temperature: 0, grammar: "root ::= [ -~]*" }),
+          signal: AbortSignal.timeout(240_000),
+        });
+        const body = (await res.json()) as { usage?: { completion_tokens: number } };
+        expect(res.status, `${model}: ${JSON.stringify(body)}`).toBe(200);
+        expect(body.usage!.completion_tokens).toBeGreaterThan(0);
+      }
+    } finally {
+      await child.stop();
+    }
+  }, 600_000);
+
+  it("--layout lmstudio: publisher/model/file.gguf; --copy copies translated files but still links native ones", async () => {
+    const to = join(dir, "lmstudio");
+    const r = await cli(["export", "gemma3:4b", "tiny-llama:native", "--to", to, "--layout", "lmstudio", "--copy", "--json", "--models", storeRoot, "--cache-dir", join(dir, "lm-cache")]);
+    expect(r.code, r.stderr).toBe(0);
+    const j = JSON.parse(r.stdout);
+    expect(j.models.map((m: { model: { path: string } }) => m.model.path.slice(to.length + 1))).toEqual(["library/gemma3-4b/gemma3-4b.gguf", "library/tiny-llama-native/tiny-llama-native.gguf"]);
+    expect(lstatSync(join(to, "library/gemma3-4b/gemma3-4b.gguf")).isFile()).toBe(true);
+    expect(lstatSync(join(to, "library/gemma3-4b/mmproj-gemma3-4b.gguf")).isFile()).toBe(true);
+    expect(lstatSync(join(to, "library/tiny-llama-native/tiny-llama-native.gguf")).isSymbolicLink()).toBe(true);
+  }, 300_000);
+
+  it("--to on a file is a usage error", async () => {
+    const r = await cli(["export", "--to", native, "--models", storeRoot]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/not a folder/);
+  });
+});
+
+describe("demo (real llama-server)", () => {
+  it("builds the tiny Ollama vision model, detects, translates and serves it: a text and an image answer", async () => {
+    const r = await cli(["demo"], { ...needsLlama(), OLLAMA_MODELS: join(dir, "no-store") });
+    expect(r.code, r.stdout + r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/Ollama-format, supported \(gemma3\)/);
+    expect(r.stdout).toMatch(/llama-server refused it: .*key not found in model/);
+    expect(r.stdout).toMatch(/-> .*mmproj-gemma3-4b-vision\.gguf \(gemma3-clip/);
+    expect(r.stdout).toMatch(/^text: {2}"Hello" -> .* \([1-9]\d* tokens\)$/m);
+    expect(r.stdout).toMatch(/^image: .* \([1-9]\d* image tokens in the prompt\)$/m);
+    expect(r.stdout).toMatch(/demo: ok/);
+    expect(existsSync(join(dir, "no-store"))).toBe(false);
+  }, 300_000);
+
+  it("without llama-server: one line saying so, exit 1, nothing built", async () => {
+    const r = await cli(["demo", "--llama-server", join(dir, "no-llama-server")]);
+    expect(r.code).toBe(1);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+    expect(r.stderr).toMatch(/^ollama-compat: .*no-llama-server/);
+    expect(r.stdout).toBe("");
+  });
+});
