@@ -73,7 +73,7 @@ if (process.env.COMPAT_FUZZ_CHILD === "1") {
   const currentFile = join(scratch, "current");
 
   /** Runs [from, end) in one child; resolves with the index to continue from. */
-  const runChild = (from: number, end: number) =>
+  const runChild = (from: number, end: number, onDone: (s: FuzzStats) => void = merge) =>
     new Promise<number>((resolve) => {
       writeFileSync(currentFile, Buffer.from(new Int32Array([-1]).buffer));
       const readCurrent = () => readFileSync(currentFile).readInt32LE(0);
@@ -103,7 +103,7 @@ if (process.env.COMPAT_FUZZ_CHILD === "1") {
       }, 250);
       child.on("message", (m: { progress?: number; done?: FuzzStats }) => {
         if (m.done) {
-          merge(m.done);
+          onDone(m.done);
           finish(end);
         } else if (m.progress !== undefined && m.progress % 50_000 === 0) {
           const n = total.inputs + m.progress;
@@ -131,6 +131,11 @@ if (process.env.COMPAT_FUZZ_CHILD === "1") {
     next = await runChild(next, start + count);
     if (total.inputs === before) total.inputs += next - from;
   }
+  // An input over 1 s on a busy machine may have been waiting for the CPU or a GC: time it
+  // again alone in a fresh process; only inputs still over 1 s count.
+  const retimed: Record<number, number> = {};
+  for (const i of total.slow.slice(0, 50)) await runChild(i, i + 1, (s) => void (retimed[i] = Math.round(s.maxMs)));
+  const slowAlone = Object.entries(retimed).filter(([, ms]) => ms > 1000).map(([i]) => Number(i));
   rmSync(scratch, { recursive: true, force: true });
   total.failures.push(...killed);
   total.failureCount += killed.length;
@@ -146,6 +151,7 @@ if (process.env.COMPAT_FUZZ_CHILD === "1") {
     failureCount: total.failureCount,
     failures: total.failures,
     slowInputs: total.slow,
+    slowInputsRetimedAloneMs: retimed,
     maxMs: Math.round(total.maxMs),
     maxMsIndex: total.maxMsIndex,
     maxMemGrowthMiB: +(total.maxMemGrowth / 2 ** 20).toFixed(1),
@@ -156,5 +162,5 @@ if (process.env.COMPAT_FUZZ_CHILD === "1") {
   const text = JSON.stringify(summary, null, 2);
   if (jsonAt >= 0) writeFileSync(process.argv[jsonAt + 1]!, text + "\n");
   process.stdout.write(text + "\n");
-  process.exitCode = total.failureCount + total.slow.length > 0 ? 1 : 0;
+  process.exitCode = total.failureCount + slowAlone.length > 0 ? 1 : 0;
 }
