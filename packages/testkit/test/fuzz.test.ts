@@ -3,7 +3,8 @@
 // and the clip view when @compat/clip exports one. Each must end in a result or a typed error.
 import { describe, expect, it } from "vitest";
 import { serializeGguf } from "@compat/gguf";
-import { buildFuzzCorpus, fuzzInput, generateFixture, runFuzz, scanHeader, type CorpusEntry } from "@compat/testkit";
+import * as clip from "@compat/clip";
+import { buildFuzzCorpus, fuzzInput, generateFixture, loadClipView, runFuzz, scanHeader, type CorpusEntry } from "@compat/testkit";
 
 let corpusOnce: Promise<CorpusEntry[]> | undefined;
 const corpus = () => (corpusOnce ??= buildFuzzCorpus());
@@ -30,6 +31,11 @@ describe("fuzz", () => {
       expect(Buffer.from(b.bytes).equals(Buffer.from(a.bytes))).toBe(true);
     }
   }, 120_000);
+
+  it("runs @compat/clip's clipView exactly when that package exports one", async () => {
+    const exported = typeof (clip as Record<string, unknown>).clipView === "function";
+    expect((await loadClipView()) !== null).toBe(exported);
+  });
 
   it("the header scanner finds every record of a fixture", async () => {
     const f = generateFixture("gemma3", { seed: 1, layout: "ollama", variant: "1b" });
