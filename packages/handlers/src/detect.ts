@@ -51,3 +51,20 @@ export function anyOf(...checks: Array<string | false | undefined | null>): stri
   const found = checks.filter((c): c is string => typeof c === "string");
   return found.length > 0 ? found : null;
 }
+
+/**
+ * Block numbers below `count` that have tensors (`blk.N.*`), ascending. A per-block loop
+ * goes over these rather than 0..count-1: on a file whose block count key says 2^31, the
+ * loop is bounded by the tensors the file really has (the same blocks get visited, since
+ * a block without tensors has nothing to translate).
+ */
+export function blocksWithTensors(m: GgufModel, count: number): number[] {
+  const seen = new Set<number>();
+  for (const t of m.tensors) {
+    const match = /^blk\.(\d+)\./.exec(t.name);
+    if (match === null) continue;
+    const b = Number(match[1]);
+    if (b < count) seen.add(b);
+  }
+  return [...seen].sort((a, b) => a - b);
+}

@@ -4,12 +4,33 @@
 import { describe, expect, it } from "vitest";
 import { serializeGguf } from "@compat/gguf";
 import * as clip from "@compat/clip";
-import { buildFuzzCorpus, fuzzInput, generateFixture, loadClipView, runFuzz, scanHeader, type CorpusEntry } from "@compat/testkit";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { buildFuzzCorpus, fullPipeline, fuzzInput, generateFixture, loadClipView, parseOnly, runFuzz, scanHeader, type CorpusEntry } from "@compat/testkit";
 
 let corpusOnce: Promise<CorpusEntry[]> | undefined;
 const corpus = () => (corpusOnce ??= buildFuzzCorpus());
 
+/** Inputs that once failed, as (seed, index) recipes of the fuzzer; each must now end in a result or a typed error. */
+const REGRESSIONS: ReadonlyArray<{ seed: number; index: number; found: string }> = [
+  { seed: 1, index: 167140, found: "hang: gemma4/moe-mixed with gemma4.block_count = 2^31 (handler looped over the count)" },
+];
+
 describe("fuzz", () => {
+  for (const r of REGRESSIONS) {
+    it(`regression: seed ${r.seed} input ${r.index} (${r.found})`, async () => {
+      const input = fuzzInput(await corpus(), r.seed, r.index);
+      const dir = await mkdtemp(join(tmpdir(), "compat-fuzz-regression-"));
+      try {
+        expect(parseOnly(input.bytes, "regression.gguf")).toMatch(/^(ok|error:)/);
+        expect(await fullPipeline(input.bytes, "regression.gguf", { tmpDir: dir, seed: r.seed, index: r.index })).toMatch(/^(ok|nothing|error:)/);
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    }, 120_000);
+  }
+
   it("20,000 mutated corpus files (seed 20261130; 1 in 20 through the full pipeline) end in a result or a typed error", async () => {
     const stats = await runFuzz({ corpus: await corpus(), seed: 20261130, count: 20_000, fullEvery: 20 });
     console.log(

@@ -1,6 +1,6 @@
 import { tensorByteSize } from "@compat/gguf";
 import { interleaveExperts } from "@compat/tensor-ops";
-import { anyOf, hasTensorPrefix, stringKv, u32Kv } from "../detect";
+import { anyOf, blocksWithTensors, hasTensorPrefix, stringKv, u32Kv } from "../detect";
 import type { Handler } from "../handler";
 import type { Translation } from "../translation";
 
@@ -27,8 +27,7 @@ export const gemma4: Handler = {
   apply(t) {
     if (stringKv(t.draft, "tokenizer.ggml.model") === "llama") t.setString("tokenizer.ggml.model", "gemma4");
     for (const p of TOWER_PREFIXES) t.hide(p);
-    const blocks = u32Kv(t.draft, "gemma4.block_count") ?? 0;
-    for (let b = 0; b < blocks; b++) {
+    for (const b of blocksWithTensors(t.draft, u32Kv(t.draft, "gemma4.block_count") ?? 0)) {
       if (!hasExpertSidecars(t, b)) fuseGateUp(t, b);
       t.renameTensor(`blk.${b}.ffn_gate_inp.per_expert_scale`, `blk.${b}.ffn_down_exps.scale`);
     }
