@@ -39,7 +39,7 @@ if (process.env.COMPAT_FUZZ_CHILD === "1") {
       buf.writeInt32LE(i);
       writeSync(fd, buf, 0, 4, 0);
     },
-    onProgress: (s) => process.send!({ progress: s.inputs }),
+    onProgress: (s) => process.send!({ progress: s }),
   });
   closeSync(fd);
   process.send!({ done: stats }, undefined, {}, () => process.exit(0));
@@ -68,6 +68,8 @@ if (process.env.COMPAT_FUZZ_CHILD === "1") {
     total.maxRss = Math.max(total.maxRss, s.maxRss);
   };
   const killed: FuzzFailureRecord[] = [];
+  /** Inputs run by children that were killed, after their last stats snapshot (outcomes unknown). */
+  let unknown = 0;
 
   const scratch = mkdtempSync(join(tmpdir(), "compat-fuzz-watch-"));
   const currentFile = join(scratch, "current");
@@ -98,18 +100,30 @@ if (process.env.COMPAT_FUZZ_CHILD === "1") {
         else if (i >= 0 && Date.now() - since > HANG_MS) {
           killed.push({ index: i, entry: "?", ops: [], stage: "hang", message: `still running after ${HANG_MS} ms` });
           child.kill("SIGKILL");
-          finish(i + 1);
+          died(i + 1);
         }
       }, 250);
-      child.on("message", (m: { progress?: number; done?: FuzzStats }) => {
+      // the latest snapshot of the child's stats: kept if the child has to be killed
+      let snapshot: FuzzStats | undefined;
+      child.on("message", (m: { progress?: FuzzStats; done?: FuzzStats }) => {
         if (m.done) {
           onDone(m.done);
           finish(end);
-        } else if (m.progress !== undefined && m.progress % 50_000 === 0) {
-          const n = total.inputs + m.progress;
-          process.stderr.write(`fuzz: ${n} inputs, ${((Date.now() - t0) / 1000).toFixed(0)} s\n`);
+        } else if (m.progress !== undefined) {
+          snapshot = m.progress;
+          if (m.progress.inputs % 50_000 === 0) {
+            process.stderr.write(`fuzz: ${total.inputs + m.progress.inputs} inputs, ${((Date.now() - t0) / 1000).toFixed(0)} s\n`);
+          }
         }
       });
+      const died = (next: number) => {
+        // the inputs since the last snapshot count as run, their outcomes are unknown
+        if (onDone === merge) {
+          if (snapshot) merge(snapshot);
+          unknown += next - from - (snapshot?.inputs ?? 0);
+        }
+        finish(next);
+      };
       child.on("exit", (code, signal) => {
         if (settled) return;
         const i = readCurrent();
@@ -119,18 +133,13 @@ if (process.env.COMPAT_FUZZ_CHILD === "1") {
           process.exit(2);
         }
         killed.push({ index: i, entry: "?", ops: [], stage: "crash", message: `process exited (${signal ?? code}) during this input` });
-        finish(i + 1);
+        died(i + 1);
       });
     });
 
-  // A child that dies loses its partial stats; its inputs up to the failure are counted as run.
   let next = start;
-  while (next < start + count) {
-    const before = total.inputs;
-    const from = next;
-    next = await runChild(next, start + count);
-    if (total.inputs === before) total.inputs += next - from;
-  }
+  while (next < start + count) next = await runChild(next, start + count);
+  total.inputs += unknown;
   // An input over 1 s on a busy machine may have been waiting for the CPU or a GC: time it
   // again alone in a fresh process; only inputs still over 1 s count.
   const retimed: Record<number, number> = {};
@@ -147,6 +156,7 @@ if (process.env.COMPAT_FUZZ_CHILD === "1") {
     fullEvery,
     inputs: total.inputs,
     fullPipeline: total.full,
+    inputsWithUnknownOutcome: unknown,
     seconds: Math.round(seconds),
     failureCount: total.failureCount,
     failures: total.failures,
