@@ -82,7 +82,7 @@ if (process.env.COMPAT_FUZZ_CHILD === "1") {
       const job: Job = { seed, start: from, count: end - from, fullEvery, current: currentFile };
       const child = fork(fileURLToPath(import.meta.url), [JSON.stringify(job)], {
         execArgv: ["--import", "tsx", "--max-old-space-size=1024"],
-        env: { ...process.env, COMPAT_FUZZ_CHILD: "1" },
+        env: { ...process.env, COMPAT_FUZZ_CHILD: "1", TMPDIR: scratch }, // a killed child's temp dir goes with the scratch dir
         stdio: ["ignore", "inherit", "inherit", "ipc"],
       });
       let last = -1;
