@@ -1,12 +1,12 @@
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { link as ln, mkdtemp, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { serializeGguf } from "@compat/gguf";
-import { generateFixture, writeFixture } from "@compat/testkit";
+import { generateFixture, guardSource, writeFixture } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { llavaProjector } from "../../clip/test/llava-fixture";
 
@@ -120,6 +120,27 @@ describe("ollama-compat translate", () => {
     const r = await cli(["translate", ollamaPath, "-o", ollamaPath]);
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/must not be the input/);
+  });
+
+  it("refuses its input under another name: a symlinked directory, a symlink to it, a hard link", async () => {
+    const guard = await guardSource(ollamaPath);
+    const via = join(dir, "via");
+    await symlink(dir, via);
+    const link = join(dir, "link.gguf");
+    await symlink(ollamaPath, link);
+    const hard = join(dir, "hard.gguf");
+    await ln(ollamaPath, hard);
+    try {
+      // the first used to replace the source with the translation (the rename went through the symlinked directory)
+      for (const [src, out] of [[ollamaPath, join(via, basename(ollamaPath))], [link, ollamaPath], [ollamaPath, link], [ollamaPath, hard]] as const) {
+        const r = await cli(["translate", src, "-o", out]);
+        expect(r.code).toBe(2);
+        expect(r.stderr).toMatch(/must not be the input/);
+      }
+      await guard.assertUnchanged();
+    } finally {
+      for (const p of [via, link, hard]) await rm(p, { force: true });
+    }
   });
 });
 

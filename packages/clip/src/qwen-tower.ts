@@ -18,7 +18,7 @@ import { concat, split, toF32 } from "@compat/tensor-ops";
  * reference widens Qwen3-VL's to F32 even when the types agree; the converter does not.
  */
 export function mergeVisionQkv(t: Translation, blocks: number): void {
-  for (let b = 0; b < blocks; b++) {
+  for (const b of t.blocksWithTensors(blocks, "v.blk.")) {
     const p = `v.blk.${b}.`;
     if (!t.hasTensor(`${p}attn_q.weight`)) continue;
     for (const suffix of ["weight", "bias"]) {

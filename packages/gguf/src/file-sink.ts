@@ -59,7 +59,14 @@ export async function writeFileAtomic(path: string, produce: (write: (chunk: Uin
 function writeError(path: string, offset: number, cause: unknown): GgufError {
   if (cause instanceof GgufError) return cause;
   const code = (cause as NodeJS.ErrnoException).code;
-  const what = code === "ENOSPC" ? "no space left on the device" : code === "EDQUOT" ? "disk quota exceeded" : (cause as Error).message;
+  const what =
+    code === "ENOSPC"
+      ? "no space left on the device"
+      : code === "EDQUOT"
+        ? "disk quota exceeded"
+        : code === "EFBIG"
+          ? "file too large (the file system's or the process's file size limit, ulimit -f)"
+          : (cause as Error).message;
   return new GgufError("IO", `cannot write: ${what}`, { source: path, offset, cause });
 }
 

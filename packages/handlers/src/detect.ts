@@ -77,3 +77,21 @@ export function intArrayKv(m: GgufModel, key: string): number[] | undefined {
   if (!ints.includes(arr.itemType)) return undefined;
   return arr.toArray().map((v) => (typeof v === "bigint" ? Number(BigInt.asIntN(32, v)) : (v as number) | 0));
 }
+
+/**
+ * Block numbers below `count` that have tensors (`<prefix>N.*`, default `blk.N.*`), ascending. A per-block loop
+ * goes over these rather than 0..count-1: on a file whose block count key says 2^31, the
+ * loop is bounded by the tensors the file really has (the same blocks get visited, since
+ * a block without tensors has nothing to translate).
+ */
+export function blocksWithTensors(m: GgufModel, count: number, prefix = "blk."): number[] {
+  const seen = new Set<number>();
+  for (const t of m.tensors) {
+    if (!t.name.startsWith(prefix)) continue;
+    const match = /^(\d+)\./.exec(t.name.slice(prefix.length));
+    if (match === null) continue;
+    const b = Number(match[1]);
+    if (b < count) seen.add(b);
+  }
+  return [...seen].sort((a, b) => a - b);
+}

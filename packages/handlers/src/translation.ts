@@ -1,6 +1,6 @@
 import { GgmlType, GgufKeys, GgufValueType, readTensorData, tensorByteSize, type GgufModel, type GgufTensor, type GgufValue, type TensorData } from "@compat/gguf";
 import { permuteQK, split, toF32 } from "@compat/tensor-ops";
-import { intArrayKv, missingOrDefault, stringArrayKv, stringKv, u32ArrayKv, u32Kv } from "./detect";
+import { blocksWithTensors, intArrayKv, missingOrDefault, stringArrayKv, stringKv, u32ArrayKv, u32Kv } from "./detect";
 import { TranslationError } from "./errors";
 
 /** A tensor's bytes as an op sees them, with the type and shape they had when captured. */
@@ -264,6 +264,11 @@ export class Translation {
 
   anyTensorWithPrefix(prefix: string): boolean {
     return this.draft.tensors.some((t) => t.name.startsWith(prefix));
+  }
+
+  /** Block numbers below `count` that have tensors: a per-block loop bounded by the file, not by a key. */
+  blocksWithTensors(count: number, prefix = "blk."): number[] {
+    return blocksWithTensors(this.draft, count, prefix);
   }
 
   tensorNames(): string[] {

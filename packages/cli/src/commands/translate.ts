@@ -1,4 +1,5 @@
 import { statSync } from "node:fs";
+import { stat } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
 import { readGguf } from "@compat/gguf";
 import { formatReport, translateModel, type TranslatedView, type TranslationProfile } from "@compat/handlers";
@@ -52,7 +53,7 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
   checkOutputPath("-o", opts.output);
   checkOutputPath("--mmproj", opts.mmproj);
   for (const [flag, path] of [["-o", opts.output], ["--mmproj", opts.mmproj]] as const) {
-    if (path !== undefined && resolve(path) === resolve(file)) {
+    if (path !== undefined && (resolve(path) === resolve(file) || (await sameFile(path, file)))) {
       throw new CliError("usage", `${flag}: the output must not be the input: the source file is never modified`);
     }
   }
@@ -155,4 +156,17 @@ function indent(text: string): string {
     .split("\n")
     .map((l) => `  ${l}`)
     .join("\n");
+}
+
+/**
+ * Whether two paths name one file (through a symlinked directory, a symlink or a hard link):
+ * the rename into place would otherwise replace the source's directory entry.
+ */
+async function sameFile(a: string, b: string): Promise<boolean> {
+  try {
+    const [x, y] = await Promise.all([stat(a, { bigint: true }), stat(b, { bigint: true })]);
+    return x.dev === y.dev && x.ino === y.ino;
+  } catch {
+    return false; // the output does not exist yet (or the input does not: readGguf says so)
+  }
 }

@@ -81,7 +81,7 @@ function audio(t: Translation): void {
 
   // the reference assumes 12 blocks (E2B/E4B) when the key is missing
   const blocks = detect.u32Kv(t.draft, "gemma4.audio.block_count") ?? 12;
-  for (let b = 0; b < blocks; b++) {
+  for (const b of t.blocksWithTensors(blocks, "a.blk.")) {
     const p = `a.blk.${b}.`;
     // ln2 is vacated before layer_pre_norm (the block's output norm) takes its name
     t.renameTensor(`${p}ln1.weight`, `${p}attn_pre_norm.weight`);

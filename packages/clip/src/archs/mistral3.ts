@@ -56,7 +56,7 @@ export const mistral3Clip: Handler = {
     if (nHead !== undefined && nBlock !== undefined) {
       // The reference permutes F16 Q/K only and leaves other types in the wrong order;
       // whole rows move here, so a quantized Q/K gets the same permutation.
-      for (let b = 0; b < nBlock; b++) {
+      for (const b of t.blocksWithTensors(nBlock, "v.blk.")) {
         t.permuteQKRows(`v.blk.${b}.attn_q.weight`, nHead);
         t.permuteQKRows(`v.blk.${b}.attn_k.weight`, nHead);
       }

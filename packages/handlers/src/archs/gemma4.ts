@@ -27,8 +27,7 @@ export const gemma4: Handler = {
   apply(t) {
     if (t.getString("tokenizer.ggml.model") === "llama") t.setString("tokenizer.ggml.model", "gemma4");
     for (const p of TOWER_PREFIXES) t.hide(p);
-    const blocks = t.getU32("gemma4.block_count") ?? 0;
-    for (let b = 0; b < blocks; b++) {
+    for (const b of t.blocksWithTensors(t.getU32("gemma4.block_count") ?? 0)) {
       if (!hasExpertSidecars(t, b)) fuseGateUp(t, b);
       t.renameTensor(`blk.${b}.ffn_gate_inp.per_expert_scale`, `blk.${b}.ffn_down_exps.scale`);
     }

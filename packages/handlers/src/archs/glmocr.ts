@@ -34,7 +34,7 @@ export const glmocr: Handler = {
 
     // The reference's default when the block count is missing.
     const blocks = t.getU32("glm4.block_count") ?? 16;
-    for (let b = 0; b < blocks; b++) {
+    for (const b of t.blocksWithTensors(blocks)) {
       fuseGateUp(t, `blk.${b}.ffn_gate.weight`, `blk.${b}.ffn_up.weight`);
       t.hide(`blk.${b}.ffn_gate.`);
     }
