@@ -24,6 +24,8 @@ const EXPECTED_FIXES: Record<string, string[]> = {
   // head_dim 128 needs no fix: the reference's hard-coded sections are Qwen3-VL's own for it
   "qwen3vl/head64": ["qwen3vl-rope-sections"],
   "qwen3vl/head32": ["qwen3vl-rope-sections"],
+  // the dense Nemotron-H only: llama.cpp's converter leaves the MoE's BOS flag to the config
+  "nemotron_h_omni/vl": ["nemotron_h_omni-add-bos"],
   ...Object.fromEntries(["dense", "moe", "moe-fused", "moe-sidecars", "moe-q8", "moe-mixed"].map((v) => [`gemma4/${v}`, ["gemma4-token-types"]])),
 };
 
