@@ -17,6 +17,22 @@ const EXPECTED_FIXES: Record<string, string[]> = {
   "llama/llama3-metadata-gap": ["llama3-add-bos"],
   // the reference passes this one through untouched; native still fixes its BOS flag
   "llama/llama3": ["llama3-add-bos"],
+  "gemma3n/e2b": ["gemma3n-rope-freq-base-swa", "gemma3n-add-space-prefix"],
+  "glmocr/default": ["glmocr-user-turn-end"],
+  "glmocr/q8_0": ["glmocr-user-turn-end"],
+  "glmocr/mixed": ["glmocr-user-turn-end"],
+  // head_dim 128 needs no fix: the reference's hard-coded sections are Qwen3-VL's own for it
+  "qwen3vl/head64": ["qwen3vl-rope-sections"],
+  "qwen3vl/head32": ["qwen3vl-rope-sections"],
+  // the dense Nemotron-H only: llama.cpp's converter leaves the MoE's BOS flag to the config
+  "nemotron_h_omni/vl": ["nemotron_h_omni-add-bos"],
+  // the -text variants carry no MTP layer
+  "qwen35/9b": ["qwen35-mtp-norms-once"],
+  "qwen35/9b-q8_0": ["qwen35-mtp-norms-once"],
+  "qwen35moe/35b-a3b": ["qwen35moe-mtp-norms-once"],
+  "qwen35moe/35b-a3b-q8_0": ["qwen35moe-mtp-norms-once"],
+  "qwen35moe/35b-a3b-mixed": ["qwen35moe-mtp-norms-once"],
+  ...Object.fromEntries(["dense", "moe", "moe-fused", "moe-sidecars", "moe-q8", "moe-mixed"].map((v) => [`gemma4/${v}`, ["gemma4-token-types"]])),
 };
 
 /**

@@ -34,6 +34,21 @@ export const gemma3n: Handler = {
     t.truncateArray("tokenizer.ggml.token_type", vocab);
     retagTokenTypes(t, vocab);
     appendEndOfTurnEos(t);
+
+    t.fix({
+      name: "gemma3n-rope-freq-base-swa",
+      reason:
+        "Ollama wrote the sliding-window rope base as gemma3n.rope.freq_base_local, which llama.cpp does not read, so its sliding layers rotate with freq_base (1e6) instead of 1e4; llama.cpp's converter writes it as gemma3n.rope.freq_base_swa",
+      needed: () => t.has("gemma3n.rope.freq_base_local") && !t.has("gemma3n.rope.freq_base_swa"),
+      apply: () => t.copyKv("gemma3n.rope.freq_base_local", "gemma3n.rope.freq_base_swa"),
+    });
+    t.fix({
+      name: "gemma3n-add-space-prefix",
+      reason:
+        "Ollama never wrote tokenizer.ggml.add_space_prefix, so llama.cpp's SentencePiece default (true) puts a space before every prompt; llama.cpp's converter writes false for Gemma 3n (Gemma3Model.set_vocab)",
+      needed: () => t.getString("tokenizer.ggml.model") === "llama" && !t.has("tokenizer.ggml.add_space_prefix"),
+      apply: () => t.setBool("tokenizer.ggml.add_space_prefix", false),
+    });
   },
 };
 

@@ -40,8 +40,24 @@ export const glmocr: Handler = {
     }
     t.hide("v.");
     t.hide("mm.");
+
+    const user = userTurnId(t);
+    t.fix({
+      name: "glmocr-user-turn-end",
+      reason:
+        "Ollama's first GLM-OCR converter wrote <|user|> only into eos_token_ids (which llama.cpp does not read) and no eot_token_id, so llama.cpp does not stop when the model opens the next user turn; llama.cpp's converter (and Ollama's later one) write eot_token_id = <|user|>",
+      needed: () => user !== undefined && !t.has("tokenizer.ggml.eot_token_id"),
+      apply: () => t.setU32("tokenizer.ggml.eot_token_id", user!),
+    });
   },
 };
+
+/** The id of <|user|> when Ollama's eos_token_ids (from generation_config) lists it. */
+function userTurnId(t: Translation): number | undefined {
+  const id = t.getStringArray("tokenizer.ggml.tokens")?.indexOf("<|user|>") ?? -1;
+  if (id < 0) return undefined;
+  return t.getIntArray("tokenizer.ggml.eos_token_ids")?.includes(id) ? id : undefined;
+}
 
 /**
  * ffn_up becomes [ne0, 2*ne1] holding gate's rows then up's. Same types: the bytes are

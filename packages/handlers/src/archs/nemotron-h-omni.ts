@@ -1,3 +1,4 @@
+import { GgufValueType } from "@compat/gguf";
 import { anyOf, hasTensorPrefix } from "../detect";
 import type { Handler } from "../handler";
 
@@ -27,5 +28,16 @@ export const nemotronHOmni: Handler = {
     t.hide("a.");
     t.hide("v.");
     t.hide("mm.");
+
+    t.fix({
+      name: "nemotron_h_omni-add-bos",
+      reason:
+        "Ollama's legacy writer stored add_bos_token = false (from tokenizer_config.json, false when the key is missing), so llama.cpp adds no BOS; the tokenizer adds BOS through its post-processor, and llama.cpp's converter writes add_bos_token = true for the dense Nemotron-H (NemotronHModel.set_vocab)",
+      needed: () =>
+        textArch === "nemotron_h" &&
+        t.draft.get("tokenizer.ggml.add_bos_token")?.type === GgufValueType.BOOL &&
+        t.draft.getBool("tokenizer.ggml.add_bos_token") === false,
+      apply: () => t.setBool("tokenizer.ggml.add_bos_token", true),
+    });
   },
 };

@@ -92,6 +92,18 @@ function translateMtp(t: Translation, p: string): void {
   t.setU32(`${p}.nextn_predict_layers`, nextn);
   t.setU32(`${p}.block_count`, base + nextn);
 
+  // Ollama's writer already added the 1 to the MTP layer's own `_norm.weight`s; the reference adds it again
+  let shiftOnce = false;
+  t.fix({
+    name: `${p}-mtp-norms-once`,
+    reason:
+      "Ollama's legacy writer (convert_qwen3next.go addOne) already stored the MTP layer's own RMSNorm gains + 1 and the reference adds 1 again on rename, so llama.cpp's MTP draft head runs with norms one too high; llama.cpp's converter adds the 1 once",
+    needed: () => !shiftOnce && names.some((n) => MTP_LAYER.test(n) && ollamaShifted(n)),
+    apply: () => {
+      shiftOnce = true;
+    },
+  });
+
   const moe = p === "qwen35moe";
   if (moe) for (let i = 0; i < nextn; i++) stackMtpExperts(t, i, base + i);
 
@@ -100,7 +112,7 @@ function translateMtp(t: Translation, p: string): void {
     if (!m || Number(m[1]) >= nextn) continue;
     const suffix = m[2]!;
     if (moe && suffix.startsWith("mlp.experts.")) continue; // stacked above; leftovers stay hidden
-    renameMtpTensor(t, name, `blk.${base + Number(m[1])}.${suffix}`);
+    renameMtpTensor(t, name, `blk.${base + Number(m[1])}.${suffix}`, shiftOnce && ollamaShifted(name));
   }
 
   // The shared head belongs to one block; with several MTP layers the reference leaves it out (hidden).
@@ -111,26 +123,38 @@ function translateMtp(t: Translation, p: string): void {
 /**
  * Destinations the reference gives llama.cpp's RMSNorm +1. Right for the head's norms, which
  * Ollama wrote as raw offsets; the MTP layer's `_norm.weight` already had the +1 from Ollama's
- * writer and end up one too high. Kept for equivalence (docs/reference/findings.md).
+ * writer and end up one too high under `reference` (`native` skips those: `<arch>-mtp-norms-once`).
  */
 function needsNormShift(name: string): boolean {
   if (name.endsWith(".ssm_norm.weight")) return false;
   return name.endsWith("_norm.weight") || name.endsWith(".nextn.enorm.weight") || name.endsWith(".nextn.hnorm.weight");
 }
 
-/** Renames an MTP tensor unless the source is missing or the destination taken; norms become F32 gain + 1. */
-function renameMtpTensor(t: Translation, from: string, to: string): void {
+/** Names Ollama's legacy writer gave the +1 (`addOne`: every `_norm.weight` but `.ssm_norm.weight`). */
+function ollamaShifted(name: string): boolean {
+  return name.endsWith("_norm.weight") && !name.endsWith(".ssm_norm.weight");
+}
+
+/**
+ * Renames an MTP tensor unless the source is missing or the destination taken; norms become
+ * F32 gain + 1 (F32 as they are when `alreadyShifted`, the native profile's fix).
+ */
+function renameMtpTensor(t: Translation, from: string, to: string, alreadyShifted = false): void {
   if (!t.hasTensor(from) || t.hasTensor(to)) return;
   t.renameTensor(from, to);
   if (!needsNormShift(to)) return;
   const src = t.tensor(to)!;
   const count = src.shape.reduce((a, b) => a * b, 1);
+  if (alreadyShifted && src.type === GgmlType.F32) return;
   t.op(to, {
-    label: "F32 norm +1",
+    label: alreadyShifted ? "F32 norm" : "F32 norm +1",
     inputs: [to],
     type: GgmlType.F32,
     shape: src.shape,
-    compute: ([x]) => addScalar(GgmlType.F32, new Uint8Array(toF32(x!.type, x!.bytes, count).buffer), 1),
+    compute: ([x]) => {
+      const f = new Uint8Array(toF32(x!.type, x!.bytes, count).buffer);
+      return alreadyShifted ? f : addScalar(GgmlType.F32, f, 1);
+    },
   });
 }
 

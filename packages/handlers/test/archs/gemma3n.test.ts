@@ -7,6 +7,8 @@ import { tempDir } from "../helpers";
 import { NO_DIFFERENCES, proveHandler } from "../proof";
 
 const dir = tempDir();
+/** The reference output's greedy tokens, for the native profile's comparison. */
+let referenceTokens: number[] | undefined;
 
 /** What the reference leaves as Ollama wrote it, and why llama.cpp still loads the result. */
 const gemma3nTwin = {
@@ -33,8 +35,10 @@ const gemma3nTwin = {
 
 describe("gemma3n handler", () => {
   it("cuts every vocab-shaped part to the per-layer rows; loads and generates in real llama.cpp; matches the native twin", async () => {
-    const p = await proveHandler(await dir(), "gemma3n", { seed: 5, twin: gemma3nTwin, nativeTwin: true });
+    const p = await proveHandler(await dir(), "gemma3n", { seed: 5, twin: gemma3nTwin, nativeTwin: true, profile: "reference" });
     expect(p.view.report.handlers.map((h) => h.name)).toEqual(["gemma3n"]);
+    expect(p.view.report.gapsKept.map((f) => f.name)).toEqual(["gemma3n-rope-freq-base-swa", "gemma3n-add-space-prefix"]);
+    referenceTokens = p.load.ok ? p.load.tokens : undefined;
     const m = p.translatedModel;
     const rows = p.native.meta.hparams.n_vocab_per_layer as number;
     expect(rows).toBeLessThan(p.native.meta.hparams.n_vocab as number);
@@ -72,6 +76,24 @@ describe("gemma3n handler", () => {
       await patched.close();
     }
     expect(p.load.ok && nativeLoad.ok && p.load.tokens.join() !== nativeLoad.tokens.join()).toBe(true);
+  });
+
+  it("native profile (gemma3n-rope-freq-base-swa, gemma3n-add-space-prefix): both keys equal the twin's; real llama.cpp generates the twin's greedy tokens, the reference output does not", async () => {
+    const closed = gemma3nTwin.ignoreKeys.filter((k) => k !== "gemma3n.rope.freq_base_swa" && k !== "tokenizer.ggml.add_space_prefix");
+    const p = await proveHandler(join(await dir(), "native-profile"), "gemma3n", { seed: 5, twin: { ...gemma3nTwin, ignoreKeys: closed }, nativeTwin: true });
+    expect(p.view.report.fixes.map((f) => [f.handler, f.name])).toEqual([
+      ["gemma3n", "gemma3n-rope-freq-base-swa"],
+      ["gemma3n", "gemma3n-add-space-prefix"],
+    ]);
+    expect(p.translatedModel.get("gemma3n.rope.freq_base_swa")).toMatchObject({ type: GgufValueType.FLOAT32, value: 10_000 });
+    expect(p.translatedModel.getBool("tokenizer.ggml.add_space_prefix")).toBe(false);
+    expect(p.diff).toEqual(NO_DIFFERENCES);
+    const nativeLoad = p.twin!.load!;
+    if (!p.load.ok || !nativeLoad.ok) throw new Error("both files must generate");
+    expect(p.load.tokens).toHaveLength(4);
+    expect(p.load.tokens).toEqual(nativeLoad.tokens);
+    if (referenceTokens === undefined) throw new Error("run with the reference-profile test");
+    expect(referenceTokens).not.toEqual(nativeLoad.tokens);
   });
 
   it("EOS list: i32 and u32 lists gain 106 once, a missing one becomes [1, 106], other item types stay; tokenizer model and types", () => {

@@ -1,3 +1,4 @@
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { GgmlType, GgufModel, readGguf } from "@compat/gguf";
 import { readTensorBytes, translateModel } from "@compat/handlers";
@@ -7,6 +8,8 @@ import { tempDir } from "../helpers";
 import { NO_DIFFERENCES, proveHandler, type HandlerProof } from "../proof";
 
 const dir = tempDir();
+/** The reference dense output's printed text, for the native profile's comparison. */
+let referenceText: string | undefined;
 
 /** What the reference leaves as Ollama wrote it, and why llama.cpp still loads the result. */
 const gemma4Twin = {
@@ -22,8 +25,10 @@ const gemma4Twin = {
   ],
 };
 
-async function prove(variant: string, sourceDtype: "f16" | "bf16" = "f16"): Promise<HandlerProof> {
-  const p = await proveHandler(await dir(), "gemma4", { seed: 7, variant, sourceDtype, twin: gemma4Twin, nativeTwin: true });
+async function prove(variant: string, sourceDtype: "f16" | "bf16" = "f16", profile: "native" | "reference" = "reference"): Promise<HandlerProof> {
+  const twin = profile === "native" ? { ...gemma4Twin, ignoreKeys: gemma4Twin.ignoreKeys.filter((k) => k !== "tokenizer.ggml.token_type") } : gemma4Twin;
+  const d = profile === "native" ? join(await dir(), "native-profile") : await dir();
+  const p = await proveHandler(d, "gemma4", { seed: 7, variant, sourceDtype, twin, nativeTwin: true, profile });
   expect(p.view.report.handlers.map((h) => h.name)).toEqual(["gemma4"]);
   expect(p.translatedModel.getString("tokenizer.ggml.model")).toBe("gemma4");
   expect(p.translatedModel.tensors.some((t) => /^(a|v|mm)\./.test(t.name))).toBe(false);
@@ -93,6 +98,25 @@ describe("gemma4 handler", () => {
     expect(byteTokens.length).toBeGreaterThan(0);
     expect(p.load.text).toContain(tokens[byteTokens[0]!]);
     expect(nativeLoad.text).not.toContain("<0x");
+    expect(p.view.report.gapsKept.map((f) => f.name)).toEqual(["gemma4-token-types"]);
+    referenceText = p.load.text;
+  });
+
+  it("native profile (gemma4-token-types): token types equal the twin's; real llama.cpp prints the twin's bytes, not the reference output's literal <0xNN>", async () => {
+    const p = await prove("dense", "f16", "native");
+    expect(p.view.report.fixes.map((f) => [f.handler, f.name])).toEqual([["gemma4", "gemma4-token-types"]]);
+    const nativeLoad = p.twin!.load!;
+    if (!p.load.ok || !nativeLoad.ok) throw new Error("both files must generate");
+    // same greedy ids (checked in prove), and now the same printed text: byte tokens decode to their byte
+    expect(Buffer.from(p.load.text).equals(Buffer.from(nativeLoad.text))).toBe(true);
+    expect(p.load.text).not.toContain("<0x");
+    if (referenceText === undefined) throw new Error("run with the reference dense test");
+    expect(referenceText).not.toBe(nativeLoad.text);
+    // the markers llama.cpp's chat parser reads are rendered (USER_DEFINED), as in the twin
+    const tokens = p.translatedModel.getArray("tokenizer.ggml.tokens").toArray() as string[];
+    const types = p.translatedModel.getArray("tokenizer.ggml.token_type").toArray() as number[];
+    expect(types[tokens.indexOf("<|channel>")]).toBe(4);
+    expect(types[tokens.indexOf("<0x41>")]).toBe(6);
   });
 
   it.each(["f16", "bf16"] as const)("MoE (%s source): gate/up interleaved into ffn_gate_up_exps, per-expert scale renamed; equals the native twin", async (dtype) => {

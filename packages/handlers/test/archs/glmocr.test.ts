@@ -1,9 +1,10 @@
+import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { GgmlType, GgufModel, GgufValueType, readGguf } from "@compat/gguf";
 import { readTensorBytes, translateModel } from "@compat/handlers";
 import { generateFixture, killAllSpawned, serverCompletion, startLlamaServer, writeFixture } from "@compat/testkit";
 import { addF32, tempDir } from "../helpers";
-import { proveHandler, type HandlerProof } from "../proof";
+import { proveHandler, serverStopsAt, type HandlerProof } from "../proof";
 import type { TwinOptions } from "../twin";
 
 const dir = tempDir();
@@ -22,9 +23,14 @@ const REFERENCE_GAPS: TwinOptions = {
     "tokenizer.ggml.bos_token_id",
     "tokenizer.ggml.unknown_token_id",
     // reference gap: no eot_token_id (<|user|>), so generation does not stop at the next user turn
+    // (the native profile fixes it: glmocr-user-turn-end)
     "tokenizer.ggml.eot_token_id",
   ],
 };
+/** The same without the gap the native profile closes. */
+const NATIVE_GAPS: TwinOptions = { ignoreKeys: REFERENCE_GAPS.ignoreKeys!.filter((k) => k !== "tokenizer.ggml.eot_token_id") };
+/** F16 reference output of seed 5, for the native profile's comparison. */
+let referenceOut: string | undefined;
 const NEXTN_TENSORS = [
   "attn_norm", "ffn_down", "ffn_up", "post_attention_norm", "post_ffw_norm", "ffn_norm", "attn_k", "attn_output", "attn_q", "attn_v",
   "nextn.eh_proj", "nextn.enorm", "nextn.hnorm", "nextn.shared_head_norm",
@@ -86,7 +92,7 @@ async function expectFusedGateUp(p: HandlerProof, ollamaPath: string): Promise<v
 
 async function prove(seed: number, opts: { variant?: string; sourceDtype?: "f16" | "bf16"; twin?: TwinOptions } = {}) {
   const d = await dir();
-  const p = await proveHandler(d, "glmocr", { seed, nativeTwin: true, ...opts, twin: { ...REFERENCE_GAPS, ...opts.twin } });
+  const p = await proveHandler(d, "glmocr", { seed, nativeTwin: true, profile: "reference", ...opts, twin: { ...REFERENCE_GAPS, ...opts.twin } });
   const ollama = await writeFixture(generateFixture("glmocr", { seed, layout: "ollama", ...opts }), d);
   return { p, ollamaPath: ollama.text };
 }
@@ -114,6 +120,9 @@ describe("glmocr handler (GLM-OCR as Ollama converted it: split gate/up, no Next
   it("F16: renames to glm4, fuses gate+up by raw concat; real llama.cpp generates what the native twin generates", async () => {
     const { p, ollamaPath } = await prove(5);
     expectCommon(p);
+    referenceOut = p.outPath;
+    expect(p.view.report.gapsKept.map((f) => f.name)).toEqual(["glmocr-user-turn-end"]);
+    expect(p.translatedModel.has("tokenizer.ggml.eot_token_id")).toBe(false);
     expect(p.translatedModel.findTensor("blk.0.ffn_up.weight")).toMatchObject({ type: GgmlType.F16, shape: [32, 128] });
     expect(p.view.report.ops.map((o) => o.tensor)).toEqual(["blk.0.ffn_up.weight", "blk.1.ffn_up.weight"]);
     await expectFusedGateUp(p, ollamaPath);
@@ -171,6 +180,28 @@ describe("glmocr handler (GLM-OCR as Ollama converted it: split gate/up, no Next
     }
     expect(p.translatedModel.findTensor("blk.0.ffn_up.weight")).toMatchObject({ type: GgmlType.F32, shape: [32, 128] });
     await expectFusedGateUp(p, ollamaPath);
+  });
+});
+
+describe("glmocr handler, native profile", () => {
+  it("glmocr-user-turn-end: eot_token_id = <|user|>; llama-server stops at <|user|> like the native twin, not with the reference output", async () => {
+    const d = join(await dir(), "native-profile");
+    const p = await proveHandler(d, "glmocr", { seed: 5, nativeTwin: true, twin: NATIVE_GAPS });
+    expect(p.view.report.fixes.map((f) => [f.handler, f.name])).toEqual([["glmocr", "glmocr-user-turn-end"]]);
+    expectCommon(p);
+    const tokens = p.translatedModel.getArray("tokenizer.ggml.tokens").toArray() as string[];
+    const user = tokens.indexOf("<|user|>");
+    expect(p.translatedModel.getU32("tokenizer.ggml.eot_token_id")).toBe(user);
+    expect(p.native.text.getU32("tokenizer.ggml.eot_token_id")).toBe(user);
+    // llama-server made to pick <|user|>: an end-of-generation token ends the reply at once, silently
+    const twin = await serverStopsAt(p.twin!.paths.text, user);
+    expect(twin).toEqual({ stopType: "eos", predicted: 1, content: "" });
+    expect(await serverStopsAt(p.outPath, user)).toEqual(twin);
+    // the reference output generates straight through the next user turn
+    if (referenceOut === undefined) throw new Error("run with the F16 reference test");
+    const reference = await serverStopsAt(referenceOut, user);
+    expect(reference.stopType).toBe("limit");
+    expect(reference.predicted).toBe(3);
   });
 });
 

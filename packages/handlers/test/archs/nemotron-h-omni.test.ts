@@ -53,7 +53,7 @@ describe("nemotron_h_omni handler (Nemotron-H with RADIO vision / Parakeet audio
       textArch: "nemotron_h",
       markers: ["vision tensors v.*", "projector tensors mm.*"],
       // reference gap: NemotronHModel turns BOS on for the dense models, Ollama wrote add_bos_token = false
-      // and the reference keeps it, so llama.cpp adds no BOS to prompts
+      // and the reference keeps it, so llama.cpp adds no BOS to prompts (native: nemotron_h_omni-add-bos)
       extraIgnored: ["tokenizer.ggml.add_bos_token"],
     },
   ] as const)(
@@ -64,6 +64,7 @@ describe("nemotron_h_omni handler (Nemotron-H with RADIO vision / Parakeet audio
         variant,
         sourceDtype,
         nativeTwin: true,
+        profile: "reference",
         twin: { ignoreKeys: [...ignoreKeys(textArch), ...extraIgnored] },
       });
       // no latent or MTP tensors, so the nemotron_h_moe handler that follows finds nothing to do
@@ -106,19 +107,40 @@ describe("nemotron_h_omni in llama-server (upstream llama.cpp from LLAMA_BIN)", 
     }
   }
 
-  it("vl: the native twin's prompts start with BOS, the translation's do not (the add_bos_token reference gap)", async () => {
+  async function translated(profile: "native" | "reference"): Promise<string> {
     const d = await dir();
     const ollama = await writeFixture(generateFixture("nemotron_h_omni", { seed: 13, variant: "vl", layout: "ollama" }), d);
-    const view = await translate(ollama.text);
-    const translated = join(d, "nemotron_h_omni-vl-server.gguf");
-    await view!.writeTo(translated);
+    const view = await translate(ollama.text, { profile });
+    const path = join(d, `nemotron_h_omni-vl-server-${profile}.gguf`);
+    await view!.writeTo(path);
+    expect(view!.report[profile === "native" ? "fixes" : "gapsKept"].map((f) => f.name)).toEqual(["nemotron_h_omni-add-bos"]);
     await view!.close();
-    const native = await writeFixture(generateFixture("nemotron_h_omni", { seed: 13, variant: "vl", layout: "native" }), d);
+    return path;
+  }
+
+  it("vl: the native twin's prompts start with BOS; the reference output's do not, the native output's do (nemotron_h_omni-add-bos)", async () => {
+    const native = await writeFixture(generateFixture("nemotron_h_omni", { seed: 13, variant: "vl", layout: "native" }), await dir());
     const bos = 1; // <s>
     const nativeTokens = await promptTokens(native.text);
-    const translatedTokens = await promptTokens(translated);
     expect(nativeTokens[0]).toBe(bos);
-    expect(translatedTokens[0]).not.toBe(bos);
-    expect(translatedTokens).toEqual(nativeTokens.slice(1));
+    const referenceTokens = await promptTokens(await translated("reference"));
+    expect(referenceTokens[0]).not.toBe(bos);
+    expect(referenceTokens).toEqual(nativeTokens.slice(1));
+    expect(await promptTokens(await translated("native"))).toEqual(nativeTokens);
+  });
+
+  it("vl, native profile: exactly the native twin's keys but the pre-tokenizer; same greedy tokens in real llama.cpp", async () => {
+    const p = await proveHandler(join(await dir(), "native-profile"), "nemotron_h_omni", {
+      seed: 13,
+      variant: "vl",
+      sourceDtype: "f16",
+      nativeTwin: true,
+      twin: { ignoreKeys: ignoreKeys("nemotron_h") },
+    });
+    expect(p.view.report.fixes.map((f) => [f.handler, f.name])).toEqual([["nemotron_h_omni", "nemotron_h_omni-add-bos"]]);
+    expect(p.translatedModel.getBool("tokenizer.ggml.add_bos_token")).toBe(true);
+    expect(p.diff).toEqual(EXPECTED);
+    const nativeLoad = p.twin!.load!;
+    expect(nativeLoad.ok ? nativeLoad.tokens : nativeLoad.error).toEqual(p.load.ok ? p.load.tokens : []);
   });
 });

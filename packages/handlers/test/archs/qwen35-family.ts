@@ -1,6 +1,6 @@
 /**
  * What the qwen35 and qwen35moe proofs share: the twin options, the expected reference
- * gap, and the element-by-element checks of the byte-changing ops (norm +1, expert
+ * gap, the MTP drafts llama-server logs, and the element-by-element checks of the byte-changing ops (norm +1, expert
  * stacking) against the Ollama source, independent F32 arithmetic and the native twin.
  */
 import { readGguf, type GgufModel, type GgufTensor } from "@compat/gguf";
@@ -116,6 +116,29 @@ export async function expectMtpDrafts(model: string): Promise<void> {
     expect(server.logs()).toMatch(/creating MTP draft context/);
     const timings = raw.timings as { draft_n?: number } | undefined;
     expect(timings?.draft_n ?? 0, "tokens drafted by the MTP head").toBeGreaterThan(0);
+  } finally {
+    await server.stop();
+  }
+}
+
+/**
+ * What the MTP head drafts, as llama-server logs it with `--verbose` under
+ * `--spec-type draft-mtp`: every draft step's chosen token (candidate 0). The lower
+ * candidates are left out: near-ties among them can swap with last-bit differences the
+ * twin comparison allows (e.g. the MoE's F16 vs F32 shared-expert gate). With toy
+ * weights the trunk accepts no draft, so the drafts themselves show how the head computes.
+ */
+export async function mtpDraftCandidates(model: string): Promise<string[]> {
+  const server = await startLlamaServer({ model, args: ["--spec-type", "draft-mtp", "--verbose"] });
+  try {
+    await serverCompletion(server, { prompt: "Hello", nPredict: 8 });
+    return server
+      .logs()
+      .split("\n")
+      .flatMap((line) => {
+        const m = /draft candidate\s+0, pos\s+(\d+):\s+(\d+) /.exec(line);
+        return m ? [`pos ${m[1]}: ${m[2]}`] : [];
+      });
   } finally {
     await server.stop();
   }

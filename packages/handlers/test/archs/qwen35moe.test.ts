@@ -3,12 +3,15 @@ import { GgmlType, GgufModel, GgufValueType, readGguf, writeGguf } from "@compat
 import { readTensorBytes, translateModel } from "@compat/handlers";
 import { killAllSpawned, runLoaderInSubprocess } from "@compat/testkit";
 import { addF32, tempDir } from "../helpers";
-import { proveHandler } from "../proof";
-import { expectedDiff, expectMtpDrafts, expectMtpOpsElementwise, MTP_BLOCK, twinOptions } from "./qwen35-family";
+import { join } from "node:path";
+import { NO_DIFFERENCES, proveHandler } from "../proof";
+import { expectedDiff, expectMtpDrafts, expectMtpOpsElementwise, MTP_BLOCK, MTP_LAYER_NORMS, mtpDraftCandidates, twinOptions } from "./qwen35-family";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
 const SEED = 36;
+/** The reference output of 35b-a3b (f16), for the native profile's comparison. */
+let referenceOut: string | undefined;
 
 const FULL_MARKERS = [
   "kv qwen35moe.vision.block_count",
@@ -49,8 +52,10 @@ describe("qwen35moe handler (Qwen 3.5 MoE as Ollama's legacy converter wrote it)
     },
   ])("$variant ($sourceDtype): fixes hparams, renames ssm_dt, moves the MTP head to block 2 (norms +1, experts stacked), hides v.*; real llama.cpp loads it; matches the native twin", async ({ variant, sourceDtype, mtp, markers, ops, layout }) => {
     const nativeTwin = { load: (variant === "35b-a3b" || variant === "35b-a3b-text") && sourceDtype === "f16" };
-    const p = await proveHandler(await dir(), "qwen35moe", { seed: SEED, variant, sourceDtype, twin: twinOptions(true, mtp, layout), nativeTwin });
+    const p = await proveHandler(await dir(), "qwen35moe", { seed: SEED, variant, sourceDtype, twin: twinOptions(true, mtp, layout), nativeTwin, profile: "reference" });
     expect(p.view.report.handlers).toEqual([{ name: "qwen35moe", markers }]);
+    expect(p.view.report.gapsKept.map((f) => f.name)).toEqual(mtp ? ["qwen35moe-mtp-norms-once"] : []);
+    if (variant === "35b-a3b" && sourceDtype === "f16") referenceOut = p.outPath;
     const m = p.translatedModel;
     expect(m.tensors.some((t) => /^(v|mm|mtp)\./.test(t.name))).toBe(false);
     expect(p.load.ok ? p.load.tokens.length : p.load.error).toBeGreaterThan(0);
@@ -67,6 +72,19 @@ describe("qwen35moe handler (Qwen 3.5 MoE as Ollama's legacy converter wrote it)
     if (mtp) await expectMtpOpsElementwise(p, "qwen35moe", { variant, seed: SEED, sourceDtype }, true);
     if (mtp) await expectMtpDrafts(p.outPath);
     if (variant === "35b-a3b-mixed") await expectRejectedWithoutStack(p.outPath);
+  });
+
+  it("native profile (qwen35moe-mtp-norms-once): the MTP layer norms equal the twin's; llama-server's MTP head drafts the twin's tokens, the reference output's MTP head drafts others", async () => {
+    const p = await proveHandler(join(await dir(), "native-profile"), "qwen35moe", { seed: SEED, variant: "35b-a3b", twin: twinOptions(true, true), nativeTwin: { load: true } });
+    expect(p.view.report.fixes.map((f) => [f.handler, f.name])).toEqual([["qwen35moe", "qwen35moe-mtp-norms-once"]]);
+    expect(p.diff).toEqual(NO_DIFFERENCES);
+    for (const n of MTP_LAYER_NORMS) expect(p.translatedModel.findTensor(n)?.type, n).toBe(0);
+    if (p.load.ok && p.twin!.load!.ok) expect(p.load.tokens).toEqual(p.twin!.load!.tokens);
+    const twin = await mtpDraftCandidates(p.twin!.paths.text);
+    expect(twin.length).toBeGreaterThan(0);
+    expect(await mtpDraftCandidates(p.outPath)).toEqual(twin);
+    if (referenceOut === undefined) throw new Error("run with the reference 35b-a3b (f16) test");
+    expect(await mtpDraftCandidates(referenceOut)).not.toEqual(twin);
   });
 });
 
