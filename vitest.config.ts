@@ -14,6 +14,7 @@ export const compatAliases = {
   "@compat/cli": pkg("cli"),
   "@compat/server-bridge": pkg("server-bridge"),
   "@compat/testkit": pkg("testkit"),
+  "@compat/fuzz": pkg("fuzz"),
 };
 
 export default defineConfig({

@@ -3,7 +3,7 @@
  *
  * Mutates the testkit corpus (every fixture arch/variant in both layouts) and runs each
  * input through parse, and every K-th input through the full pipeline (detect, translate,
- * view reads, atomic write, clip view when present). See packages/testkit/src/fuzz.
+ * view reads, atomic write, clip view when present). See packages/fuzz/src.
  * The inputs run in a child process watched from here: an input still running after 10 s
  * is a hang, a child that dies (out of memory: 1 GiB heap cap) is a failure; either way the
  * input is recorded and the run goes on from the next one. Exit status 1 if anything failed.
@@ -13,7 +13,7 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { buildFuzzCorpus, runFuzz, type FuzzFailureRecord, type FuzzStats } from "@compat/testkit";
+import { buildFuzzCorpus, runFuzz, type FuzzFailureRecord, type FuzzStats } from "@compat/fuzz";
 
 interface Job {
   seed: number;

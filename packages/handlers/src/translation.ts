@@ -140,6 +140,11 @@ export class Translation {
     const arr = this.draft.getArray(key);
     return { itemType: arr.itemType, values: arr.toArray() };
   }
+  /** A BOOL value. */
+  getBool(key: string): boolean | undefined {
+    const kv = this.draft.get(key);
+    return kv?.type === GgufValueType.BOOL ? (kv.value as boolean) : undefined;
+  }
   /** Missing, "" or "default" (a non-string value is not "default"). */
   isMissingOrDefault(key: string): boolean {
     return missingOrDefault(this.draft, key);

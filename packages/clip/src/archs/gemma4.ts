@@ -1,4 +1,4 @@
-import { detect, type Handler, type Translation } from "@compat/handlers";
+import { type Handler, type Translation } from "@compat/handlers";
 import { asMmproj, embeddedVision } from "../tower";
 
 /**
@@ -80,7 +80,7 @@ function audio(t: Translation): void {
   t.promoteF16ToF32("a.input_projection.weight");
 
   // the reference assumes 12 blocks (E2B/E4B) when the key is missing
-  const blocks = detect.u32Kv(t.draft, "gemma4.audio.block_count") ?? 12;
+  const blocks = t.getU32("gemma4.audio.block_count") ?? 12;
   for (const b of t.blocksWithTensors(blocks, "a.blk.")) {
     const p = `a.blk.${b}.`;
     // ln2 is vacated before layer_pre_norm (the block's output norm) takes its name

@@ -1,5 +1,5 @@
 import { GgmlType, GgufValueType } from "@compat/gguf";
-import { detect, type Handler, type Translation } from "@compat/handlers";
+import { type Handler, type Translation } from "@compat/handlers";
 import { zeros } from "@compat/tensor-ops";
 import { asMmproj, embeddedVision } from "../tower";
 
@@ -51,8 +51,8 @@ export const mistral3Clip: Handler = {
 
     addImageBreak(t);
 
-    const nHead = detect.u32Kv(t.draft, "mistral3.vision.attention.head_count");
-    const nBlock = detect.u32Kv(t.draft, "mistral3.vision.block_count");
+    const nHead = t.getU32("mistral3.vision.attention.head_count");
+    const nBlock = t.getU32("mistral3.vision.block_count");
     if (nHead !== undefined && nBlock !== undefined) {
       // The reference permutes F16 Q/K only and leaves other types in the wrong order;
       // whole rows move here, so a quantized Q/K gets the same permutation.
@@ -77,7 +77,7 @@ export const mistral3Clip: Handler = {
  */
 function addImageBreak(t: Translation): void {
   const embd = t.tensor("token_embd.weight");
-  const width = detect.u32Kv(t.draft, "mistral3.embedding_length") ?? embd?.shape[0];
+  const width = t.getU32("mistral3.embedding_length") ?? embd?.shape[0];
   if (width === undefined || width === 0) return;
   const id = tokenId(t, "[IMG_BREAK]");
   if (embd !== undefined && id !== undefined) {

@@ -1,5 +1,5 @@
 import { GgmlType } from "@compat/gguf";
-import { detect, type Handler, type Translation } from "@compat/handlers";
+import { type Handler, type Translation } from "@compat/handlers";
 import { concat, permute, resamplePositionGrid, toF32 } from "@compat/tensor-ops";
 import { asMmproj, embeddedVision } from "../tower";
 
@@ -28,10 +28,10 @@ export const nemotronHOmniClip: Handler = {
     }
     t.copyKv(`${P}embedding_length`, "clip.vision.projection_dim");
 
-    const imageSize = detect.u32Kv(t.draft, "clip.vision.image_size") ?? 512;
-    const patchSize = detect.u32Kv(t.draft, "clip.vision.patch_size") ?? 16;
-    const embedding = detect.u32Kv(t.draft, "clip.vision.embedding_length") ?? 1280;
-    const channels = detect.u32Kv(t.draft, "clip.vision.num_channels") ?? 3;
+    const imageSize = t.getU32("clip.vision.image_size") ?? 512;
+    const patchSize = t.getU32("clip.vision.patch_size") ?? 16;
+    const embedding = t.getU32("clip.vision.embedding_length") ?? 1280;
+    const channels = t.getU32("clip.vision.num_channels") ?? 3;
     const targetSide = patchSize > 0 ? Math.floor(imageSize / patchSize) : 0;
 
     // RADIO v2.5-h, what the reference assumes when Ollama's file lacks a key

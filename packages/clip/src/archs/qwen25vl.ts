@@ -1,4 +1,4 @@
-import { detect, type Handler } from "@compat/handlers";
+import { type Handler } from "@compat/handlers";
 import { asMmproj, embeddedVision } from "../tower";
 
 /** CLIP's normalization, as Qwen2.5-VL's preprocessor_config.json gives it. */
@@ -34,7 +34,7 @@ export const qwen25vlClip: Handler = {
     if (up?.shape[1] !== undefined) t.injectU32("clip.vision.feed_forward_length", up.shape[1]);
     // clip.cpp requires the window-attention period: llama.cpp's converter takes it from
     // the first full-attention block, as here; 8 (every Qwen2.5-VL's) when the key is missing
-    const full = detect.intArrayKv(t.draft, "qwen25vl.vision.fullatt_block_indexes")?.[0];
+    const full = t.getIntArray("qwen25vl.vision.fullatt_block_indexes")?.[0];
     if (full !== undefined && full >= 0) t.setU32("clip.vision.n_wa_pattern", full + 1);
     t.injectU32("clip.vision.n_wa_pattern", 8);
     // the config has no image_size: 560 is the converter's (and the reference's) default

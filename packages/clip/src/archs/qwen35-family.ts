@@ -1,5 +1,5 @@
 import { GgufValueType } from "@compat/gguf";
-import { detect, type Translation } from "@compat/handlers";
+import { type Translation } from "@compat/handlers";
 import { mergeVisionQkv, splitPatchEmbedding } from "../qwen-tower";
 import { asMmproj } from "../tower";
 
@@ -33,7 +33,7 @@ export function applyQwen35Clip(t: Translation, arch: "qwen35" | "qwen35moe"): v
   t.injectF32Array("clip.vision.image_mean", [0.5, 0.5, 0.5]);
   t.injectF32Array("clip.vision.image_std", [0.5, 0.5, 0.5]);
   // no DeepStack: one false per block, as llama.cpp's converter writes it
-  const blocks = detect.u32Kv(t.draft, "clip.vision.block_count") ?? 0;
+  const blocks = t.getU32("clip.vision.block_count") ?? 0;
   if (!t.has("clip.vision.is_deepstack_layers") && blocks > 0) {
     t.setArray("clip.vision.is_deepstack_layers", GgufValueType.BOOL, Array.from({ length: blocks }, () => false));
   }
@@ -41,8 +41,8 @@ export function applyQwen35Clip(t: Translation, arch: "qwen35" | "qwen35moe"): v
   t.injectBool("clip.use_gelu", true);
   t.setString("clip.projector_type", "qwen3vl_merger");
 
-  mergeVisionQkv(t, detect.u32Kv(t.draft, "clip.vision.block_count") ?? 27);
-  splitPatchEmbedding(t, detect.u32Kv(t.draft, "clip.vision.num_channels") ?? 3);
+  mergeVisionQkv(t, t.getU32("clip.vision.block_count") ?? 27);
+  splitPatchEmbedding(t, t.getU32("clip.vision.num_channels") ?? 3);
   for (const [from, to] of RENAMES) t.renameTensorsContaining(from, to);
   // llama.cpp's converter keeps the position embedding F32; Ollama stored it F16
   t.promoteF16ToF32("v.position_embd.weight");

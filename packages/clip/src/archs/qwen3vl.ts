@@ -57,7 +57,7 @@ export const qwen3vlClip: Handler = {
     if (fc1?.shape[1] !== undefined) t.injectU32("clip.vision.feed_forward_length", fc1.shape[1]);
     // image_size = sqrt(num_position_embeddings) * patch_size, as llama.cpp's converter derives it
     const positions = t.tensor("v.pos_embed.weight")?.shape[1];
-    const patch = detect.u32Kv(t.draft, `${a}.vision.patch_size`);
+    const patch = t.getU32(`${a}.vision.patch_size`);
     if (positions !== undefined && patch !== undefined) t.injectU32("clip.vision.image_size", Math.floor(Math.sqrt(positions)) * patch);
     t.copyKv(`${a}.vision.image_mean`, "clip.vision.image_mean");
     t.copyKv(`${a}.vision.image_std`, "clip.vision.image_std");
@@ -68,8 +68,8 @@ export const qwen3vlClip: Handler = {
     t.injectU32("clip.vision.image_max_pixels", 16777216);
     t.injectF32Array("clip.vision.image_mean", [0.5, 0.5, 0.5]);
     t.injectF32Array("clip.vision.image_std", [0.5, 0.5, 0.5]);
-    const blocks = detect.u32Kv(t.draft, "clip.vision.block_count") ?? 0;
-    const deepstack = detect.intArrayKv(t.draft, `${a}.vision.deepstack_visual_indexes`) ?? [];
+    const blocks = t.getU32("clip.vision.block_count") ?? 0;
+    const deepstack = t.getIntArray(`${a}.vision.deepstack_visual_indexes`) ?? [];
     if (!t.has("clip.vision.is_deepstack_layers") && blocks > 0) {
       const mask = Array.from({ length: blocks }, (_, i) => deepstack.includes(i));
       t.setArray("clip.vision.is_deepstack_layers", GgufValueType.BOOL, mask);
@@ -78,8 +78,8 @@ export const qwen3vlClip: Handler = {
     t.injectBool("clip.use_gelu", true);
     t.setString("clip.projector_type", "qwen3vl_merger");
 
-    mergeVisionQkv(t, detect.u32Kv(t.draft, "clip.vision.block_count") ?? 27);
-    splitPatchEmbedding(t, detect.u32Kv(t.draft, `${a}.vision.num_channels`) ?? 3);
+    mergeVisionQkv(t, t.getU32("clip.vision.block_count") ?? 27);
+    splitPatchEmbedding(t, t.getU32(`${a}.vision.num_channels`) ?? 3);
     for (const [from, to] of RENAMES) t.renameTensor(from, to);
     // merger K feeds after vision layer deepstack_visual_indexes[K]: clip.cpp names it by that layer
     deepstack.forEach((layer, k) => {

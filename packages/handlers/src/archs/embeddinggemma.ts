@@ -1,4 +1,3 @@
-import { stringKv } from "../detect";
 import type { Handler } from "../handler";
 
 /**
@@ -32,7 +31,7 @@ export const embeddinggemma: Handler = {
       name: "embeddinggemma-add-space-prefix",
       reason:
         "Ollama never wrote tokenizer.ggml.add_space_prefix, so llama.cpp's SentencePiece default (true) puts a space before every input and the embedding changes; llama.cpp's converter writes false (as for Gemma 3)",
-      needed: () => stringKv(t.draft, "tokenizer.ggml.model") === "llama" && !t.has("tokenizer.ggml.add_space_prefix"),
+      needed: () => t.getString("tokenizer.ggml.model") === "llama" && !t.has("tokenizer.ggml.add_space_prefix"),
       apply: () => t.setBool("tokenizer.ggml.add_space_prefix", false),
     });
   },

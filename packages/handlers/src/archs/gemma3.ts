@@ -1,4 +1,4 @@
-import { anyOf, hasTensorPrefix, stringKv, u32Kv } from "../detect";
+import { anyOf, hasTensorPrefix } from "../detect";
 import type { Handler } from "../handler";
 
 /** Google's original Gemma 3 text-only chat template (data, byte for byte). */
@@ -57,7 +57,7 @@ export const gemma3: Handler = {
       name: "gemma3-add-space-prefix",
       reason:
         "Ollama never wrote tokenizer.ggml.add_space_prefix, so llama.cpp's SentencePiece default (true) puts a space before every prompt; llama.cpp's converter writes false for Gemma 3",
-      needed: () => stringKv(t.draft, "tokenizer.ggml.model") === "llama" && !t.has("tokenizer.ggml.add_space_prefix"),
+      needed: () => t.getString("tokenizer.ggml.model") === "llama" && !t.has("tokenizer.ggml.add_space_prefix"),
       apply: () => t.setBool("tokenizer.ggml.add_space_prefix", false),
     });
   },

@@ -1,27 +1,25 @@
-import { GgufValueType, type GgufModel } from "@compat/gguf";
-import { anyOf, u32Kv } from "../detect";
+import { anyOf } from "../detect";
 import type { Handler } from "../handler";
+import type { Translation } from "../translation";
 
 const TURN_END = "</assistant>";
 const CONTROL = 3;
 
 /** The id of </assistant>, when the vocabulary has it. */
-function turnEndId(m: GgufModel): number | undefined {
-  const kv = m.get("tokenizer.ggml.tokens");
-  if (kv?.type !== GgufValueType.ARRAY) return undefined;
-  const tokens = m.getArray("tokenizer.ggml.tokens");
-  if (tokens.itemType !== GgufValueType.STRING) return undefined;
-  const at = (tokens.toArray() as string[]).indexOf(TURN_END);
+function turnEndId(t: Translation): number | undefined {
+  const at = t.getStringArray("tokenizer.ggml.tokens")?.indexOf(TURN_END) ?? -1;
   return at >= 0 ? at : undefined;
 }
 
 /** Ollama's eos_token_ids without the BOS id: what llama.cpp's converter registers as eot. */
-function extraEosId(m: GgufModel): number | undefined {
-  const kv = m.get("tokenizer.ggml.eos_token_ids");
-  if (kv?.type !== GgufValueType.ARRAY) return undefined;
-  const bos = u32Kv(m, "tokenizer.ggml.bos_token_id");
-  const ids = m.getNumberArray("tokenizer.ggml.eos_token_ids");
-  return ids.find((id) => id !== bos);
+function extraEosId(t: Translation): number | undefined {
+  const bos = t.getU32("tokenizer.ggml.bos_token_id");
+  return t.getIntArray("tokenizer.ggml.eos_token_ids")?.find((id) => id !== bos);
+}
+
+/** The type of token `id`, when the vocabulary has types. */
+function tokenType(t: Translation, id: number): unknown {
+  return t.getArray("tokenizer.ggml.token_type")?.values[id];
 }
 
 /** Older laguna files nest the SWA rope keys and call the attention gate attn_g. */
@@ -39,17 +37,17 @@ export const laguna: Handler = {
     t.copyKv("laguna.rope.swa.dimension_count", "laguna.rope.dimension_count_swa");
     t.copyKv("laguna.rope.swa.freq_base", "laguna.rope.freq_base_swa");
     t.renameTensorSuffix(".attn_g.weight", ".attn_gate.weight");
-    const turnEnd = turnEndId(t.draft);
+    const turnEnd = turnEndId(t);
     t.fix({
       name: "laguna-assistant-turn-end",
       reason:
         "Ollama wrote eos_token_ids [2, 24] and left </assistant> a user-defined token, which llama.cpp neither stops at nor hides; llama.cpp's converter writes eot_token_id (the eos id other than BOS) and marks </assistant> CONTROL",
       needed: () =>
         turnEnd !== undefined &&
-        ((!t.has("tokenizer.ggml.eot_token_id") && extraEosId(t.draft) === turnEnd) ||
-          (t.draft.has("tokenizer.ggml.token_type") && t.draft.getNumberArray("tokenizer.ggml.token_type")[turnEnd] !== CONTROL)),
+        ((!t.has("tokenizer.ggml.eot_token_id") && extraEosId(t) === turnEnd) ||
+          (t.has("tokenizer.ggml.token_type") && tokenType(t, turnEnd) !== CONTROL)),
       apply: () => {
-        if (!t.has("tokenizer.ggml.eot_token_id") && extraEosId(t.draft) === turnEnd) t.setU32("tokenizer.ggml.eot_token_id", turnEnd!);
+        if (!t.has("tokenizer.ggml.eot_token_id") && extraEosId(t) === turnEnd) t.setU32("tokenizer.ggml.eot_token_id", turnEnd!);
         t.setArrayItem("tokenizer.ggml.token_type", turnEnd!, CONTROL);
       },
     });

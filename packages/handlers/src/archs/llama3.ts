@@ -34,7 +34,7 @@ function fixAddBos(t: Translation): void {
     name: "llama3-add-bos",
     reason:
       "Ollama's legacy writer stored add_bos_token = false when tokenizer_config.json had no such key (Llama 3 has none), so llama.cpp adds no <|begin_of_text|>; Llama 3 adds it through its tokenizer.json post-processor and llama.cpp's converter writes true",
-    needed: () => addBosFalse(t.draft),
+    needed: () => t.getBool("tokenizer.ggml.add_bos_token") === false,
     apply: () => t.setBool("tokenizer.ggml.add_bos_token", true),
   });
 }

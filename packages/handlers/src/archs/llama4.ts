@@ -1,5 +1,4 @@
-import { GgufValueType } from "@compat/gguf";
-import { anyOf, hasTensorPrefix, missingOrDefault } from "../detect";
+import { anyOf, hasTensorPrefix } from "../detect";
 import type { Handler } from "../handler";
 
 /** Llama 4 with its vision tower inline: the text view only hides it. */
@@ -16,14 +15,14 @@ export const llama4: Handler = {
       name: "llama4-pre-tokenizer",
       reason:
         "Llama 4's pre-tokenizer hash is not in Ollama's table, so it wrote \"default\" and llama.cpp splits text with its generic BPE regex; llama.cpp's converter writes \"llama4\"",
-      needed: () => missingOrDefault(t.draft, "tokenizer.ggml.pre"),
+      needed: () => t.isMissingOrDefault("tokenizer.ggml.pre"),
       apply: () => t.setString("tokenizer.ggml.pre", "llama4"),
     });
     t.fix({
       name: "llama4-add-bos",
       reason:
         "Ollama's legacy writer stored add_bos_token = false when tokenizer_config.json had no such key, so llama.cpp adds no BOS; Llama 4 adds it through its tokenizer.json post-processor and llama.cpp's converter writes true",
-      needed: () => t.draft.get("tokenizer.ggml.add_bos_token")?.type === GgufValueType.BOOL && t.draft.getBool("tokenizer.ggml.add_bos_token") === false,
+      needed: () => t.getBool("tokenizer.ggml.add_bos_token") === false,
       apply: () => t.setBool("tokenizer.ggml.add_bos_token", true),
     });
   },

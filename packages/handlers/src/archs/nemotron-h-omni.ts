@@ -1,4 +1,3 @@
-import { GgufValueType } from "@compat/gguf";
 import { anyOf, hasTensorPrefix } from "../detect";
 import type { Handler } from "../handler";
 
@@ -35,8 +34,7 @@ export const nemotronHOmni: Handler = {
         "Ollama's legacy writer stored add_bos_token = false (from tokenizer_config.json, false when the key is missing), so llama.cpp adds no BOS; the tokenizer adds BOS through its post-processor, and llama.cpp's converter writes add_bos_token = true for the dense Nemotron-H (NemotronHModel.set_vocab)",
       needed: () =>
         textArch === "nemotron_h" &&
-        t.draft.get("tokenizer.ggml.add_bos_token")?.type === GgufValueType.BOOL &&
-        t.draft.getBool("tokenizer.ggml.add_bos_token") === false,
+        t.getBool("tokenizer.ggml.add_bos_token") === false,
       apply: () => t.setBool("tokenizer.ggml.add_bos_token", true),
     });
   },

@@ -17,7 +17,7 @@ export const olmo3: Handler = {
       name: "olmo3-yarn-attn-factor-once",
       reason:
         "the copied olmo2.rope.scaling.attn_factor is multiplied into the YaRN attention scale llama.cpp already derives from rope.scaling.factor, so the scale is applied twice; llama.cpp's converter writes it as yarn_attn_factor, which the olmo2 loader does not read",
-      needed: () => t.has("olmo2.rope.scaling.attn_factor") && t.draft.getString("olmo2.rope.scaling.type", "") === "yarn",
+      needed: () => t.has("olmo2.rope.scaling.attn_factor") && t.getString("olmo2.rope.scaling.type") === "yarn",
       apply: () => t.removeKv("olmo2.rope.scaling.attn_factor"),
     });
   },

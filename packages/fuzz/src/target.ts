@@ -10,7 +10,8 @@ import { readdir, rm, stat } from "node:fs/promises";
 import { GgufError, bufferSource, parseGguf, readGguf, type GgufModel } from "@compat/gguf";
 import { TranslationError, detectHandlers, translateModel, type TranslatedView } from "@compat/handlers";
 import { TensorOpsError } from "@compat/tensor-ops";
-import { Prng, hash32 } from "../fixtures/prng";
+import { clipView } from "@compat/clip";
+import { Prng, hash32 } from "@compat/testkit";
 
 export class FuzzFailure extends Error {
   constructor(
@@ -39,18 +40,9 @@ export function isTypedError(e: unknown): e is Error & { code: string } {
 }
 
 type ClipView = (model: GgufModel) => unknown;
-let clipView: ClipView | null | undefined;
 
-/** @compat/clip's clipView, if that package exports one yet (it is written alongside). */
+/** @compat/clip's clipView: the mmproj side of every input goes through it too. */
 export async function loadClipView(): Promise<ClipView | null> {
-  if (clipView !== undefined) return clipView;
-  const spec = "@compat/clip"; // not a literal: bundlers must not follow it, the package may not have it
-  try {
-    const mod = (await import(spec)) as Record<string, unknown>;
-    clipView = typeof mod.clipView === "function" ? (mod.clipView as ClipView) : null;
-  } catch {
-    clipView = null;
-  }
   return clipView;
 }
 

@@ -1,8 +1,6 @@
 /** The fuzz corpus: every fixture arch/variant in both layouts (and native projector files), serialized. */
 import { serializeGguf } from "@compat/gguf";
-import { generateFixture } from "../fixtures/generate";
-import { allFixtureVariants } from "../fixtures/registry";
-import type { FixtureLayout } from "../fixtures/types";
+import { allFixtureVariants, generateFixture, type FixtureLayout } from "@compat/testkit";
 import { scanHeader, type HeaderMap } from "./scan";
 
 export interface CorpusEntry {

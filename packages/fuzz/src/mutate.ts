@@ -3,7 +3,7 @@
  * function of (corpus, seed, index), so any failing input is reproduced from those two
  * numbers alone (the recipe printed with it names the file and the operations).
  */
-import { Prng, hash32 } from "../fixtures/prng";
+import { Prng, hash32 } from "@compat/testkit";
 import { pickEntry, type CorpusEntry } from "./corpus";
 import { FIELD_KINDS, type FieldKind, type FieldPos } from "./scan";
 

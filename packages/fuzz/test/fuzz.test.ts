@@ -7,7 +7,8 @@ import * as clip from "@compat/clip";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { buildFuzzCorpus, fullPipeline, fuzzInput, generateFixture, loadClipView, parseOnly, runFuzz, scanHeader, type CorpusEntry } from "@compat/testkit";
+import { buildFuzzCorpus, fullPipeline, fuzzInput, loadClipView, parseOnly, runFuzz, scanHeader, type CorpusEntry } from "@compat/fuzz";
+import { generateFixture } from "@compat/testkit";
 
 let corpusOnce: Promise<CorpusEntry[]> | undefined;
 const corpus = () => (corpusOnce ??= buildFuzzCorpus());
