@@ -106,6 +106,22 @@ describe("translate()", () => {
 });
 
 describe("TranslatedView", () => {
+  it("writeTo copies untouched tensors in the kernel and writes the same bytes as the read/write path", async () => {
+    const { kernelRangeCopier } = await import("@compat/tensor-ops");
+    const copier = kernelRangeCopier();
+    const m = ollamaGemma3();
+    addF32(m, "blk.0.ffn_up.weight", [256, 1024], 5); // 1 MiB untouched range
+    const { path } = await onDisk(await dir(), "gemma3-kcopy.gguf", m);
+    const view = (await translate(path))!;
+    const copied: number[] = [];
+    const counting = copier && (async (...a: Parameters<typeof copier>) => (copied.push(a[4]), copier(...a)));
+    await view.writeTo(join(await dir(), "kernel.gguf"), counting ? { copyRange: counting } : {});
+    await view.writeTo(join(await dir(), "memory.gguf"), { copyRange: async () => false });
+    await view.close();
+    if (copier !== undefined) expect(copied).toContain(1024 * 1024);
+    expect((await readFile(join(await dir(), "kernel.gguf"))).equals(await readFile(join(await dir(), "memory.gguf")))).toBe(true);
+  });
+
   it("serves any byte range of the file it writes, and writes atomically", async () => {
     const { path, bytes: srcBytes } = await onDisk(await dir(), "gemma3-ollama.gguf", ollamaGemma3());
     const view = (await translate(path))!;

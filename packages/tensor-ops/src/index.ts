@@ -63,6 +63,7 @@ export {
   dequantizeIQ1_M,
 } from "./convert";
 export { convertStream, type ConvertStreamOptions } from "./stream";
+export { kernelRangeCopier, cloneFileRange, type KernelRangeCopier } from "./file-copy";
 export { activeBackend, setBackend, nativeAvailable, backendInfo, type Backend } from "./native";
 export { type Dtype, type Shape, type TensorBytes, tensorBytes as tensorByteLength, formatOf } from "./layout/tensor";
 export {
