@@ -263,7 +263,7 @@ function machine(): string {
   try {
     fs = execFileSync("df", ["-T", dir], { encoding: "utf8" }).trim().split("\n")[1]!.split(/\s+/)[1]!;
   } catch {}
-  return `${cpu}, ${cpus().length} cores (shared), ${(totalmem() / 2 ** 30).toFixed(0)} GiB RAM, ${fs} at ${dir}, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}`;
+  return `${cpu}, ${cpus().length} cores shared, ${(totalmem() / 2 ** 30).toFixed(0)} GiB RAM, ${fs} at ${dir}, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}`;
 }
 
 const only = process.argv.slice(2);
@@ -273,7 +273,7 @@ for (const [name, fn] of Object.entries(sections)) {
   console.error(`[${name}]`);
   await fn();
 }
-console.log(`\nMachine: ${machine()}; medians of ${RUNS} runs (3 for the large files), ratios between medians of the same run.\n`);
+console.log(`\nMachine: ${machine()}; medians of ${RUNS} runs (3 for the large files), ratios between medians of the same run\n`);
 console.log("| scenario | ours | baseline | ratio | target | pass |");
 console.log("|---|---:|---:|---:|---|:-:|");
 for (const r of rows) console.log(`| ${r.scenario} | ${r.ours} | ${r.baseline} | ${r.ratio.toFixed(2)} | ${r.target} | ${r.pass ? "yes" : "no"} |`);
