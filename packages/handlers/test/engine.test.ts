@@ -265,3 +265,47 @@ describe("Translation.fix and the profiles", () => {
   });
 });
 
+
+describe("work grows linearly with the number of tensors", () => {
+  /** Map operations during one translation that renames, retypes and drops a share of n tensors. */
+  function nameReads(n: number): number {
+    const m = GgufModel.create();
+    m.setString("general.architecture", "toy");
+    for (let i = 0; i < n; i++) m.addTensor({ name: `blk.${i}.w`, type: GgmlType.F32, shape: [1], data: { kind: "bytes", bytes: new Uint8Array(4) } });
+    const handler: Handler = {
+      name: "toy",
+      arch: "toy",
+      detect: () => ["toy"],
+      apply: (t) => {
+        for (let i = 0; i < n; i += 4) t.renameTensor(`blk.${i}.w`, `blk.${i}.renamed`);
+        for (let i = 1; i < n; i += 4) t.retype(`blk.${i}.w`, GgmlType.F32);
+        for (let i = 2; i < n; i += 16) t.dropTensor(`blk.${i}.w`);
+        t.hide("blk.3.");
+      },
+    };
+    // Map reads and writes: an index rebuilt per operation or a lookup by linear search shows here
+    let ops = 0;
+    const { get, set } = Map.prototype;
+    Map.prototype.get = function (this: Map<unknown, unknown>, k: unknown) {
+      ops++;
+      return get.call(this, k);
+    };
+    Map.prototype.set = function (this: Map<unknown, unknown>, k: unknown, v: unknown) {
+      ops++;
+      return set.call(this, k, v);
+    };
+    try {
+      expect(translateModel(m, { handlers: [handler] })).not.toBeNull();
+    } finally {
+      Map.prototype.get = get;
+      Map.prototype.set = set;
+    }
+    return ops;
+  }
+
+  it("doubling the tensors at most doubles the map operations (no per-operation index rebuilds)", () => {
+    const small = nameReads(4000);
+    const big = nameReads(8000);
+    expect(big / small).toBeLessThan(2.2);
+  });
+});
