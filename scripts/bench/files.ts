@@ -22,10 +22,8 @@ function ollamaGemma3Header(vocab: GgufModel): GgufModel {
   m.setU32("gemma3.mm.tokens_per_image", 256);
   m.setString("tokenizer.ggml.model", "llama");
   for (const key of ["tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type"]) {
-    const kv = vocab.get(key)!;
     const arr = vocab.getArray(key);
     m.setArray(key, arr.itemType, arr.toArray() as never);
-    void kv;
   }
   return m;
 }
@@ -45,7 +43,7 @@ export async function writeVisionBlob(path: string, totalMiB: number, sparse: bo
   const rows = bytesEach / (ne0 * 2);
   const fill = new Uint8Array(bytesEach);
   for (const [i, name] of names.entries()) {
-    // sparse: zero-length placeholders first; the real size is set by writing the header of the sized model below
+    // sparse files only use the layout (the data is never produced); real ones get a fill byte per tensor
     m.addTensor({ name, type: GgmlType.F16, shape: [ne0, rows], data: sparse ? { kind: "computed", length: bytesEach, label: "hole", produce: async () => fill } : { kind: "computed", length: bytesEach, label: "fill", produce: async () => fill.fill((i * 37 + 11) & 0x7b) } });
   }
   m.addTensor({ name: "output_norm.weight", type: GgmlType.F32, shape: [ne0], data: { kind: "bytes", bytes: new Uint8Array(ne0 * 4) } });
