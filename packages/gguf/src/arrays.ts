@@ -94,6 +94,9 @@ export function typedArrayFor(type: number): new (n: number) => NumberTypedArray
  * A packed array of `n` undefined slots. (`new Array(n)` for large n gives V8 a slow
  * dictionary-mode array, which made decoding a 500k-item vocabulary 20x slower.)
  */
+/** Items at() caches in a map before it switches to a packed cache of every slot. */
+const SPARSE_CACHE_LIMIT = 1024;
+
 function emptyCache(n: number): (string | undefined)[] {
   const a: (string | undefined)[] = [];
   for (let i = 0; i < n; i++) a.push(undefined);
@@ -121,6 +124,10 @@ export class NumberArray implements GgufArray {
   }
   toArray(): number[] {
     return Array.from(this.values);
+  }
+  /** The first `n` items, sharing this array's memory (no copy). */
+  head(n: number): NumberArray {
+    return new NumberArray(this.itemType, this.values.subarray(0, Math.max(0, Math.min(n, this.values.length))));
   }
 }
 
@@ -183,6 +190,7 @@ export class StringArray implements GgufArray {
   readonly itemType = GgufValueType.STRING;
   readonly raw: RawStrings | undefined;
   private decoded: (string | undefined)[] | undefined;
+  private few: Map<number, string> | undefined;
   private decode: ((start: number, end: number) => string) | undefined;
   readonly length: number;
 
@@ -202,16 +210,35 @@ export class StringArray implements GgufArray {
   at(i: number): string {
     if (i < 0 || i >= this.length) outOfRange(i, this.length);
     let cache = this.decoded;
-    if (cache === undefined) cache = this.decoded = emptyCache(this.length);
+    if (cache === undefined) {
+      // A few reads (a listing shows 8 items, a detector 1) use a small map; a packed cache
+      // of `length` slots costs as much as the parse for a 262k vocabulary, so it waits.
+      const few = (this.few ??= new Map());
+      const hit = few.get(i);
+      if (hit !== undefined) return hit;
+      const s = this.decodeAt(i);
+      if (few.size < SPARSE_CACHE_LIMIT) few.set(i, s);
+      else {
+        cache = this.decoded = emptyCache(this.length);
+        for (const [k, v] of few) cache[k] = v;
+        cache[i] = s;
+        this.few = undefined;
+      }
+      return s;
+    }
     let s = cache[i];
     if (s === undefined) {
-      const raw = this.raw!;
-      const start = raw.starts[i]!;
-      this.decode ??= sliceDecoder(raw.region);
-      s = this.decode(start, start + raw.lengths[i]!);
+      s = this.decodeAt(i);
       cache[i] = s;
     }
     return s;
+  }
+
+  private decodeAt(i: number): string {
+    const raw = this.raw!;
+    const start = raw.starts[i]!;
+    this.decode ??= sliceDecoder(raw.region);
+    return this.decode(start, start + raw.lengths[i]!);
   }
 
   toArray(): string[] {
@@ -227,6 +254,17 @@ export class StringArray implements GgufArray {
     }
     const out: string[] = [];
     for (let i = 0; i < this.length; i++) out.push(this.at(i));
+    return out;
+  }
+
+  /** The first `n` items; a parsed array stays undecoded (a view of the same bytes). */
+  head(n: number): StringArray {
+    const k = Math.max(0, Math.min(n, this.length));
+    if (this.raw === undefined) return new StringArray((this.decoded as string[]).slice(0, k));
+    const { region, starts, lengths, littleEndian } = this.raw;
+    const end = k === 0 ? 0 : starts[k - 1]! + lengths[k - 1]!;
+    const out = new StringArray({ region: region.subarray(0, end), starts: starts.subarray(0, k), lengths: lengths.subarray(0, k), littleEndian });
+    if (this.decoded !== undefined) out.decoded = this.decoded.slice(0, k);
     return out;
   }
 

@@ -3,14 +3,21 @@ import { randomBytes } from "node:crypto";
 import { open, readdir, rename, unlink } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { GgufError } from "./errors";
+import type { RangeCopier } from "./types";
 import { tempFileName, tempFilePid, trackTempFile, untrackTempFile } from "./temp-files";
+
+/** Appends `length` bytes of another open file at the write position with `copier`; false when it declined. */
+export type FileCopy = (copier: RangeCopier, srcFd: number, srcOffset: number, length: number) => Promise<boolean>;
 
 /**
  * Write a file atomically: `produce` streams chunks into a temp file in the same directory,
  * which is fsynced and renamed over `path`. On any error the temp file is removed; temp
  * files that dead processes left for the same output (a SIGKILL mid-write) are removed first.
  */
-export async function writeFileAtomic(path: string, produce: (write: (chunk: Uint8Array) => Promise<void>) => Promise<void>): Promise<number> {
+export async function writeFileAtomic(
+  path: string,
+  produce: (write: (chunk: Uint8Array) => Promise<void>, copy: FileCopy) => Promise<void>,
+): Promise<number> {
   const dir = dirname(path);
   const base = basename(path);
   await removeStaleTempFiles(dir, base);
@@ -26,6 +33,16 @@ export async function writeFileAtomic(path: string, produce: (write: (chunk: Uin
   let done = false;
   try {
     const handle = fh;
+    const copy: FileCopy = async (copier, srcFd, srcOffset, length) => {
+      let ok: boolean;
+      try {
+        ok = await copier(srcFd, srcOffset, handle.fd, pos, length);
+      } catch (cause) {
+        throw writeError(path, pos, cause);
+      }
+      if (ok) pos += length;
+      return ok;
+    };
     await produce(async (chunk) => {
       let off = 0;
       while (off < chunk.length) {
@@ -38,7 +55,7 @@ export async function writeFileAtomic(path: string, produce: (write: (chunk: Uin
         off += bytesWritten;
         pos += bytesWritten;
       }
-    });
+    }, copy);
     try {
       await handle.sync();
       await handle.close();

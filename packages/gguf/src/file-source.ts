@@ -53,6 +53,7 @@ export async function fileSource(path: string): Promise<ByteSource> {
   return {
     name: path,
     size,
+    fd: fh.fd,
     async read(offset, length) {
       check(offset, length);
       const out = new Uint8Array(length);

@@ -69,6 +69,14 @@ export function parseGguf(bytes: Uint8Array | ArrayBuffer, name = "<buffer>", op
   return buildModel(h, opts.source ?? bufferSource(view, name), [], sizeKnown);
 }
 
+/** A byte buffer the caller fills completely (Node: without zeroing it first). */
+function uninitialized(n: number): Uint8Array {
+  const B = (globalThis as { Buffer?: { allocUnsafeSlow(n: number): Uint8Array } }).Buffer;
+  if (B === undefined) return new Uint8Array(n);
+  const b = B.allocUnsafeSlow(n);
+  return new Uint8Array(b.buffer, b.byteOffset, b.length);
+}
+
 /** Read the header through a ByteSource in growing chunks: only the header bytes are read. */
 async function readFromSource(source: ByteSource, owned: ByteSource[], opts: ReadOptions): Promise<GgufModel> {
   const size = source.size;
@@ -82,7 +90,7 @@ async function readFromSource(source: ByteSource, owned: ByteSource[], opts: Rea
       if (!(e instanceof NeedMoreBytes)) throw e;
       // Grow geometrically so a big vocabulary costs a handful of reads, never past EOF.
       const want = Math.min(size, Math.max(len * 2, Math.ceil(e.minEnd * 1.25)));
-      const next = new Uint8Array(want);
+      const next = uninitialized(want);
       next.set(buf, 0);
       if (source.readInto !== undefined) await source.readInto(next.subarray(len), len);
       else next.set(await source.read(len, want - len), len);

@@ -47,7 +47,16 @@ export interface ByteSource {
   /** Optional: read `target.length` bytes at `offset` straight into `target` (saves a copy). */
   readInto?(target: Uint8Array, offset: number): Promise<void>;
   close?(): Promise<void>;
+  /** Optional: the open file descriptor behind a local file, for in-kernel copies (WriteOptions.copyRange). */
+  readonly fd?: number;
 }
+
+/**
+ * Copies `length` bytes from one open file to another without passing them through
+ * JS (copy_file_range, reflink). Resolves true when all bytes were copied, false when
+ * it cannot copy this pair of files (then the writer copies through memory instead).
+ */
+export type RangeCopier = (srcFd: number, srcOffset: number, dstFd: number, dstOffset: number, length: number) => Promise<boolean>;
 
 /** Where a tensor's bytes come from. */
 export type TensorData =

@@ -1,6 +1,7 @@
 import { GgufError } from "./errors";
 import { layoutGguf, type GgufLayout } from "./layout";
 import type { GgufModel } from "./model";
+import type { GgufTensor, RangeCopier } from "./types";
 import { CopyBuffers, streamTensorData } from "./tensor-data";
 
 /** Anything with a write(chunk) method; a returned promise is awaited. */
@@ -22,6 +23,12 @@ export interface WriteOptions {
   signal?: AbortSignal;
   /** This model's layoutGguf() result, when the caller already has it (it is not laid out again). */
   layout?: GgufLayout;
+  /**
+   * Optional in-kernel copier for tensors that are untouched ranges of a local file, used
+   * when writing to a path (e.g. @compat/tensor-ops' kernelRangeCopier()). When it declines,
+   * those bytes are copied through memory as without it.
+   */
+  copyRange?: RangeCopier;
 }
 
 export interface WriteResult {
@@ -30,8 +37,10 @@ export interface WriteResult {
 }
 
 type Emit = (chunk: Uint8Array) => Promise<void>;
+/** Appends a tensor's bytes without reading them into JS; false when it cannot for this tensor. */
+type DirectCopy = (t: GgufTensor) => Promise<boolean>;
 
-async function emitModel(model: GgufModel, layout: GgufLayout, emit: Emit, opts: WriteOptions, buffers?: CopyBuffers): Promise<number> {
+async function emitModel(model: GgufModel, layout: GgufLayout, emit: Emit, opts: WriteOptions, buffers?: CopyBuffers, direct?: DirectCopy): Promise<number> {
   let written = 0;
   const out = async (chunk: Uint8Array): Promise<void> => {
     opts.signal?.throwIfAborted();
@@ -46,7 +55,13 @@ async function emitModel(model: GgufModel, layout: GgufLayout, emit: Emit, opts:
     const size = layout.tensorSizes[i]!;
     const expectedAt = layout.dataOffset + layout.tensorOffsets[i]!;
     if (written !== expectedAt) throw new GgufError("DATA_LENGTH", `internal: tensor "${t.name}" would start at ${written}`, { expected: `${expectedAt}` });
-    await streamTensorData(t, size, out, buffers);
+    if (direct !== undefined && size > 0) {
+      opts.signal?.throwIfAborted();
+      if (await direct(t)) {
+        written += size;
+        opts.onProgress?.(written, layout.totalSize);
+      } else await streamTensorData(t, size, out, buffers);
+    } else await streamTensorData(t, size, out, buffers);
     const pad = (layout.alignment - (size % layout.alignment)) % layout.alignment;
     if (pad > 0) {
       if (zeros.length < pad) zeros = new Uint8Array(Math.min(pad, 1 << 20));
@@ -77,7 +92,22 @@ export async function writeGguf(model: GgufModel, target: WriteTarget, opts: Wri
   if (typeof target === "string") {
     const { writeFileAtomic } = await import("./file-sink");
     // The file sink is done with each chunk when its write resolves, so copy buffers can be reused.
-    const bytesWritten = await writeFileAtomic(target, (write) => emitModel(model, layout, write, opts, new CopyBuffers()).then(() => undefined));
+    const copier = opts.copyRange;
+    const bytesWritten = await writeFileAtomic(target, async (write, copy) => {
+      // Once the copier declines (another filesystem, no kernel support), stop asking it.
+      let usable = copier !== undefined;
+      const direct: DirectCopy | undefined =
+        copier === undefined
+          ? undefined
+          : async (t) => {
+              const d = t.data;
+              if (!usable || d.kind !== "range" || d.source.fd === undefined) return false;
+              if (d.offset + d.length > d.source.size) return false; // let the read path report the truncation
+              usable = await copy(copier, d.source.fd, d.offset, d.length);
+              return usable;
+            };
+      await emitModel(model, layout, write, opts, new CopyBuffers(), direct);
+    });
     return { bytesWritten, layout };
   }
   if (isWebWritable(target)) {

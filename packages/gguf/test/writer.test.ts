@@ -72,3 +72,59 @@ describe("writeGguf targets", () => {
     }
   });
 });
+
+describe("writeGguf copyRange hook (in-kernel copies of untouched file ranges)", () => {
+  async function sourceFile(dir: string): Promise<string> {
+    const src = GgufModel.create();
+    src.setString("general.architecture", "x");
+    src.addTensor({ name: "r0", type: GgmlType.I8, shape: [1000], data: { kind: "bytes", bytes: new Uint8Array(1000).map((_, i) => i & 0xff) } });
+    src.addTensor({ name: "r1", type: GgmlType.I8, shape: [77], data: { kind: "bytes", bytes: new Uint8Array(77).fill(3) } });
+    const path = join(dir, "src.gguf");
+    await writeGguf(src, path);
+    return path;
+  }
+
+  it("hands range tensors to the copier with the right offsets and gets the same file", async () => {
+    const { readGguf } = await import("@compat/gguf");
+    const { readSync, writeSync, readFileSync } = await import("node:fs");
+    const dir = await mkdtemp(join(tmpdir(), "gguf-copy-"));
+    try {
+      const m = await readGguf(await sourceFile(dir));
+      m.setString("general.name", "edited"); // header grows: every tensor moves
+      m.addTensor({ name: "mem", type: GgmlType.I8, shape: [5], data: { kind: "bytes", bytes: new Uint8Array(5).fill(1) } });
+      const calls: number[] = [];
+      await writeGguf(m, join(dir, "plain.gguf"));
+      await writeGguf(m, join(dir, "copied.gguf"), {
+        copyRange: async (srcFd, srcOffset, dstFd, dstOffset, length) => {
+          calls.push(length);
+          const buf = Buffer.alloc(length);
+          readSync(srcFd, buf, 0, length, srcOffset);
+          writeSync(dstFd, buf, 0, length, dstOffset);
+          return true;
+        },
+      });
+      await m.close();
+      expect(calls).toEqual([1000, 77]);
+      expect(readFileSync(join(dir, "copied.gguf")).equals(readFileSync(join(dir, "plain.gguf")))).toBe(true);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("falls back to copying through memory, and stops asking, once the copier declines", async () => {
+    const { readGguf } = await import("@compat/gguf");
+    const { readFileSync } = await import("node:fs");
+    const dir = await mkdtemp(join(tmpdir(), "gguf-copy-"));
+    try {
+      const m = await readGguf(await sourceFile(dir));
+      let calls = 0;
+      await writeGguf(m, join(dir, "plain.gguf"));
+      await writeGguf(m, join(dir, "declined.gguf"), { copyRange: async () => (calls++, false) });
+      await m.close();
+      expect(calls).toBe(1);
+      expect(readFileSync(join(dir, "declined.gguf")).equals(readFileSync(join(dir, "plain.gguf")))).toBe(true);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -208,6 +208,12 @@ export class Translation {
     if (kv === undefined || kv.type !== GgufValueType.ARRAY) return;
     const arr = this.draft.getArray(key);
     if (n >= arr.length) return;
+    // Parsed vocabularies are cut without decoding them (a 262k-token array costs a view, not 262k strings).
+    const head = (arr as { head?: (n: number) => GgufValue }).head;
+    if (typeof head === "function") {
+      this.draft.set(key, GgufValueType.ARRAY, head.call(arr, n));
+      return;
+    }
     const items = arr.toArray().slice(0, n);
     this.draft.setArray(key, arr.itemType, items as never);
   }

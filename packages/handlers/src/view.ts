@@ -1,4 +1,5 @@
 import { layoutGguf, readTensorData, writeGguf, type GgufLayout, type GgufModel, type GgufTensor, type WriteOptions } from "@compat/gguf";
+import { kernelRangeCopier } from "@compat/tensor-ops";
 import type { TranslationReport } from "./report";
 
 /**
@@ -65,9 +66,13 @@ export class TranslatedView {
     await this.source.close();
   }
 
-  /** Writes the translated file atomically (temp file + rename), one tensor in memory at a time. */
+  /**
+   * Writes the translated file atomically (temp file + rename), one tensor in memory at a time.
+   * Untouched tensor ranges are copied in the kernel (copy_file_range) when the native addon is there.
+   */
   async writeTo(path: string, opts?: WriteOptions): Promise<void> {
-    await writeGguf(this.model, path, { ...opts, layout: this.layout });
+    const copyRange = opts?.copyRange ?? kernelRangeCopier();
+    await writeGguf(this.model, path, { ...opts, layout: this.layout, ...(copyRange !== undefined ? { copyRange } : {}) });
   }
 
   private async tensorSlice(t: GgufTensor, at: number, length: number): Promise<Uint8Array> {

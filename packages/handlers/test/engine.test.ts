@@ -106,6 +106,22 @@ describe("translate()", () => {
 });
 
 describe("TranslatedView", () => {
+  it("writeTo copies untouched tensors in the kernel and writes the same bytes as the read/write path", async () => {
+    const { kernelRangeCopier } = await import("@compat/tensor-ops");
+    const copier = kernelRangeCopier();
+    const m = ollamaGemma3();
+    addF32(m, "blk.0.ffn_up.weight", [256, 1024], 5); // 1 MiB untouched range
+    const { path } = await onDisk(await dir(), "gemma3-kcopy.gguf", m);
+    const view = (await translate(path))!;
+    const copied: number[] = [];
+    const counting = copier && (async (...a: Parameters<typeof copier>) => (copied.push(a[4]), copier(...a)));
+    await view.writeTo(join(await dir(), "kernel.gguf"), counting ? { copyRange: counting } : {});
+    await view.writeTo(join(await dir(), "memory.gguf"), { copyRange: async () => false });
+    await view.close();
+    if (copier !== undefined) expect(copied).toContain(1024 * 1024);
+    expect((await readFile(join(await dir(), "kernel.gguf"))).equals(await readFile(join(await dir(), "memory.gguf")))).toBe(true);
+  });
+
   it("serves any byte range of the file it writes, and writes atomically", async () => {
     const { path, bytes: srcBytes } = await onDisk(await dir(), "gemma3-ollama.gguf", ollamaGemma3());
     const view = (await translate(path))!;
@@ -249,3 +265,47 @@ describe("Translation.fix and the profiles", () => {
   });
 });
 
+
+describe("work grows linearly with the number of tensors", () => {
+  /** Map operations during one translation that renames, retypes and drops a share of n tensors. */
+  function nameReads(n: number): number {
+    const m = GgufModel.create();
+    m.setString("general.architecture", "toy");
+    for (let i = 0; i < n; i++) m.addTensor({ name: `blk.${i}.w`, type: GgmlType.F32, shape: [1], data: { kind: "bytes", bytes: new Uint8Array(4) } });
+    const handler: Handler = {
+      name: "toy",
+      arch: "toy",
+      detect: () => ["toy"],
+      apply: (t) => {
+        for (let i = 0; i < n; i += 4) t.renameTensor(`blk.${i}.w`, `blk.${i}.renamed`);
+        for (let i = 1; i < n; i += 4) t.retype(`blk.${i}.w`, GgmlType.F32);
+        for (let i = 2; i < n; i += 16) t.dropTensor(`blk.${i}.w`);
+        t.hide("blk.3.");
+      },
+    };
+    // Map reads and writes: an index rebuilt per operation or a lookup by linear search shows here
+    let ops = 0;
+    const { get, set } = Map.prototype;
+    Map.prototype.get = function (this: Map<unknown, unknown>, k: unknown) {
+      ops++;
+      return get.call(this, k);
+    };
+    Map.prototype.set = function (this: Map<unknown, unknown>, k: unknown, v: unknown) {
+      ops++;
+      return set.call(this, k, v);
+    };
+    try {
+      expect(translateModel(m, { handlers: [handler] })).not.toBeNull();
+    } finally {
+      Map.prototype.get = get;
+      Map.prototype.set = set;
+    }
+    return ops;
+  }
+
+  it("doubling the tensors at most doubles the map operations (no per-operation index rebuilds)", () => {
+    const small = nameReads(4000);
+    const big = nameReads(8000);
+    expect(big / small).toBeLessThan(2.2);
+  });
+});

@@ -6,8 +6,17 @@
  * rounding. AVX2/F16C variants are selected at load time when the CPU has them; GCC vectorizes the
  * scalar loops in the AVX2 variants.
  */
+#if defined(__linux__)
+#define _GNU_SOURCE 1
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+#include <linux/fs.h>
+#endif
 #include <node_api.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -381,6 +390,81 @@ static napi_value set_isa(napi_env env, napi_callback_info info) {
     return isa(env, info);
 }
 
+/*
+ * copyFileRange(fdIn, offIn, fdOut, offOut, length) -> bytes copied by the kernel (copy_file_range;
+ * filesystems that support it share extents instead of copying). Copies until `length` or the end
+ * of the input. Returns -errno when the kernel refuses before copying anything (ENOSYS, EXDEV,
+ * EINVAL, EOPNOTSUPP...), so the caller falls back to read/write; throws on a failure midway.
+ * Synchronous: the caller keeps each call to a bounded length so the event loop is not held long.
+ */
+static napi_value copy_file_range_js(napi_env env, napi_callback_info info) {
+    size_t argc = 5;
+    napi_value argv[5], result;
+    double a[5];
+    CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+    if (argc < 5) { napi_throw_type_error(env, NULL, "copyFileRange(fdIn, offIn, fdOut, offOut, length)"); return NULL; }
+    for (int i = 0; i < 5; i++) {
+        if (napi_get_value_double(env, argv[i], &a[i]) != napi_ok || !(a[i] >= 0) || a[i] > 9007199254740991.0 || a[i] != (double) (int64_t) a[i]) {
+            napi_throw_range_error(env, NULL, "copyFileRange: arguments must be non-negative integers");
+            return NULL;
+        }
+    }
+#if defined(__linux__)
+    loff_t in_off = (loff_t) a[1], out_off = (loff_t) a[3];
+    uint64_t left = (uint64_t) a[4], done = 0;
+    while (left > 0) {
+        size_t want = left > (1u << 30) ? (1u << 30) : (size_t) left;
+        ssize_t n = copy_file_range((int) a[0], &in_off, (int) a[2], &out_off, want, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (done == 0) { CHECK(napi_create_double(env, -(double) errno, &result)); return result; }
+            char msg[96];
+            snprintf(msg, sizeof msg, "copy_file_range failed after %llu bytes: %s", (unsigned long long) done, strerror(errno));
+            napi_throw_error(env, "EIO", msg);
+            return NULL;
+        }
+        if (n == 0) break; /* end of input */
+        done += (uint64_t) n;
+        left -= (uint64_t) n;
+    }
+    CHECK(napi_create_double(env, (double) done, &result));
+#else
+    CHECK(napi_create_double(env, -38.0 /* ENOSYS */, &result));
+#endif
+    return result;
+}
+
+/*
+ * cloneRange(fdIn, offIn, fdOut, offOut, length) -> 0 when the filesystem shared the extents
+ * (FICLONERANGE: Btrfs, XFS with reflink), else -errno (ext4 and tmpfs refuse; offsets and
+ * length must be multiples of the filesystem block size, except a length reaching the input's end).
+ */
+static napi_value clone_range_js(napi_env env, napi_callback_info info) {
+    size_t argc = 5;
+    napi_value argv[5], result;
+    double a[5];
+    CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+    if (argc < 5) { napi_throw_type_error(env, NULL, "cloneRange(fdIn, offIn, fdOut, offOut, length)"); return NULL; }
+    for (int i = 0; i < 5; i++) {
+        if (napi_get_value_double(env, argv[i], &a[i]) != napi_ok || !(a[i] >= 0) || a[i] > 9007199254740991.0) {
+            napi_throw_range_error(env, NULL, "cloneRange: arguments must be non-negative integers");
+            return NULL;
+        }
+    }
+#if defined(__linux__) && defined(FICLONERANGE)
+    struct file_clone_range r;
+    r.src_fd = (int64_t) a[0];
+    r.src_offset = (uint64_t) a[1];
+    r.dest_offset = (uint64_t) a[3];
+    r.src_length = (uint64_t) a[4];
+    int rc = ioctl((int) a[2], FICLONERANGE, &r);
+    CHECK(napi_create_double(env, rc == 0 ? 0.0 : -(double) errno, &result));
+#else
+    CHECK(napi_create_double(env, -95.0 /* EOPNOTSUPP */, &result));
+#endif
+    return result;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
     select_kernels(1);
     napi_property_descriptor props[] = {
@@ -388,6 +472,8 @@ static napi_value init(napi_env env, napi_value exports) {
         {"types", NULL, types, NULL, NULL, NULL, napi_default, NULL},
         {"isa", NULL, isa, NULL, NULL, NULL, napi_default, NULL},
         {"setIsa", NULL, set_isa, NULL, NULL, NULL, napi_default, NULL},
+        {"copyFileRange", NULL, copy_file_range_js, NULL, NULL, NULL, napi_default, NULL},
+        {"cloneRange", NULL, clone_range_js, NULL, NULL, NULL, napi_default, NULL},
     };
     CHECK(napi_define_properties(env, exports, sizeof props / sizeof props[0], props));
     return exports;

@@ -65,6 +65,7 @@ export {
 export { convertStream, type ConvertStreamOptions, type ByteSource } from "./stream";
 export { activeBackend, setBackend, nativeAvailable, backendInfo, ready, type Backend, type BackendChoice } from "./native";
 export { type Dtype, type Shape, type TensorBytes, type Format, tensorBytes as tensorByteLength, formatOf } from "./layout/tensor";
+export { kernelRangeCopier, cloneFileRange, type KernelRangeCopier } from "./file-copy";
 export {
   concat,
   split,

@@ -22,6 +22,10 @@ export interface NativeAddon {
   isa(): string;
   /** Restricts the addon to its portable scalar kernels ("scalar") or lets it pick ("auto"). */
   setIsa(choice: "scalar" | "auto"): string;
+  /** copy_file_range loop: bytes copied, or -errno when refused before the first byte (absent in older builds). */
+  copyFileRange?(fdIn: number, offIn: number, fdOut: number, offOut: number, length: number): number;
+  /** FICLONERANGE: 0 or -errno (absent in older builds). */
+  cloneRange?(fdIn: number, offIn: number, fdOut: number, offOut: number, length: number): number;
 }
 
 let loaded: NativeAddon | null | undefined;

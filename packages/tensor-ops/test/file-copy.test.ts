@@ -1,0 +1,101 @@
+// The in-kernel range copier (copy_file_range through the addon): bytes land where asked,
+// the kernel's refusals fall back (false), and a source shorter than promised throws.
+import { openSync, closeSync, readFileSync, writeFileSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { cloneFileRange, kernelRangeCopier, nativeAvailable } from "../src/index";
+
+const dir = mkdtempSync(join(tmpdir(), "tops-copy-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describe.skipIf(!nativeAvailable())("kernelRangeCopier", () => {
+  const src = join(dir, "src.bin");
+  const bytes = new Uint8Array(3 * 1024 * 1024 + 17).map((_, i) => (i * 131 + 7) & 0xff);
+  writeFileSync(src, bytes);
+
+  it("copies a range to an offset of another file, byte for byte", async () => {
+    const copy = kernelRangeCopier()!;
+    const dst = join(dir, "dst.bin");
+    const fi = openSync(src, "r");
+    const fo = openSync(dst, "w+");
+    try {
+      writeFileSync(fo, new Uint8Array(100).fill(9));
+      expect(await copy(fi, 5, fo, 100, bytes.length - 5)).toBe(true);
+    } finally {
+      closeSync(fi);
+      closeSync(fo);
+    }
+    const out = readFileSync(dst);
+    expect(out.length).toBe(100 + bytes.length - 5);
+    expect(out.subarray(0, 100).every((b) => b === 9)).toBe(true);
+    expect(Buffer.compare(out.subarray(100), Buffer.from(bytes.subarray(5)))).toBe(0);
+  });
+
+  it("declines (false) when the kernel refuses before copying, e.g. a read-only destination", async () => {
+    const copy = kernelRangeCopier()!;
+    const fi = openSync(src, "r");
+    const fo = openSync(src, "r"); // not open for writing: EBADF
+    try {
+      expect(await copy(fi, 0, fo, 0, 10)).toBe(false);
+    } finally {
+      closeSync(fi);
+      closeSync(fo);
+    }
+  });
+
+  it("throws when the source ends before the promised length", async () => {
+    const copy = kernelRangeCopier()!;
+    const fi = openSync(src, "r");
+    const fo = openSync(join(dir, "short.bin"), "w+");
+    try {
+      await expect(copy(fi, bytes.length - 10, fo, 0, 20)).rejects.toThrow(/source ended/);
+    } finally {
+      closeSync(fi);
+      closeSync(fo);
+    }
+  });
+
+  it("cloneFileRange reflinks or reports why not (ext4 and tmpfs refuse)", () => {
+    const fi = openSync(src, "r");
+    const fo = openSync(join(dir, "clone.bin"), "w+");
+    try {
+      const rc = cloneFileRange(fi, 0, fo, 0, 1024 * 1024);
+      if (rc === 0) expect(Buffer.compare(readFileSync(join(dir, "clone.bin")), Buffer.from(bytes.subarray(0, 1024 * 1024)))).toBe(0);
+      else expect(rc).toBeLessThan(0);
+    } finally {
+      closeSync(fi);
+      closeSync(fo);
+    }
+  });
+});
+
+// A reflink-capable mount (XFS with reflink, Btrfs), e.g. a loop-mounted image: set COMPAT_REFLINK_DIR to it.
+const reflinkDir = process.env.COMPAT_REFLINK_DIR;
+describe.skipIf(!nativeAvailable() || reflinkDir === undefined)("on a reflink filesystem (COMPAT_REFLINK_DIR)", () => {
+  it("clones block-aligned ranges, refuses unaligned ones, and copy_file_range gives the same bytes", async () => {
+    const d = mkdtempSync(join(reflinkDir!, "tops-reflink-"));
+    try {
+      const src = join(d, "src.bin");
+      const bytes = new Uint8Array(8 * 4096 * 64).map((_, i) => (i * 7 + 1) & 0xff);
+      writeFileSync(src, bytes);
+      const fi = openSync(src, "r");
+      const fo = openSync(join(d, "clone.bin"), "w+");
+      const fc = openSync(join(d, "copy.bin"), "w+");
+      try {
+        expect(cloneFileRange(fi, 4096, fo, 0, bytes.length - 4096)).toBe(0);
+        expect(cloneFileRange(fi, 4096 + 32, fo, 0, 4096)).toBeLessThan(0);
+        expect(await kernelRangeCopier()!(fi, 4096, fc, 0, bytes.length - 4096)).toBe(true);
+      } finally {
+        closeSync(fi);
+        closeSync(fo);
+        closeSync(fc);
+      }
+      const want = Buffer.from(bytes.subarray(4096));
+      expect(readFileSync(join(d, "clone.bin")).equals(want)).toBe(true);
+      expect(readFileSync(join(d, "copy.bin")).equals(want)).toBe(true);
+    } finally {
+      rmSync(d, { recursive: true, force: true });
+    }
+  });
+});
