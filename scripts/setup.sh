@@ -6,6 +6,7 @@
 # and one image answer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/system-deps.sh
 npm ci --no-audit --no-fund
 npm run build
 LLAMA_BIN=$(bash scripts/build-llama-tools.sh)
