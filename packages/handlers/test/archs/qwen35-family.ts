@@ -120,3 +120,27 @@ export async function expectMtpDrafts(model: string): Promise<void> {
     await server.stop();
   }
 }
+
+/** The ops that move the MTP head's norms to block MTP_BLOCK, each with the +1 offset Ollama left out. */
+export const MTP_NORM_SHIFTS: readonly string[] = ["attn_k_norm", "attn_norm", "attn_q_norm", "nextn.enorm", "nextn.hnorm", "nextn.shared_head_norm", "post_attention_norm"].map(
+  (n) => `blk.${MTP_BLOCK}.${n}.weight <- F32 norm +1`,
+);
+
+/**
+ * What every qwen35 / qwen35moe proof checks: no v.* / mm.* / mtp.* left, real llama.cpp
+ * generates, the differences from the native twin are the expected ones, the source is
+ * untouched; where the twin ran, greedy decoding agrees token for token (the trunk is the
+ * native one) and, with an MTP head, the twin's head drafts the same way.
+ */
+export async function expectQwen35Translation(p: HandlerProof, mtp: boolean): Promise<void> {
+  const m = p.translatedModel;
+  expect(m.tensors.some((t) => /^(v|mm|mtp)\./.test(t.name))).toBe(false);
+  expect(p.load.ok ? p.load.tokens.length : p.load.error).toBeGreaterThan(0);
+  expect({ ...p.diff, data: [...p.diff.data].sort() }).toEqual(expectedDiff(mtp));
+  expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
+  if (p.twin?.load) {
+    expect(p.twin.load.ok ? p.twin.load.tokens.length : p.twin.load.error).toBeGreaterThan(0);
+    if (p.load.ok && p.twin.load.ok) expect(p.load.tokens).toEqual(p.twin.load.tokens);
+  }
+  if (p.twin?.load && mtp) await expectMtpDrafts(p.twin.paths.text);
+}

@@ -4,7 +4,7 @@ import { readTensorBytes, translateModel } from "@compat/handlers";
 import { killAllSpawned, runLoaderInSubprocess } from "@compat/testkit";
 import { addF32, tempDir } from "../helpers";
 import { proveHandler } from "../proof";
-import { expectedDiff, expectMtpDrafts, expectMtpOpsElementwise, MTP_BLOCK, twinOptions } from "./qwen35-family";
+import { expectMtpDrafts, expectMtpOpsElementwise, expectQwen35Translation, MTP_BLOCK, MTP_NORM_SHIFTS, twinOptions } from "./qwen35-family";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
@@ -20,16 +20,13 @@ const FULL_MARKERS = [
   "embedded vision tensors v.*",
 ];
 
-const NORM_SHIFTS = ["attn_k_norm", "attn_norm", "attn_q_norm", "nextn.enorm", "nextn.hnorm", "nextn.shared_head_norm", "post_attention_norm"].map(
-  (n) => `blk.${MTP_BLOCK}.${n}.weight <- F32 norm +1`,
-);
 const stacks = (label: string) => ["down", "gate", "up"].map((p) => `blk.${MTP_BLOCK}.ffn_${p}_exps.weight <- ${label}`);
 
 describe("qwen35moe handler (Qwen 3.5 MoE as Ollama's legacy converter wrote it)", () => {
   it.each([
-    { variant: "35b-a3b", sourceDtype: "f16" as const, mtp: true, markers: FULL_MARKERS, ops: [...NORM_SHIFTS, ...stacks("stack experts")] },
-    { variant: "35b-a3b", sourceDtype: "bf16" as const, mtp: true, markers: FULL_MARKERS, ops: [...NORM_SHIFTS, ...stacks("stack experts")] },
-    { variant: "35b-a3b-q8_0", sourceDtype: "f16" as const, mtp: true, markers: FULL_MARKERS, ops: [...NORM_SHIFTS, ...stacks("stack experts")] },
+    { variant: "35b-a3b", sourceDtype: "f16" as const, mtp: true, markers: FULL_MARKERS, ops: [...MTP_NORM_SHIFTS, ...stacks("stack experts")] },
+    { variant: "35b-a3b", sourceDtype: "bf16" as const, mtp: true, markers: FULL_MARKERS, ops: [...MTP_NORM_SHIFTS, ...stacks("stack experts")] },
+    { variant: "35b-a3b-q8_0", sourceDtype: "f16" as const, mtp: true, markers: FULL_MARKERS, ops: [...MTP_NORM_SHIFTS, ...stacks("stack experts")] },
     {
       variant: "35b-a3b-text",
       sourceDtype: "f16" as const,
@@ -44,25 +41,14 @@ describe("qwen35moe handler (Qwen 3.5 MoE as Ollama's legacy converter wrote it)
       sourceDtype: "f16" as const,
       mtp: true,
       markers: ["kv qwen35moe.ssm.v_head_reordered", "kv qwen35moe.feed_forward_length", "kv qwen35moe.rope.mrope_interleaved", "embedded MTP tensors mtp.*"],
-      ops: [...NORM_SHIFTS, `blk.${MTP_BLOCK}.ffn_down_exps.weight <- stack experts`, `blk.${MTP_BLOCK}.ffn_gate_exps.weight <- stack experts (promoted to F32)`, `blk.${MTP_BLOCK}.ffn_up_exps.weight <- stack experts`],
+      ops: [...MTP_NORM_SHIFTS, `blk.${MTP_BLOCK}.ffn_down_exps.weight <- stack experts`, `blk.${MTP_BLOCK}.ffn_gate_exps.weight <- stack experts (promoted to F32)`, `blk.${MTP_BLOCK}.ffn_up_exps.weight <- stack experts`],
       layout: [`blk.${MTP_BLOCK}.ffn_gate_exps.weight`],
     },
   ])("$variant ($sourceDtype): fixes hparams, renames ssm_dt, moves the MTP head to block 2 (norms +1, experts stacked), hides v.*; real llama.cpp loads it; matches the native twin", async ({ variant, sourceDtype, mtp, markers, ops, layout }) => {
     const nativeTwin = { load: (variant === "35b-a3b" || variant === "35b-a3b-text") && sourceDtype === "f16" };
     const p = await proveHandler(await dir(), "qwen35moe", { seed: SEED, variant, sourceDtype, twin: twinOptions(true, mtp, layout), nativeTwin });
     expect(p.view.report.handlers).toEqual([{ name: "qwen35moe", markers }]);
-    const m = p.translatedModel;
-    expect(m.tensors.some((t) => /^(v|mm|mtp)\./.test(t.name))).toBe(false);
-    expect(p.load.ok ? p.load.tokens.length : p.load.error).toBeGreaterThan(0);
-    expect({ ...p.diff, data: [...p.diff.data].sort() }).toEqual(expectedDiff(mtp));
-    expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
-    if (p.twin?.load) {
-      expect(p.twin.load.ok ? p.twin.load.tokens.length : p.twin.load.error).toBeGreaterThan(0);
-      // the trunk is the native one, so greedy decoding agrees token for token
-      if (p.load.ok && p.twin.load.ok) expect(p.load.tokens).toEqual(p.twin.load.tokens);
-    }
-    // the native twin's MTP head drafts the same way
-    if (p.twin?.load && mtp) await expectMtpDrafts(p.twin.paths.text);
+    await expectQwen35Translation(p, mtp);
     expect(p.view.report.ops.map((o) => `${o.tensor} <- ${o.label}`).sort()).toEqual([...ops].sort());
     if (mtp) await expectMtpOpsElementwise(p, "qwen35moe", { variant, seed: SEED, sourceDtype }, true);
     if (mtp) await expectMtpDrafts(p.outPath);
