@@ -110,3 +110,13 @@ export async function expectAnswersLikeNative(
   expect(withOurs).toBe(withNative);
   return native;
 }
+
+/** IEEE half to float from its bits, written out here so checks of a promote do not lean on @compat/tensor-ops. */
+export function halfToFloat(h: number): number {
+  const sign = h & 0x8000 ? -1 : 1;
+  const exp = (h >> 10) & 0x1f;
+  const frac = h & 0x3ff;
+  if (exp === 0) return sign * frac * 2 ** -24;
+  if (exp === 31) return frac === 0 ? sign * Infinity : NaN;
+  return sign * (1 + frac / 1024) * 2 ** (exp - 15);
+}

@@ -1,6 +1,6 @@
 // Independent F32 computations of what the Qwen3-VL-style clip views must hold, from the
 // Ollama file's own values (shared by the qwen3vl, qwen3vlmoe, qwen35 and qwen35moe proofs).
-import { GgmlType, type GgufModel } from "@compat/gguf";
+import { GgmlType, readGguf, type GgufModel } from "@compat/gguf";
 import { expect } from "vitest";
 import { valuesF32 } from "./proof";
 
@@ -37,3 +37,14 @@ export async function expectPatchFrames(ours: GgufModel, source: GgufModel, chan
 }
 
 export const F16 = GgmlType.F16;
+
+/** expectFusedQkv over `blocks` blocks and expectPatchFrames over `channels`, against the Ollama file at `ollamaPath`. */
+export async function expectTowerFromSource(ours: GgufModel, ollamaPath: string, blocks: number, channels: number): Promise<void> {
+  const source = await readGguf(ollamaPath);
+  try {
+    await expectFusedQkv(ours, source, blocks);
+    await expectPatchFrames(ours, source, channels);
+  } finally {
+    await source.close();
+  }
+}

@@ -7,7 +7,7 @@ import { generateFixture, killAllSpawned, writeFixture } from "@compat/testkit";
 import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../../../handlers/test/helpers";
 import { NO_DIFFERENCES } from "../../../handlers/test/proof";
-import { expectAnswersLikeNative, greyImage, mtmdAnswer, proveClip } from "../proof";
+import { expectAnswersLikeNative, greyImage, halfToFloat, mtmdAnswer, proveClip } from "../proof";
 
 const dir = tempDir();
 
@@ -47,16 +47,6 @@ describe("gemma4 clip handler (gemma4v vision tower inline)", () => {
     },
   );
 });
-
-/** IEEE half to float, written out here so the check does not lean on @compat/tensor-ops. */
-function halfToFloat(h: number): number {
-  const sign = h & 0x8000 ? -1 : 1;
-  const exp = (h >> 10) & 0x1f;
-  const frac = h & 0x3ff;
-  if (exp === 0) return sign * frac * 2 ** -24;
-  if (exp === 31) return frac === 0 ? sign * Infinity : NaN;
-  return sign * (1 + frac / 1024) * 2 ** (exp - 15);
-}
 
 async function rawValues(m: GgufModel, name: string): Promise<{ type: number; values: number[] }> {
   const t = m.findTensor(name);

@@ -6,7 +6,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../../../handlers/test/helpers";
 import { NO_DIFFERENCES } from "../../../handlers/test/proof";
 import { expectAnswersLikeNative, greyImage, mtmdAnswer, proveClip, valuesF32 } from "../proof";
-import { expectFusedQkv, expectPatchFrames } from "../qwen-tower";
+import { expectFusedQkv, expectTowerFromSource } from "../qwen-tower";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
@@ -31,10 +31,7 @@ describe("qwen3vl clip handler (ViT, patch merger and DeepStack mergers inline)"
     expect(m.tensors.some((t) => /attn_[qkv]\./.test(t.name) || t.name.includes("patch_embed"))).toBe(false);
     expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
 
-    const source = await readGguf(p.ollamaPath);
-    await expectFusedQkv(m, source, 3);
-    await expectPatchFrames(m, source, 3);
-    await source.close();
+    await expectTowerFromSource(m, p.ollamaPath, 3, 3);
     await m.close();
 
     const image = await greyImage(d, 96, 128);

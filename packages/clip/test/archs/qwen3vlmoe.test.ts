@@ -1,10 +1,10 @@
-import { GgmlType, readGguf } from "@compat/gguf";
+import { GgmlType } from "@compat/gguf";
 import { killAllSpawned } from "@compat/testkit";
 import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../../../handlers/test/helpers";
 import { NO_DIFFERENCES } from "../../../handlers/test/proof";
 import { expectAnswersLikeNative, greyImage, proveClip } from "../proof";
-import { expectFusedQkv, expectPatchFrames } from "../qwen-tower";
+import { expectTowerFromSource } from "../qwen-tower";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
@@ -20,10 +20,7 @@ describe("qwen3vl clip handler on qwen3vlmoe (Qwen3-VL-30B-A3B-style: the same t
     expect(m.getString("clip.projector_type")).toBe("qwen3vl_merger");
     expect(m.getNumber("clip.vision.projection_dim")).toBe(32);
     expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
-    const source = await readGguf(p.ollamaPath);
-    await expectFusedQkv(m, source, 3);
-    await expectPatchFrames(m, source, 3);
-    await source.close();
+    await expectTowerFromSource(m, p.ollamaPath, 3, 3);
     await m.close();
 
     const image = await greyImage(d, 96, 170);
