@@ -2,9 +2,10 @@ import { createHash } from "node:crypto";
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { readGguf, type GgufModel } from "@compat/gguf";
-import { translate, type TranslatedView } from "@compat/handlers";
+import { readTensorBytes, translate, type TranslatedView } from "@compat/handlers";
 import { clipView } from "@compat/clip";
-import { fixtureBaseName, generateFixture, runMtmdCli, writeFixture, type FixtureOptions, type GeneratedFixture } from "@compat/testkit";
+import { toF32 } from "@compat/tensor-ops";
+import { fixtureBaseName, generateFixture, runMtmdCli, writeFixture, type FixtureOptions, type FixturePaths, type GeneratedFixture } from "@compat/testkit";
 import { expect } from "vitest";
 import { expectReadMatchesFile } from "../../handlers/test/proof";
 import { compareWithNative, type TwinDifferences, type TwinOptions } from "../../handlers/test/twin";
@@ -80,4 +81,42 @@ export async function mtmdAnswer(model: string, mmproj: string, image: string, c
   expect(run.ok, run.stderr.slice(-3000)).toBe(true);
   expect(run.stderr).toMatch(/encoding mtmd batch/);
   return run.stdout;
+}
+
+/** A tensor's values widened to F32, whatever its stored type. */
+export async function valuesF32(m: GgufModel, name: string): Promise<Float32Array> {
+  const t = m.findTensor(name);
+  if (t === undefined) throw new Error(`no ${name}`);
+  return toF32(t.type, await readTensorBytes(t.data), t.shape.reduce((a, b) => a * b, 1));
+}
+
+/**
+ * llama-mtmd-cli answers an image prompt with our text file and mmproj; and with the native
+ * text model (same weights), our mmproj answers exactly as the native one does. Returns the
+ * native pair, written to `dir`.
+ */
+export async function expectAnswersLikeNative(
+  p: ClipProof,
+  dir: string,
+  image: string,
+  chatTemplate: string,
+  args: readonly string[] = [],
+): Promise<FixturePaths> {
+  const ours = await mtmdAnswer(p.textPath, p.mmprojPath, image, chatTemplate, args);
+  expect(ours.length).toBeGreaterThan(0);
+  const native = await writeFixture(p.native, dir);
+  const withOurs = await mtmdAnswer(native.text, p.mmprojPath, image, chatTemplate, args);
+  const withNative = await mtmdAnswer(native.text, native.mmproj!, image, chatTemplate, args);
+  expect(withOurs).toBe(withNative);
+  return native;
+}
+
+/** IEEE half to float from its bits, written out here so checks of a promote do not lean on @compat/tensor-ops. */
+export function halfToFloat(h: number): number {
+  const sign = h & 0x8000 ? -1 : 1;
+  const exp = (h >> 10) & 0x1f;
+  const frac = h & 0x3ff;
+  if (exp === 0) return sign * frac * 2 ** -24;
+  if (exp === 31) return frac === 0 ? sign * Infinity : NaN;
+  return sign * (1 + frac / 1024) * 2 ** (exp - 15);
 }

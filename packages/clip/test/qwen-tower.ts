@@ -1,15 +1,8 @@
 // Independent F32 computations of what the Qwen3-VL-style clip views must hold, from the
 // Ollama file's own values (shared by the qwen3vl, qwen3vlmoe, qwen35 and qwen35moe proofs).
-import { GgmlType, type GgufModel } from "@compat/gguf";
-import { readTensorBytes } from "@compat/handlers";
-import { toF32 } from "@compat/tensor-ops";
+import { GgmlType, readGguf, type GgufModel } from "@compat/gguf";
 import { expect } from "vitest";
-
-export async function valuesF32(m: GgufModel, name: string): Promise<Float32Array> {
-  const t = m.findTensor(name);
-  if (t === undefined) throw new Error(`no ${name}`);
-  return toF32(t.type, await readTensorBytes(t.data), t.shape.reduce((a, b) => a * b, 1));
-}
+import { valuesF32 } from "./proof";
 
 /** attn_qkv = q ‖ k ‖ v (weights and biases) for every vision block, element by element. */
 export async function expectFusedQkv(ours: GgufModel, source: GgufModel, blocks: number): Promise<void> {
@@ -44,3 +37,14 @@ export async function expectPatchFrames(ours: GgufModel, source: GgufModel, chan
 }
 
 export const F16 = GgmlType.F16;
+
+/** expectFusedQkv over `blocks` blocks and expectPatchFrames over `channels`, against the Ollama file at `ollamaPath`. */
+export async function expectTowerFromSource(ours: GgufModel, ollamaPath: string, blocks: number, channels: number): Promise<void> {
+  const source = await readGguf(ollamaPath);
+  try {
+    await expectFusedQkv(ours, source, blocks);
+    await expectPatchFrames(ours, source, channels);
+  } finally {
+    await source.close();
+  }
+}

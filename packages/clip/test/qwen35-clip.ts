@@ -1,10 +1,10 @@
 // The proof shared by the qwen35 and qwen35moe clip tests (the reference's one qwen35-like handler).
-import { GgmlType, readGguf } from "@compat/gguf";
-import { writeFixture } from "@compat/testkit";
+import { GgmlType } from "@compat/gguf";
+
 import { expect } from "vitest";
 import { NO_DIFFERENCES } from "../../handlers/test/proof";
-import { greyImage, mtmdAnswer, proveClip } from "./proof";
-import { expectFusedQkv, expectPatchFrames } from "./qwen-tower";
+import { expectAnswersLikeNative, greyImage, proveClip } from "./proof";
+import { expectTowerFromSource } from "./qwen-tower";
 
 /** Ollama stored v.pos_embed F16; llama.cpp's converter keeps it F32: compared through F16. */
 const TWIN = { roundedThrough: { "v.position_embd.weight": GgmlType.F16 } };
@@ -25,17 +25,9 @@ export async function proveQwen35Clip(d: string, arch: "qwen35" | "qwen35moe", v
   expect(m.tensors.every((t) => t.name.startsWith("v.") || t.name.startsWith("mm."))).toBe(true);
   expect(m.tensors.some((t) => /attn_[qkv]\./.test(t.name) || t.name.includes("patch_embed"))).toBe(false);
   expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
-  const source = await readGguf(p.ollamaPath);
-  await expectFusedQkv(m, source, 1);
-  await expectPatchFrames(m, source, 3);
-  await source.close();
+  await expectTowerFromSource(m, p.ollamaPath, 1, 3);
   await m.close();
 
   const image = await greyImage(d, 96, 128 + seed);
-  expect((await mtmdAnswer(p.textPath, p.mmprojPath, image, "chatml")).length).toBeGreaterThan(0);
-  // Same text model, same tower values: our mmproj and the native one give the same answer.
-  const native = await writeFixture(p.native, d);
-  const withOurs = await mtmdAnswer(native.text, p.mmprojPath, image, "chatml");
-  const withNative = await mtmdAnswer(native.text, native.mmproj!, image, "chatml");
-  expect(withOurs).toBe(withNative);
+  await expectAnswersLikeNative(p, d, image, "chatml");
 }

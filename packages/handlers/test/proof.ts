@@ -8,6 +8,7 @@ import {
   runLoaderInSubprocess,
   PRINTABLE_ASCII_GRAMMAR,
   runMtmdCli,
+  serverCompletion,
   startLlamaServer,
   writeFixture,
   type FixtureOptions,
@@ -210,4 +211,33 @@ export async function serverPromptEcho(path: string, prompt: string): Promise<st
   } finally {
     await server.stop();
   }
+}
+
+/**
+ * Keys the Qwen twins may differ in: for the qwen2 pre-tokenizer llama.cpp adds no BOS,
+ * which is what the native file states (bos = <|endoftext|>, add_bos_token false) and
+ * Ollama's files leave unsaid.
+ */
+export const QWEN_UNUSED_BOS_KEYS: readonly string[] = ["tokenizer.ggml.bos_token_id", "tokenizer.ggml.add_bos_token"];
+
+/** Real llama.cpp generated 4 greedy tokens from the native twin, and the same 4 from the translated file. */
+export function expectTwinTokens(p: HandlerProof): void {
+  const nativeLoad = p.twin!.load!;
+  expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
+  expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
+}
+
+/** llama-server (built from the same llama.cpp) serves the translated file and answers as it does for the twin. */
+export async function expectServerAnswersLikeTwin(p: HandlerProof): Promise<void> {
+  const answers: number[][] = [];
+  for (const model of [p.outPath, p.twin!.paths.text]) {
+    const server = await startLlamaServer({ model });
+    try {
+      answers.push((await serverCompletion(server, { prompt: "Hello", nPredict: 4 })).tokens);
+    } finally {
+      await server.stop();
+    }
+  }
+  expect(answers[0]).toHaveLength(4);
+  expect(answers[0]).toEqual(answers[1]);
 }

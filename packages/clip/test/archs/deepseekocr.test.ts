@@ -1,31 +1,13 @@
-import { GgmlType, readGguf, type GgufModel } from "@compat/gguf";
+import { GgmlType, readGguf } from "@compat/gguf";
 import { readTensorBytes } from "@compat/handlers";
 import { killAllSpawned, writeFixture } from "@compat/testkit";
-import { toF32 } from "@compat/tensor-ops";
 import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../../../handlers/test/helpers";
 import { NO_DIFFERENCES } from "../../../handlers/test/proof";
-import { greyImage, mtmdAnswer, proveClip } from "../proof";
+import { greyImage, halfToFloat, mtmdAnswer, proveClip, valuesF32 } from "../proof";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
-
-async function valuesF32(m: GgufModel, name: string): Promise<Float32Array> {
-  const t = m.findTensor(name);
-  if (t === undefined) throw new Error(`no ${name}`);
-  return toF32(t.type, await readTensorBytes(t.data), t.shape.reduce((a, b) => a * b, 1));
-}
-
-/** IEEE half to double from the bits, written out here so the promote is checked against something else. */
-function halfBits(lo: number, hi: number): number {
-  const h = lo | (hi << 8);
-  const sign = h & 0x8000 ? -1 : 1;
-  const exp = (h >> 10) & 0x1f;
-  const frac = h & 0x3ff;
-  if (exp === 0) return sign * frac * 2 ** -24;
-  if (exp === 31) return frac === 0 ? sign * Infinity : NaN;
-  return sign * (1 + frac / 1024) * 2 ** (exp - 15);
-}
 
 // Keys the native mmproj has with other values (both hard-coded by the reference; see findings.md):
 const IGNORED = [
@@ -76,7 +58,7 @@ describe("deepseekocr clip handler (SAM + CLIP-L encoders and linear projector i
       expect(src.type, theirs).toBe(GgmlType.F16);
       const bytes = await readTensorBytes(src.data);
       const want = new Float32Array(bytes.length / 2);
-      for (let i = 0; i < want.length; i++) want[i] = halfBits(bytes[2 * i]!, bytes[2 * i + 1]!);
+      for (let i = 0; i < want.length; i++) want[i] = halfToFloat(bytes[2 * i]! | (bytes[2 * i + 1]! << 8));
       expect(m.findTensor(ours)?.type, ours).toBe(GgmlType.F32);
       expect(Array.from(await valuesF32(m, ours)), ours).toEqual(Array.from(want));
     }

@@ -7,7 +7,7 @@ import { generateFixture, killAllSpawned, writeFixture } from "@compat/testkit";
 import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../../../handlers/test/helpers";
 import { NO_DIFFERENCES } from "../../../handlers/test/proof";
-import { greyImage, mtmdAnswer, proveClip } from "../proof";
+import { expectAnswersLikeNative, greyImage, halfToFloat, mtmdAnswer, proveClip } from "../proof";
 
 const dir = tempDir();
 
@@ -43,26 +43,10 @@ describe("gemma4 clip handler (gemma4v vision tower inline)", () => {
       await m.close();
 
       const image = await greyImage(d, 64, 128);
-      const native = await writeFixture(p.native, d);
-      const ours = await mtmdAnswer(p.textPath, p.mmprojPath, image, "gemma", IMAGE_BUDGET);
-      expect(ours.length).toBeGreaterThan(0);
-      // same text model, same tower values: our mmproj and the native one give the same answer
-      const withOurs = await mtmdAnswer(native.text, p.mmprojPath, image, "gemma", IMAGE_BUDGET);
-      const withNative = await mtmdAnswer(native.text, native.mmproj!, image, "gemma", IMAGE_BUDGET);
-      expect(withOurs).toBe(withNative);
+      await expectAnswersLikeNative(p, d, image, "gemma", IMAGE_BUDGET);
     },
   );
 });
-
-/** IEEE half to float, written out here so the check does not lean on @compat/tensor-ops. */
-function halfToFloat(h: number): number {
-  const sign = h & 0x8000 ? -1 : 1;
-  const exp = (h >> 10) & 0x1f;
-  const frac = h & 0x3ff;
-  if (exp === 0) return sign * frac * 2 ** -24;
-  if (exp === 31) return frac === 0 ? sign * Infinity : NaN;
-  return sign * (1 + frac / 1024) * 2 ** (exp - 15);
-}
 
 async function rawValues(m: GgufModel, name: string): Promise<{ type: number; values: number[] }> {
   const t = m.findTensor(name);

@@ -1,21 +1,13 @@
-import { GgmlType, readGguf, type GgufModel } from "@compat/gguf";
-import { readTensorBytes } from "@compat/handlers";
+import { GgmlType, readGguf } from "@compat/gguf";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { killAllSpawned, runMtmdCli, writeFixture } from "@compat/testkit";
-import { toF32 } from "@compat/tensor-ops";
 import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../../../handlers/test/helpers";
-import { greyImage, mtmdAnswer, proveClip } from "../proof";
+import { greyImage, mtmdAnswer, proveClip, valuesF32 } from "../proof";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
-
-async function valuesF32(m: GgufModel, name: string): Promise<Float32Array> {
-  const t = m.findTensor(name);
-  if (t === undefined) throw new Error(`no ${name}`);
-  return toF32(t.type, await readTensorBytes(t.data), t.shape.reduce((a, b) => a * b, 1));
-}
 
 /**
  * The reference's resample written out independently: align-corners source coordinate in

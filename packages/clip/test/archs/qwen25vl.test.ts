@@ -1,10 +1,10 @@
 import { GgmlType, GgufValueType } from "@compat/gguf";
 import { clipViewModel } from "@compat/clip";
-import { generateFixture, killAllSpawned, runMtmdCli, writeFixture } from "@compat/testkit";
+import { generateFixture, killAllSpawned, runMtmdCli } from "@compat/testkit";
 import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../../../handlers/test/helpers";
 import { NO_DIFFERENCES } from "../../../handlers/test/proof";
-import { greyImage, mtmdAnswer, proveClip } from "../proof";
+import { expectAnswersLikeNative, greyImage, proveClip } from "../proof";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
@@ -29,13 +29,7 @@ describe("qwen25vl clip handler (windowed ViT and patch merger inline)", () => {
     await m.close();
 
     const image = await greyImage(d, 56, 128);
-    const ours = await mtmdAnswer(p.textPath, p.mmprojPath, image, "chatml");
-    expect(ours.length).toBeGreaterThan(0);
-    // Same text model, same tower values: our mmproj and the native one give the same answer.
-    const native = await writeFixture(p.native, d);
-    const withOurs = await mtmdAnswer(native.text, p.mmprojPath, image, "chatml");
-    const withNative = await mtmdAnswer(native.text, native.mmproj!, image, "chatml");
-    expect(withOurs).toBe(withNative);
+    const native = await expectAnswersLikeNative(p, d, image, "chatml");
     // stock llama.cpp cannot use the Ollama blob itself as the mmproj
     const stock = await runMtmdCli({ model: native.text, mmproj: p.ollamaPath, image, prompt: "Describe.", args: ["--chat-template", "chatml"] });
     expect(stock.ok).toBe(false);

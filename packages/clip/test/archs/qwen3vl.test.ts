@@ -5,8 +5,8 @@ import { encodeQ8_0, generateFixture, killAllSpawned, writeFixture } from "@comp
 import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../../../handlers/test/helpers";
 import { NO_DIFFERENCES } from "../../../handlers/test/proof";
-import { greyImage, mtmdAnswer, proveClip } from "../proof";
-import { expectFusedQkv, expectPatchFrames, valuesF32 } from "../qwen-tower";
+import { expectAnswersLikeNative, greyImage, mtmdAnswer, proveClip, valuesF32 } from "../proof";
+import { expectFusedQkv, expectTowerFromSource } from "../qwen-tower";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
@@ -31,20 +31,11 @@ describe("qwen3vl clip handler (ViT, patch merger and DeepStack mergers inline)"
     expect(m.tensors.some((t) => /attn_[qkv]\./.test(t.name) || t.name.includes("patch_embed"))).toBe(false);
     expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
 
-    const source = await readGguf(p.ollamaPath);
-    await expectFusedQkv(m, source, 3);
-    await expectPatchFrames(m, source, 3);
-    await source.close();
+    await expectTowerFromSource(m, p.ollamaPath, 3, 3);
     await m.close();
 
     const image = await greyImage(d, 96, 128);
-    const ours = await mtmdAnswer(p.textPath, p.mmprojPath, image, "chatml");
-    expect(ours.length).toBeGreaterThan(0);
-    // Same text model, same tower values: our mmproj and the native one give the same answer.
-    const native = await writeFixture(p.native, d);
-    const withOurs = await mtmdAnswer(native.text, p.mmprojPath, image, "chatml");
-    const withNative = await mtmdAnswer(native.text, native.mmproj!, image, "chatml");
-    expect(withOurs).toBe(withNative);
+    await expectAnswersLikeNative(p, d, image, "chatml");
   });
 
   it("mixed Q/K/V types (F16 Q/K, Q8_0 V, as in published files) merge to F32; llama-mtmd-cli runs that mmproj", async () => {

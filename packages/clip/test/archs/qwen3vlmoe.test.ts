@@ -1,10 +1,10 @@
-import { GgmlType, readGguf } from "@compat/gguf";
-import { killAllSpawned, writeFixture } from "@compat/testkit";
+import { GgmlType } from "@compat/gguf";
+import { killAllSpawned } from "@compat/testkit";
 import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../../../handlers/test/helpers";
 import { NO_DIFFERENCES } from "../../../handlers/test/proof";
-import { greyImage, mtmdAnswer, proveClip } from "../proof";
-import { expectFusedQkv, expectPatchFrames } from "../qwen-tower";
+import { expectAnswersLikeNative, greyImage, proveClip } from "../proof";
+import { expectTowerFromSource } from "../qwen-tower";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
@@ -20,17 +20,10 @@ describe("qwen3vl clip handler on qwen3vlmoe (Qwen3-VL-30B-A3B-style: the same t
     expect(m.getString("clip.projector_type")).toBe("qwen3vl_merger");
     expect(m.getNumber("clip.vision.projection_dim")).toBe(32);
     expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
-    const source = await readGguf(p.ollamaPath);
-    await expectFusedQkv(m, source, 3);
-    await expectPatchFrames(m, source, 3);
-    await source.close();
+    await expectTowerFromSource(m, p.ollamaPath, 3, 3);
     await m.close();
 
     const image = await greyImage(d, 96, 170);
-    expect((await mtmdAnswer(p.textPath, p.mmprojPath, image, "chatml")).length).toBeGreaterThan(0);
-    const native = await writeFixture(p.native, d);
-    const withOurs = await mtmdAnswer(native.text, p.mmprojPath, image, "chatml");
-    const withNative = await mtmdAnswer(native.text, native.mmproj!, image, "chatml");
-    expect(withOurs).toBe(withNative);
+    await expectAnswersLikeNative(p, d, image, "chatml");
   });
 });

@@ -2,7 +2,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { generateFixture, killAllSpawned } from "@compat/testkit";
 import { tempDir } from "../helpers";
-import { expectMtmdEncodesImage, NO_DIFFERENCES, proveHandler, proveNativeTwin } from "../proof";
+import { expectMtmdEncodesImage, expectTwinTokens, NO_DIFFERENCES, proveHandler, proveNativeTwin } from "../proof";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
@@ -19,9 +19,7 @@ describe("mistral3 handler (Mistral Small 3.x as Ollama converted it, Pixtral to
     expect(p.diff).toEqual(NO_DIFFERENCES);
     expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
 
-    const nativeLoad = p.twin!.load!;
-    expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
-    expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
+    expectTwinTokens(p);
   });
 
   it("ministral3 variant: copies Ollama's YaRN and scaling-beta keys to llama.cpp's names; generates what the native twin generates", async () => {
@@ -34,9 +32,7 @@ describe("mistral3 handler (Mistral Small 3.x as Ollama converted it, Pixtral to
     expect(m.getNumber("mistral3.attention.temperature_scale")).toBeCloseTo(0.1, 7);
     expect(p.diff).toEqual(NO_DIFFERENCES);
 
-    const nativeLoad = p.twin!.load!;
-    expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
-    expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
+    expectTwinTokens(p);
   });
 
   it("the native twin: translate() leaves it alone, and llama-mtmd-cli runs its pixtral mmproj", async () => {

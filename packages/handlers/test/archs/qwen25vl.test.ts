@@ -2,17 +2,11 @@ import { describe, expect, it } from "vitest";
 import { GgufModel, GgufValueType } from "@compat/gguf";
 import { translateModel } from "@compat/handlers";
 import { addF32, tempDir } from "../helpers";
-import { NO_DIFFERENCES, proveHandler } from "../proof";
+import { expectTwinTokens, NO_DIFFERENCES, proveHandler, QWEN_UNUSED_BOS_KEYS } from "../proof";
 
 const dir = tempDir();
 
-const twin = {
-  ignoreKeys: [
-    // unused: for the qwen2 pre-tokenizer llama.cpp adds no BOS, which is what the native file states
-    "tokenizer.ggml.bos_token_id",
-    "tokenizer.ggml.add_bos_token",
-  ],
-};
+const twin = { ignoreKeys: [...QWEN_UNUSED_BOS_KEYS] };
 
 describe("qwen25vl handler (Qwen2.5-VL as Ollama converted it, vision tower inline)", () => {
   it("renames it to qwen2vl with 4 M-RoPE sections; real llama.cpp generates what the native twin generates", async () => {
@@ -30,18 +24,14 @@ describe("qwen25vl handler (Qwen2.5-VL as Ollama converted it, vision tower inli
     expect(p.diff).toEqual(NO_DIFFERENCES);
     expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
 
-    const nativeLoad = p.twin!.load!;
-    expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
-    expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
+    expectTwinTokens(p);
   });
 
   it("bf16 source: the text weights stay BF16 and equal the native twin's", async () => {
     const p = await proveHandler(await dir(), "qwen25vl", { seed: 6, sourceDtype: "bf16", nativeTwin: true, twin });
     expect(p.translatedModel.findTensor("blk.0.ffn_up.weight")!.type).toBe(30);
     expect(p.diff).toEqual(NO_DIFFERENCES);
-    const nativeLoad = p.twin!.load!;
-    expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
-    expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
+    expectTwinTokens(p);
   });
 });
 

@@ -4,18 +4,12 @@ import { GgufModel, GgufValueType } from "@compat/gguf";
 import { translateModel } from "@compat/handlers";
 import { killAllSpawned, serverCompletion, startLlamaServer } from "@compat/testkit";
 import { addF32, tempDir } from "../helpers";
-import { NO_DIFFERENCES, proveHandler } from "../proof";
+import { expectServerAnswersLikeTwin, expectTwinTokens, NO_DIFFERENCES, proveHandler, QWEN_UNUSED_BOS_KEYS } from "../proof";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
 
-const twin = {
-  ignoreKeys: [
-    // unused: for the qwen2 pre-tokenizer llama.cpp adds no BOS, which is what the native file states
-    "tokenizer.ggml.bos_token_id",
-    "tokenizer.ggml.add_bos_token",
-  ],
-};
+const twin = { ignoreKeys: [...QWEN_UNUSED_BOS_KEYS] };
 
 describe("qwen3vl handler (Qwen3-VL dense as Ollama converted it: no M-RoPE sections, vision tower inline)", () => {
   it("head_dim 128: injects [24, 20, 20, 0] and the DeepStack count; exactly the native twin, same greedy tokens in llama.cpp", async () => {
@@ -29,30 +23,15 @@ describe("qwen3vl handler (Qwen3-VL dense as Ollama converted it: no M-RoPE sect
     expect(m.tensors.some((t) => t.name.startsWith("v.") || t.name.startsWith("mm."))).toBe(false);
     expect(p.diff).toEqual(NO_DIFFERENCES);
     expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
-    const nativeLoad = p.twin!.load!;
-    expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
-    expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
+    expectTwinTokens(p);
 
-    // llama-server (built from the same llama.cpp) serves the translated file and answers as it does for the twin
-    const answers: number[][] = [];
-    for (const model of [p.outPath, p.twin!.paths.text]) {
-      const server = await startLlamaServer({ model });
-      try {
-        answers.push((await serverCompletion(server, { prompt: "Hello", nPredict: 4 })).tokens);
-      } finally {
-        await server.stop();
-      }
-    }
-    expect(answers[0]).toHaveLength(4);
-    expect(answers[0]).toEqual(answers[1]);
+    await expectServerAnswersLikeTwin(p);
   });
 
   it("bf16 source: the same, with BF16 text weights", async () => {
     const p = await proveHandler(await dir(), "qwen3vl", { seed: 6, sourceDtype: "bf16", nativeTwin: true, twin });
     expect(p.diff).toEqual(NO_DIFFERENCES);
-    const nativeLoad = p.twin!.load!;
-    expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
-    expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
+    expectTwinTokens(p);
   });
 
   it("head_dim 64: the hard-coded sections differ from the config's [12, 10, 10, 0] yet load; text-only tokens still match", async () => {
@@ -63,9 +42,7 @@ describe("qwen3vl handler (Qwen3-VL dense as Ollama converted it: no M-RoPE sect
     // reference gap: only the sections differ
     expect(p.diff).toEqual({ ...NO_DIFFERENCES, kv: [expect.stringMatching(/^qwen3vl\.rope\.dimension_sections: /)] });
     // with text only, the time/height/width positions are equal, so the split does not change the rotation
-    const nativeLoad = p.twin!.load!;
-    expect(nativeLoad.ok ? nativeLoad.tokens.length : nativeLoad.error).toBe(4);
-    expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
+    expectTwinTokens(p);
   });
 
   it("head_dim 32: the reference's 64 section dims exceed the head, and llama.cpp aborts where the native twin runs", async () => {
