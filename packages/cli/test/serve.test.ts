@@ -174,6 +174,19 @@ describe("ollama-compat serve (real llama-server)", () => {
     }
   });
 
+  it("beyond loopback only with an API key: refused without one, and an empty key file is a usage error", async () => {
+    const { root } = await store();
+    const tools = await findLlamaTools();
+    const exposed = await run(["serve", "gemma3:1b", "--models", root, "--cache-dir", await temp(), "--host", "0.0.0.0", "--llama-server", tools.server]);
+    expect(exposed.code).toBe(1);
+    expect(exposed.stderr).toMatch(/INSECURE_BIND: refusing to serve on 0\.0\.0\.0 without an API key/);
+    const keyFile = join(await temp(), "key");
+    await writeFile(keyFile, "\n");
+    const empty = await run(["serve", "gemma3:1b", "--models", root, "--api-key-file", keyFile, "--llama-server", tools.server]);
+    expect(empty.code).toBe(2);
+    expect(empty.stderr).toMatch(/--api-key-file .*empty/);
+  });
+
   it("SIGTERM during translation: exits, and leaves no partial cache entry, staging file or lock", async () => {
     // An Ollama gemma3 file with one extra 768 MiB tensor of zeros (a sparse file on disk), so the
     // translation writes long enough to be interrupted.

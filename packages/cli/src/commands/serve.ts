@@ -1,3 +1,4 @@
+import { readFile } from "node:fs/promises";
 import type { TranslationProfile } from "@compat/handlers";
 import { ModelStore, startRouter, startServer, TranslationCache, type ExitInfo, type RunningServer } from "@compat/server-bridge";
 import { CliError } from "../errors";
@@ -14,6 +15,8 @@ export interface ServeFlags {
   cacheDir?: string;
   startTimeout?: string;
   profile?: TranslationProfile;
+  apiKeyFile?: string;
+  insecure?: boolean;
 }
 
 const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 };
@@ -74,6 +77,9 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     cache: new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}), ...(opts.profile ? { profile: opts.profile } : {}) }),
     env: io.env,
     host: opts.host ?? "127.0.0.1",
+    // the key travels by file or environment, never as an argument other users can read
+    apiKey: opts.apiKeyFile !== undefined ? await readApiKey(opts.apiKeyFile) : io.env.LLAMA_API_KEY || undefined,
+    insecure: opts.insecure === true,
     port,
     llamaServer: opts.llamaServer,
     rpc: opts.rpc ? opts.rpc.split(",").map((s) => s.trim()).filter(Boolean) : undefined,
@@ -121,4 +127,15 @@ export async function serveCommand(model: string | undefined, passthrough: strin
   if (caught) return SIGNAL_EXIT[caught] ?? 1;
   io.err(`ollama-compat: llama-server exited (${exit.code ?? exit.signal}); last lines:\n${exit.lastLines.map((l) => `  ${l}`).join("\n")}\n`);
   return 1;
+}
+
+async function readApiKey(path: string): Promise<string> {
+  let key: string;
+  try {
+    key = (await readFile(path, "utf8")).trim();
+  } catch (e) {
+    throw new CliError("usage", `--api-key-file ${path}: ${(e as Error).message}`);
+  }
+  if (key === "") throw new CliError("usage", `--api-key-file ${path}: the file is empty (expected the API key)`);
+  return key;
 }
