@@ -103,7 +103,14 @@ export async function writeGguf(model: GgufModel, target: WriteTarget, opts: Wri
               const d = t.data;
               if (!usable || d.kind !== "range" || d.source.fd === undefined) return false;
               if (d.offset + d.length > d.source.size) return false; // let the read path report the truncation
-              usable = await copy(copier, d.source.fd, d.offset, d.length);
+              try {
+                usable = await copy(copier, d.source.fd, d.offset, d.length);
+              } catch (cause) {
+                // A source that shrank under us is the source's fault: let its own read say so
+                // (TRUNCATED, naming the source); any other failure stays a write error.
+                await d.source.read(d.offset + d.length - 1, 1);
+                throw cause;
+              }
               return usable;
             };
       await emitModel(model, layout, write, opts, new CopyBuffers(), direct);

@@ -128,6 +128,17 @@ export async function expectMtpDrafts(model: string): Promise<void> {
  * twin comparison allows (e.g. the MoE's F16 vs F32 shared-expert gate). With toy
  * weights the trunk accepts no draft, so the drafts themselves show how the head computes.
  */
+/**
+ * Asserts two draft lists agree (or not) on what both drafted: how many draft rounds a
+ * completion runs varies from run to run, the tokens each round drafts do not.
+ */
+export function expectDraftsAgree(a: readonly string[], b: readonly string[], agree = true): void {
+  const n = Math.min(a.length, b.length);
+  expect(n).toBeGreaterThanOrEqual(3);
+  if (agree) expect(a.slice(0, n)).toEqual(b.slice(0, n));
+  else expect(a.slice(0, n)).not.toEqual(b.slice(0, n));
+}
+
 export async function mtpDraftCandidates(model: string): Promise<string[]> {
   const server = await startLlamaServer({ model, args: ["--spec-type", "draft-mtp", "--verbose"] });
   try {

@@ -70,6 +70,9 @@ export function loadAndGenerate(path: string, options: LoadAndGenerateOptions = 
       return { ok: true, tokens, text: model.detokenize(tokens as Token[]) };
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
+      // llama.cpp's log lines reach JS asynchronously and can trail the exception: give the
+      // error lines a moment to arrive (under load they lag), so the error names the cause.
+      for (let i = 0; i < 20 && llamaErrorText(logs, "") === ""; i++) await new Promise((r) => setTimeout(r, 50));
       return {
         ok: false,
         error: llamaErrorText(logs, message),
