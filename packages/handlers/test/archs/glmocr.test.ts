@@ -2,9 +2,9 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { GgmlType, GgufModel, GgufValueType, readGguf } from "@compat/gguf";
 import { readTensorBytes, translateModel } from "@compat/handlers";
-import { generateFixture, killAllSpawned, serverCompletion, startLlamaServer, writeFixture } from "@compat/testkit";
+import { generateFixture, killAllSpawned, writeFixture } from "@compat/testkit";
 import { addF32, tempDir } from "../helpers";
-import { proveHandler, serverStopsAt, type HandlerProof } from "../proof";
+import { expectServerAnswersLikeTwin, proveHandler, serverStopsAt, type HandlerProof } from "../proof";
 import type { TwinOptions } from "../twin";
 
 const dir = tempDir();
@@ -149,18 +149,7 @@ describe("glmocr handler (GLM-OCR as Ollama converted it: split gate/up, no Next
     }
     await expectFusedGateUp(p, ollamaPath);
 
-    // llama-server (built from the same llama.cpp) serves the translated file and answers as it does for the twin
-    const answers: number[][] = [];
-    for (const model of [p.outPath, p.twin!.paths.text]) {
-      const server = await startLlamaServer({ model });
-      try {
-        answers.push((await serverCompletion(server, { prompt: "Hello", nPredict: 4 })).tokens);
-      } finally {
-        await server.stop();
-      }
-    }
-    expect(answers[0]).toHaveLength(4);
-    expect(answers[0]).toEqual(answers[1]);
+    await expectServerAnswersLikeTwin(p);
   });
 
   it("mixed Q8_0 gate + F16 up: both halves are widened to F32 before the concat (a raw concat would not fit)", async () => {

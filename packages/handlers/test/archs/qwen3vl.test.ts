@@ -2,7 +2,7 @@ import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { GgufModel, GgufValueType } from "@compat/gguf";
 import { translateModel } from "@compat/handlers";
-import { killAllSpawned, serverCompletion, startLlamaServer } from "@compat/testkit";
+import { killAllSpawned } from "@compat/testkit";
 import { addF32, tempDir } from "../helpers";
 import { expectServerAnswersLikeTwin, expectTwinTokens, NO_DIFFERENCES, proveHandler, QWEN_UNUSED_BOS_KEYS } from "../proof";
 
@@ -70,17 +70,7 @@ describe("qwen3vl handler (Qwen3-VL dense as Ollama converted it: no M-RoPE sect
     expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
     if (variant === "head32") {
       // llama-server too: the native output answers like the twin where the reference output aborts (test above)
-      const answers: number[][] = [];
-      for (const model of [p.outPath, p.twin!.paths.text]) {
-        const server = await startLlamaServer({ model });
-        try {
-          answers.push((await serverCompletion(server, { prompt: "Hello", nPredict: 4 })).tokens);
-        } finally {
-          await server.stop();
-        }
-      }
-      expect(answers[0]).toHaveLength(4);
-      expect(answers[0]).toEqual(answers[1]);
+      await expectServerAnswersLikeTwin(p);
     }
   });
 });
