@@ -143,13 +143,24 @@ export async function mtpDraftCandidates(model: string): Promise<string[]> {
   const server = await startLlamaServer({ model, args: ["--spec-type", "draft-mtp", "--verbose"] });
   try {
     await serverCompletion(server, { prompt: "Hello", nPredict: 8 });
-    return server
-      .logs()
-      .split("\n")
-      .flatMap((line) => {
-        const m = /draft candidate\s+0, pos\s+(\d+):\s+(\d+) /.exec(line);
-        return m ? [`pos ${m[1]}: ${m[2]}`] : [];
-      });
+    const drafts = () =>
+      server
+        .logs()
+        .split("\n")
+        .flatMap((line) => {
+          const m = /draft candidate\s+0, pos\s+(\d+):\s+(\d+) /.exec(line);
+          return m ? [`pos ${m[1]}: ${m[2]}`] : [];
+        });
+    // The verbose log reaches us through a pipe and can trail the HTTP answer: read it once it
+    // has stopped growing (at most 5 s).
+    let seen = drafts();
+    for (let quiet = 0, waited = 0; quiet < 3 && waited < 5000; waited += 100) {
+      await new Promise((r) => setTimeout(r, 100));
+      const now = drafts();
+      quiet = now.length === seen.length && now.length > 0 ? quiet + 1 : 0;
+      seen = now;
+    }
+    return seen;
   } finally {
     await server.stop();
   }
