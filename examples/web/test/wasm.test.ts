@@ -8,13 +8,13 @@ import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
-import { chromium, type Browser } from "playwright-core";
+import type { Browser } from "playwright-core";
+import { launchChromium } from "./browser";
 import { GgmlTypeId as T, setBackend, toF32 } from "@compat/tensor-ops";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 const here = fileURLToPath(new URL("..", import.meta.url));
 const root = join(here, "../..");
-const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 
 // Runs in the page: converts every F16 and BF16 pattern and some Q8_0/MXFP4 blocks with the WASM
 // tier, then with JS forced, and reports the backends and the output bytes (hex) of each.
@@ -61,10 +61,7 @@ beforeAll(async () => {
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
+  browser = await launchChromium();
 });
 afterAll(async () => {
   await browser?.close();
