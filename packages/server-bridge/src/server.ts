@@ -78,9 +78,33 @@ export async function launch(
   if (!isLoopback(host) && !opts.apiKey && !opts.insecure) {
     throw new BridgeError("INSECURE_BIND", `refusing to serve on ${host} without an API key: give one (apiKey, --api-key-file) or opt out with insecure`, { host });
   }
-  let port = opts.port ?? 0;
-  if (port) await checkPortFree(host, port);
-  else port = await freePort(host);
+  if (opts.port) {
+    await checkPortFree(host, opts.port);
+    return launchOn(host, opts.port, command, args, opts, what);
+  }
+  // A port the OS just handed out can be taken by another process before llama-server binds
+  // it (two launches at once); with a port of our choosing, pick another and try again.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await launchOn(host, await freePort(host), command, args, opts, what);
+    } catch (e) {
+      if (!(e instanceof BridgeError && e.code === "PORT_IN_USE") || attempt >= PORT_ATTEMPTS) throw e;
+    }
+  }
+}
+
+/** How many free ports an automatic launch tries before giving up. */
+const PORT_ATTEMPTS = 5;
+
+async function launchOn(
+  host: string,
+  port: number,
+  command: string,
+  args: string[],
+  opts: LaunchOptions,
+  what: string,
+): Promise<RunningServer> {
+  const env = opts.env ?? process.env;
   const full = [...commonArgs(host, port, opts.rpc), ...args, ...(opts.args ?? [])];
   const childEnv = { ...process.env, ...env, ...(opts.apiKey ? { LLAMA_API_KEY: opts.apiKey } : {}) };
   const child = new LlamaChild({ command, args: full, env: childEnv, onLog: opts.onLog });

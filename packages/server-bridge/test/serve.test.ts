@@ -1,4 +1,5 @@
 import { existsSync } from "node:fs";
+import { readFile, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -131,6 +132,32 @@ describe("startServer (real llama-server)", () => {
     expect(e.code).toBe("SERVER_START_FAILED");
     expect(e.details.exitCode).not.toBe(0);
     expect(e.message).toContain("unknown model architecture: 'gptoss'");
+  });
+
+  it("a chosen port taken before llama-server binds it: the launch retries on another free port", async () => {
+    // The race of two launches at once, made deterministic: a wrapper runs the real
+    // llama-server, but on its first start points it at a port somebody else holds.
+    const blocker = createServer();
+    await new Promise<void>((r) => blocker.listen(0, "127.0.0.1", () => r()));
+    const taken = (blocker.address() as { port: number }).port;
+    try {
+      const dir = await temp();
+      const wrapper = join(dir, "llama-server");
+      const starts = join(dir, "starts");
+      await writeFile(
+        wrapper,
+        `#!/bin/sh\necho start >> "${starts}"\nif [ "$(wc -l < "${starts}")" -eq 1 ]; then exec "${await llamaServerPath()}" "$@" --port ${taken}; fi\nexec "${await llamaServerPath()}" "$@"\n`,
+        { mode: 0o755 },
+      );
+      const store = await fixtureStore([{ name: "gemma3:1b", arch: "gemma3", variant: "1b" }]);
+      const server = await startServer({ model: "gemma3:1b", store, cache: { dir: await temp() }, llamaServer: wrapper, args: SMALL });
+      running.push(server);
+      expect((await readFile(starts, "utf8")).trim().split("\n")).toHaveLength(2);
+      expect(server.port).not.toBe(taken);
+      expect((await fetch(`${server.url}/health`)).status).toBe(200);
+    } finally {
+      blocker.close();
+    }
   });
 
   it("fault: a port already taken is PORT_IN_USE", async () => {
