@@ -29,6 +29,7 @@ const EXPECTED_FIXES: Record<string, string[]> = {
   // the -text variants carry no MTP layer
   "qwen35/9b": ["qwen35-mtp-norms-once"],
   "qwen35/9b-q8_0": ["qwen35-mtp-norms-once"],
+  "qwen35/9b-small-tower": ["qwen35-mtp-norms-once"],
   "qwen35moe/35b-a3b": ["qwen35moe-mtp-norms-once"],
   "qwen35moe/35b-a3b-q8_0": ["qwen35moe-mtp-norms-once"],
   "qwen35moe/35b-a3b-mixed": ["qwen35moe-mtp-norms-once"],
