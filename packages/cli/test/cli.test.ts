@@ -110,6 +110,18 @@ describe("ollama-compat translate", () => {
     expect(detect.handlers[0].name).toBe("llama3-metadata");
   });
 
+  it("--profile reaches the projector too: the clip side's fixes under native, kept as gaps under reference", async () => {
+    const path = (await writeFixture(generateFixture("deepseekocr", { seed: 3, layout: "ollama", variant: "3b-8-heads" }), dir)).text;
+    const fixes = ["deepseekocr-clip-feed-forward-length", "deepseekocr-clip-projection-dim"];
+    const def = JSON.parse((await cli(["translate", path, "--dry-run", "--json"])).stdout);
+    expect(def.mmproj.report.profile).toBe("native");
+    expect(def.mmproj.report.fixes.map((f: { name: string }) => f.name)).toEqual(fixes);
+    const ref = JSON.parse((await cli(["translate", path, "--dry-run", "--json", "--profile", "reference"])).stdout);
+    expect(ref.mmproj.report.profile).toBe("reference");
+    expect(ref.mmproj.report.fixes).toEqual([]);
+    expect(ref.mmproj.report.gapsKept.map((f: { name: string }) => f.name)).toEqual(fixes);
+  });
+
   it("an unknown --profile is a usage error (exit 2)", async () => {
     const r = await cli(["translate", ollamaPath, "--dry-run", "--profile", "exact"]);
     expect(r.code).toBe(2);

@@ -1,10 +1,12 @@
 import { readGguf, GgufKeys, type ByteSource, type GgufModel } from "@compat/gguf";
-import { compatEnabled, gatesOn, translateModel, type TranslatedView } from "@compat/handlers";
+import { compatEnabled, gatesOn, translateModel, type TranslatedView, type TranslationProfile } from "@compat/handlers";
 import { clipHandlers } from "./registry";
 
 export interface ClipViewOptions {
   /** Environment to read OLLAMA_LLAMA_CPP_COMPAT from (default process.env). */
   env?: Record<string, string | undefined>;
+  /** `native` (default) also applies the clip handlers' named fixes; `reference` reproduces Ollama's compat layer exactly. */
+  profile?: TranslationProfile;
 }
 
 /**
@@ -18,7 +20,11 @@ export interface ClipViewOptions {
  * on its own copy of the metadata.
  */
 export function clipViewModel(model: GgufModel, opts: ClipViewOptions = {}): TranslatedView | null {
-  return translateModel(model, { handlers: clipHandlers, ...(opts.env !== undefined ? { env: opts.env } : {}) });
+  return translateModel(model, {
+    handlers: clipHandlers,
+    ...(opts.env !== undefined ? { env: opts.env } : {}),
+    ...(opts.profile !== undefined ? { profile: opts.profile } : {}),
+  });
 }
 
 /**

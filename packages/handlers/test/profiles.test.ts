@@ -29,8 +29,10 @@ const EXPECTED_FIXES: Record<string, string[]> = {
   // the -text variants carry no MTP layer
   "qwen35/9b": ["qwen35-mtp-norms-once"],
   "qwen35/9b-q8_0": ["qwen35-mtp-norms-once"],
+  "qwen35/9b-small-tower": ["qwen35-mtp-norms-once"],
   "qwen35moe/35b-a3b": ["qwen35moe-mtp-norms-once"],
   "qwen35moe/35b-a3b-q8_0": ["qwen35moe-mtp-norms-once"],
+  "qwen35moe/35b-a3b-small-tower": ["qwen35moe-mtp-norms-once"],
   "qwen35moe/35b-a3b-mixed": ["qwen35moe-mtp-norms-once"],
   ...Object.fromEntries(["dense", "moe", "moe-fused", "moe-sidecars", "moe-q8", "moe-mixed"].map((v) => [`gemma4/${v}`, ["gemma4-token-types"]])),
 };

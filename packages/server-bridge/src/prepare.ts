@@ -77,7 +77,7 @@ export async function prepareModel(resolved: ResolvedModel, opts: PrepareOptions
         await view.close();
       }
     }
-    const projector = compatEnabled(env) || resolved.projectors.length > 0 ? await projectorFor(resolved, { clipView: opts.clipView, env }) : null;
+    const projector = compatEnabled(env) || resolved.projectors.length > 0 ? await projectorFor(resolved, { clipView: opts.clipView, env, profile: cache.profile }) : null;
     if (projector?.kind === "file") out.mmproj = projector.path;
     else if (projector?.kind === "view") {
       try {

@@ -1,8 +1,11 @@
 import { basename } from "node:path";
-import type { TranslatedView } from "@compat/handlers";
+import type { TranslatedView, TranslationProfile } from "@compat/handlers";
 
 /** @compat/clip's clipView, as far as the bridge needs it. */
-export type ClipViewFn = (source: string, opts?: { env?: Record<string, string | undefined> }) => Promise<TranslatedView | null> | TranslatedView | null;
+export type ClipViewFn = (
+  source: string,
+  opts?: { env?: Record<string, string | undefined>; profile?: TranslationProfile },
+) => Promise<TranslatedView | null> | TranslatedView | null;
 
 let clipViewPromise: Promise<ClipViewFn | undefined> | undefined;
 
@@ -40,10 +43,10 @@ function blobDigest(path: string): string | undefined {
  */
 export async function projectorFor(
   model: { modelPath: string; modelDigest?: string; projectors: readonly string[] },
-  opts: { clipView?: ClipViewFn | null; env?: Record<string, string | undefined> } = {},
+  opts: { clipView?: ClipViewFn | null; env?: Record<string, string | undefined>; profile?: TranslationProfile } = {},
 ): Promise<ProjectorSource> {
   const fn = opts.clipView === null ? undefined : (opts.clipView ?? (await loadClipView()));
-  const env = opts.env ? { env: opts.env } : {};
+  const env = { ...(opts.env ? { env: opts.env } : {}), ...(opts.profile !== undefined ? { profile: opts.profile } : {}) };
   const layer = model.projectors[0];
   if (layer !== undefined) {
     const view = fn ? await fn(layer, env) : null;

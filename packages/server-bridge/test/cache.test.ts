@@ -69,8 +69,14 @@ describe("translation cache", () => {
     // one that needs translating (an old LLaVA projector) is cached under the layer's own digest
     const layerBlob = model.modelPath; // any Ollama file stands in for the projector blob
     const seen: string[] = [];
-    const layerView = await prepareModel({ ...model, projectors: [layerBlob] }, { cache, clipView: (p: string) => (seen.push(p), translate(p)) });
+    const profiles: unknown[] = [];
+    const layerView = await prepareModel(
+      { ...model, projectors: [layerBlob] },
+      { cache, clipView: (p: string, o?: { profile?: unknown }) => (seen.push(p), profiles.push(o?.profile), translate(p)) },
+    );
     expect(seen).toEqual([layerBlob]);
+    // the projector is translated under the cache's profile, which is part of its key
+    expect(profiles).toEqual([cache.profile]);
     expect(layerView.mmproj).toBe(join(cache.entryDir(cache.keyFor(`sha256:${layerBlob.split("sha256-")[1]}`, "mmproj")), "model.gguf"));
   });
 

@@ -34,7 +34,7 @@ export function classify(model: GgufModel, env: Record<string, string | undefine
   if (!compatEnabled(env)) return { status: "disabled", architecture, handlers: [], clipHandlers: [], ollamaWriter };
   const handlers = detectHandlers(model, { env, ...(profile !== undefined ? { profile } : {}) });
   // the clip side: which handler would write this file's mmproj
-  const clipHandlers = clipViewModel(model, { env })?.report.handlers.map((h) => ({ name: h.name, markers: h.markers })) ?? [];
+  const clipHandlers = clipViewModel(model, { env, ...(profile !== undefined ? { profile } : {}) })?.report.handlers.map((h) => ({ name: h.name, markers: h.markers })) ?? [];
   let status: DetectStatus = "native";
   if (handlers.length > 0 || clipHandlers.length > 0) status = "supported";
   else if (unsupportedArch(ollamaWriter, architecture)) status = "not-supported";

@@ -63,7 +63,7 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
   const model = await readGguf(await resolveInput(file, io));
   try {
     const text = translateModel(model, { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
-    const clip = clipViewModel(model, { env: io.env });
+    const clip = clipViewModel(model, { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
     if (text === null && clip === null) {
       const markers = ollamaWriterMarkers(model);
       const arch = model.getString("general.architecture", "unknown");

@@ -1,4 +1,4 @@
-import type { Handler } from "@compat/handlers";
+import type { Handler, Translation } from "@compat/handlers";
 import { asMmproj, embeddedVision } from "../tower";
 
 /** Ollama's SAM / CLIP / projector names, mapped to clip.cpp's (substring, first occurrence, in this order). */
@@ -24,13 +24,31 @@ const RENAMES: ReadonlyArray<readonly [string, string]> = [
 ];
 
 /**
- * clip.cpp's deepseekocr graph takes these values from the reference's hard-coded list,
- * which matches DeepSeek-OCR itself: llama.cpp's converter writes feed_forward_length as
- * CLIP heads * 4 (16 * 4) and projection_dim as the text width (1280). clip.cpp does not
- * use either for this projector (the output width comes from mm.model.fc).
+ * The reference hard-codes these from DeepSeek-OCR itself: llama.cpp's converter writes
+ * feed_forward_length as CLIP heads * 4 (16 * 4) and projection_dim as the text width
+ * (1280). clip.cpp does not use either for this projector (the output width comes from
+ * mm.model.fc), so the native profile's fixes below only make the keys say the truth.
  */
 const DEEPSEEK_OCR_FF = 64;
 const DEEPSEEK_OCR_TEXT_WIDTH = 1280;
+
+/** The values llama.cpp's converter (DeepseekOCRVisionModel) would write, from the file's own keys. */
+function fixSizes(t: Translation): void {
+  const heads = t.getU32("deepseekocr.vision.head_count");
+  t.fix({
+    name: "deepseekocr-clip-feed-forward-length",
+    reason: `the reference writes clip.vision.feed_forward_length ${DEEPSEEK_OCR_FF} (DeepSeek-OCR's 16 CLIP heads * 4) whatever the file holds; llama.cpp's converter writes the CLIP head count * 4 (its get_vision_config), read here from deepseekocr.vision.head_count`,
+    needed: () => heads !== undefined && heads > 0 && t.getU32("clip.vision.feed_forward_length") !== heads * 4,
+    apply: () => t.setU32("clip.vision.feed_forward_length", heads! * 4),
+  });
+  const width = t.getU32("deepseekocr.embedding_length");
+  t.fix({
+    name: "deepseekocr-clip-projection-dim",
+    reason: `the reference writes clip.vision.projection_dim ${DEEPSEEK_OCR_TEXT_WIDTH} (DeepSeek-OCR's text width) whatever the file holds; llama.cpp's converter writes the text model's hidden size, read here from deepseekocr.embedding_length`,
+    needed: () => width !== undefined && width > 0 && t.getU32("clip.vision.projection_dim") !== width,
+    apply: () => t.setU32("clip.vision.projection_dim", width!),
+  });
+}
 
 /**
  * DeepSeek-OCR: a SAM-ViT-B encoder (Ollama: s.*), a CLIP-L tower (v.*) and a linear
@@ -51,6 +69,7 @@ export const deepseekocrClip: Handler = {
     t.copyKv("deepseekocr.sam.head_count", "clip.vision.sam.head_count");
     t.injectU32("clip.vision.feed_forward_length", DEEPSEEK_OCR_FF);
     t.injectU32("clip.vision.projection_dim", DEEPSEEK_OCR_TEXT_WIDTH);
+    fixSizes(t);
     t.injectU32("clip.vision.projector.scale_factor", 1);
     t.injectU32("clip.vision.window_size", 14);
     t.injectF32("clip.vision.attention.layer_norm_epsilon", 1e-6);

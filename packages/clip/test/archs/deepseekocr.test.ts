@@ -1,40 +1,40 @@
-import { GgmlType, readGguf } from "@compat/gguf";
+import { join } from "node:path";
+import { GgmlType, GgufValueType, readGguf } from "@compat/gguf";
+import { clipView } from "@compat/clip";
 import { readTensorBytes } from "@compat/handlers";
 import { killAllSpawned, writeFixture } from "@compat/testkit";
 import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../../../handlers/test/helpers";
 import { NO_DIFFERENCES } from "../../../handlers/test/proof";
+import { compareWithNative } from "../../../handlers/test/twin";
 import { greyImage, halfToFloat, mtmdAnswer, proveClip, valuesF32 } from "../proof";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
 
-// Keys the native mmproj has with other values (both hard-coded by the reference; see findings.md):
+// Keys the native mmproj has that the reference does not write (see findings.md):
 const IGNORED = [
-  // the reference writes 1280 (DeepSeek-OCR's text width); the native file has this fixture's 32. clip.cpp's
-  // deepseekocr path takes the output width from mm.model.fc instead (llama-mtmd-cli below runs with 32)
-  "clip.vision.projection_dim",
   // written by the converter with the values clip.cpp defaults deepseekocr to (2 and 9); the reference writes none
   "clip.vision.preproc_min_tiles",
   "clip.vision.preproc_max_tiles",
 ];
+const PROMOTED = ["v.patch_embd.weight", "v.sam.neck.0.weight", "v.sam.neck.2.weight", "v.sam.net_2.weight", "v.sam.net_3.weight"];
+// Ollama stored these F16 where the converter forces F32: promoted back, they are the native values rounded through F16
+const TWIN = { ignoreKeys: IGNORED, roundedThrough: Object.fromEntries(PROMOTED.map((n) => [n, GgmlType.F16])) };
 
 describe("deepseekocr clip handler (SAM + CLIP-L encoders and linear projector inline)", () => {
   it("our mmproj equals llama.cpp's native deepseekocr mmproj, and llama-mtmd-cli answers an image prompt with our pair", async () => {
     const d = await dir();
-    const promoted = ["v.patch_embd.weight", "v.sam.neck.0.weight", "v.sam.neck.2.weight", "v.sam.net_2.weight", "v.sam.net_3.weight"];
-    const p = await proveClip(d, "deepseekocr", {
-      seed: 4,
-      // Ollama stored these F16 where the converter forces F32: promoted back, they are the native values rounded through F16
-      twin: { ignoreKeys: IGNORED, roundedThrough: Object.fromEntries(promoted.map((n) => [n, GgmlType.F16])) },
-    });
+    const p = await proveClip(d, "deepseekocr", { seed: 4, twin: TWIN });
     expect(p.diff).toEqual(NO_DIFFERENCES);
     expect(p.view.report.handlers.map((h) => h.name)).toEqual(["deepseekocr-clip"]);
+    // the reference's 1280 is DeepSeek-OCR's text width, not this fixture's 32
+    expect(p.view.report.fixes.map((f) => f.name)).toEqual(["deepseekocr-clip-projection-dim"]);
     const m = p.mmproj;
     expect(m.getString("clip.projector_type")).toBe("deepseekocr");
-    // the reference's hard-coded values; feed_forward_length equals the native (CLIP heads * 4)
+    // the reference's feed_forward_length 64 is right here (16 CLIP heads * 4, as the converter writes it)
     expect(m.getNumber("clip.vision.feed_forward_length")).toBe(64);
-    expect(m.getNumber("clip.vision.projection_dim")).toBe(1280);
+    expect(m.getNumber("clip.vision.projection_dim")).toBe(32);
     expect(m.getNumber("clip.vision.sam.block_count")).toBe(12);
     expect(m.findTensor("v.sam.pos_embd.weight")?.shape).toEqual([16, 64, 64, 1]);
     // kept F16 as llama.cpp's converter writes it for f16 output (the reference promotes it)
@@ -74,5 +74,45 @@ describe("deepseekocr clip handler (SAM + CLIP-L encoders and linear projector i
     const native = await writeFixture(p.native, d);
     await mtmdAnswer(native.text, native.mmproj!, image, "deepseek-ocr");
     // clip.cpp always encodes a 1024-pixel image through 12 SAM blocks: about 10 s of CPU per run
+  }, 900_000);
+
+  it("an 8-head CLIP: native writes feed_forward_length (heads * 4) and projection_dim (text width) as llama.cpp's converter does; reference keeps 64 / 1280", async () => {
+    const d = await dir();
+    const p = await proveClip(d, "deepseekocr", { seed: 5, variant: "3b-8-heads", twin: TWIN });
+    expect(p.diff).toEqual(NO_DIFFERENCES);
+    expect(p.view.report.fixes.map((f) => f.name)).toEqual(["deepseekocr-clip-feed-forward-length", "deepseekocr-clip-projection-dim"]);
+    expect(p.mmproj.getNumber("clip.vision.attention.head_count")).toBe(8);
+    expect(p.mmproj.getNumber("clip.vision.feed_forward_length")).toBe(32);
+    expect(p.mmproj.getNumber("clip.vision.projection_dim")).toBe(32);
+    await p.mmproj.close();
+
+    const reference = await clipView(p.ollamaPath, { profile: "reference" });
+    if (reference === null) throw new Error("no clip view under the reference profile");
+    expect(reference.report.fixes).toEqual([]);
+    expect(reference.report.gapsKept).toEqual(p.view.report.fixes);
+    const referencePath = join(d, "mmproj-deepseekocr-3b-8-heads-reference.gguf");
+    await reference.writeTo(referencePath);
+    await reference.close();
+    const refModel = await readGguf(referencePath);
+    const refDiff = await compareWithNative(refModel, p.native.mmproj!, TWIN);
+    await refModel.close();
+    // exactly the two hard-coded keys differ from llama.cpp's converter; tensors are the same
+    const u32 = GgufValueType.UINT32;
+    expect({ ...refDiff, kv: [...refDiff.kv].sort() }).toEqual({
+      ...NO_DIFFERENCES,
+      kv: [
+        `clip.vision.feed_forward_length: "64" (type ${u32}) vs native "32" (type ${u32})`,
+        `clip.vision.projection_dim: "1280" (type ${u32}) vs native "32" (type ${u32})`,
+      ].sort(),
+    });
+
+    // clip.cpp's deepseekocr graph reads neither key (output width from mm.model.fc): both mmprojs
+    // answer alike with our text GGUF, and the native pair runs too
+    const image = await greyImage(d, 64, 129);
+    const ours = await mtmdAnswer(p.textPath, p.mmprojPath, image, "deepseek-ocr");
+    expect(ours.length).toBeGreaterThan(0);
+    expect(await mtmdAnswer(p.textPath, referencePath, image, "deepseek-ocr")).toBe(ours);
+    const native = await writeFixture(p.native, d);
+    await mtmdAnswer(native.text, native.mmproj!, image, "deepseek-ocr");
   }, 900_000);
 });

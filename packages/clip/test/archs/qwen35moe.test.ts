@@ -1,7 +1,7 @@
 import { killAllSpawned } from "@compat/testkit";
 import { afterAll, describe, it } from "vitest";
 import { tempDir } from "../../../handlers/test/helpers";
-import { proveQwen35Clip } from "../qwen35-clip";
+import { proveQwen35Clip, proveQwen35TowerSizes } from "../qwen35-clip";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
@@ -13,5 +13,9 @@ describe("qwen35moe clip handler (Qwen3.5 MoE: a Qwen3-VL tower without DeepStac
 
   it("the Q8_0 file (tower left F16 by Ollama's quantizer) gives the same mmproj, which runs with our Q8_0 text GGUF", async () => {
     await proveQwen35Clip(await dir(), "qwen35moe", "35b-a3b-q8_0", 6);
+  });
+
+  it("a tower of other sizes (FFN 80, 16x16 positions): native derives feed_forward_length and image_size as llama.cpp's converter does; reference keeps 4304 / 768", async () => {
+    await proveQwen35TowerSizes(await dir(), "qwen35moe", "35b-a3b-small-tower", 7, { ff: 80, imageSize: 256 });
   });
 });
