@@ -5,7 +5,9 @@
  *   points and imports nothing but Node-API (version 8 or lower) and a few libc functions;
  * - node-gyp-build, asked as it would be on each platform, picks the right file or none;
  * - where qemu-user / Wine and a Node of that platform are present (scripts/foreign-nodes.sh), the
- *   package loads its prebuild there, reports the native backend, and gives the JS kernels' bits.
+ *   package loads its prebuild there, reports the native backend, and gives the JS kernels' bits;
+ * - the musl prebuild, for which no Node binary is at hand, is loaded by musl's dynamic linker in a
+ *   minimal Node-API host and gives the JS kernels' bits.
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -199,4 +201,37 @@ describe("prebuilds run on their platform's Node (emulated)", () => {
       }
     }, 360_000);
   }
+});
+
+// No musl Node binary is published on the npm registry: the musl prebuild is loaded instead by
+// musl's own dynamic linker in a minimal Node-API host (support/napi-host.c, built with musl-gcc).
+describe("the musl prebuild runs under musl (minimal Node-API host)", () => {
+  const prebuild = join(pkgDir, "prebuilds/linux-x64/node.napi.musl.node");
+  it("linux-x64 musl: dlopen with every symbol bound, module registered, every native kernel equals JS on both ISAs", (ctx) => {
+    if (!existsSync(prebuild) || !onPath("musl-gcc") || process.platform !== "linux" || process.arch !== "x64") ctx.skip();
+    const dir = mkdtempSync(join(tmpdir(), "tensor-ops-musl-"));
+    try {
+      const host = join(dir, "napi-host");
+      const include = join(require.resolve("node-api-headers/package.json"), "../include");
+      execFileSync("musl-gcc", ["-O1", "-std=gnu99", "-rdynamic", "-I", include, fileURLToPath(new URL("./support/napi-host.c", import.meta.url)), "-o", host]);
+      expect(execFileSync("readelf", ["-l", host], { encoding: "utf8" })).toContain("ld-musl-x86_64.so.1");
+      for (const isa of ["auto", "scalar"]) {
+        for (const [i, [type, make]] of nativeCases.entries()) {
+          const bytes = make();
+          const layout = blockLayout(type);
+          const nBlocks = bytes.byteLength / layout.blockBytes;
+          const n = nBlocks * layout.blockSize;
+          writeFileSync(join(dir, "in.bin"), bytes);
+          // F16/BF16 kernels count elements (block size 1), the rest count blocks
+          const used = execFileSync(host, [prebuild, "convert", isa, String(type), String(nBlocks), String(n), join(dir, "in.bin"), join(dir, "out.bin")], { encoding: "utf8" }).trim();
+          if (isa === "scalar") expect(used).toBe("scalar");
+          else expect(["avx2+f16c", "scalar"]).toContain(used); // as this CPU has
+          const js = bytesOf(toF32IntoJs(type, bytes, new Float32Array(n), n));
+          expect(Buffer.from(js).equals(readFileSync(join(dir, "out.bin"))), `${used} type ${type} case ${i}`).toBe(true);
+        }
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
 });
