@@ -2,7 +2,8 @@
 # The packages as a user gets them: `npm pack` every published package, install the
 # tarballs into a scratch project outside the workspace, and use them from there:
 # ollama-compat --help and translate on an Ollama-format file, ESM and CJS imports,
-# the native tensor-ops kernels (not the JS fallback) and its WASM tier; with LLAMA_BIN set, the
+# the native tensor-ops kernels (not the JS fallback), its WASM tier and its build-from-source
+# fallback (prebuilds removed: npm rebuild, compat-tensor-ops-build); with LLAMA_BIN set, the
 # examples' serve and `ollama-compat demo` against the real llama-server; every tarball checked by
 # @arethetypeswrong/cli; and the release flow (`changeset version` on a scratch copy, then pack the
 # bumped packages). Needs `npm run build` first.
@@ -63,6 +64,31 @@ COMPAT_TENSOR_OPS=wasm node -e '
 const { activeBackend } = require("@compat/tensor-ops");
 if (activeBackend() !== "wasm") throw new Error(`CJS wasm tier: ${activeBackend()}`);
 '
+# build-from-source fallback: without a matching prebuild the package runs WASM; `npm rebuild`
+# (its install script builds when no prebuild loads, as on a platform without one) and the
+# package's compat-tensor-ops-build bin both compile binding.gyp + native/ from the tarball
+ops="$scratch/app/node_modules/@compat/tensor-ops"
+native_equals_js='
+const { activeBackend, setBackend, toF32, GgmlTypeId } = require("@compat/tensor-ops");
+const want = process.argv[1];
+if (activeBackend() !== want) throw new Error(`fallback: backend is ${activeBackend()}, expected ${want}`);
+const f16 = new Uint8Array(new Uint16Array(65536).map((_, i) => i).buffer);
+const q8 = new Uint8Array(34 * 64).map((_, i) => (i * 2654435761) >>> 24);
+for (let b = 0; b < 64; b++) q8[34 * b + 1] &= 0x3b; // finite block scales
+const run = () => [toF32(GgmlTypeId.F16, f16, 65536), toF32(GgmlTypeId.Q8_0, q8, 64 * 32)].map((a) => Buffer.from(a.buffer));
+const fast = run();
+setBackend("js");
+const js = run();
+if (!fast.every((b, i) => b.equals(js[i]))) throw new Error(`fallback: ${want} results differ from JS`);
+'
+rm -rf "$ops/prebuilds" "$ops/build"
+node -e "$native_equals_js" wasm
+npm rebuild --silent @compat/tensor-ops >"$scratch/rebuild.log" 2>&1 || { cat "$scratch/rebuild.log" >&2; echo "pack-smoke: npm rebuild @compat/tensor-ops failed" >&2; exit 1; }
+node -e "$native_equals_js" native
+rm -rf "$ops/build"
+node -e "$native_equals_js" wasm
+./node_modules/.bin/compat-tensor-ops-build >"$scratch/rebuild.log" 2>&1 || { cat "$scratch/rebuild.log" >&2; echo "pack-smoke: compat-tensor-ops-build failed" >&2; exit 1; }
+node -e "$native_equals_js" native
 node -e '
 const { parseGguf } = require("@compat/gguf");
 const { translate } = require("@compat/handlers");
@@ -114,4 +140,5 @@ console.log(`pack-smoke: release dry run bumps ${bumped.join(", ")}`);
 ' "$release" "$pending" "${packages[@]}"
 [ "$(ls "$scratch/release-tarballs" | wc -l)" -eq "${#packages[@]}" ] || { echo "pack-smoke: release packs missing" >&2; exit 1; }
 
-echo "pack-smoke: ok ($(ls "$scratch/tarballs" | wc -l) tarballs, attw, translate, ESM+CJS, tensor-ops native+wasm, release dry run${demo:-})"
+echo "pack-smoke: @compat/tensor-ops tarball $(stat -c %s "$scratch"/tarballs/compat-tensor-ops-*.tgz) bytes ($(tar tzf "$scratch"/tarballs/compat-tensor-ops-*.tgz | grep -c '^package/prebuilds/.*\.node$') prebuilds)"
+echo "pack-smoke: ok ($(ls "$scratch/tarballs" | wc -l) tarballs, attw, translate, ESM+CJS, tensor-ops native+wasm+build from source, release dry run${demo:-})"

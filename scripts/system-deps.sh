@@ -1,10 +1,33 @@
 #!/usr/bin/env bash
-# Debian packages the tests and builds need beyond Node: Chromium (browser tests) and
-# clang + lld (the WASM kernels). Installs what is missing; needs root and apt-get.
+# Debian packages the tests and builds need beyond Node: Chromium (browser tests), clang + lld (the
+# WASM kernels), the cross compilers for @compat/tensor-ops' prebuilt addons (linux-arm64 glibc,
+# linux-x64 musl, win32-x64), and qemu-user + Wine with arm64 runtime libraries to run those
+# prebuilds under a Node of their platform (packages/tensor-ops/scripts/foreign-nodes.sh).
+# Installs what is missing; needs root and apt-get.
 set -euo pipefail
-if command -v chromium >/dev/null 2>&1 && command -v clang >/dev/null 2>&1 && command -v wasm-ld >/dev/null 2>&1; then
-  exit 0
-fi
-command -v apt-get >/dev/null 2>&1 || { echo "system-deps: install chromium, clang and lld with your package manager" >&2; exit 1; }
+# "command-or-file package" pairs
+needs=(
+  "chromium chromium"
+  "clang clang"
+  "wasm-ld lld"
+  "aarch64-linux-gnu-gcc gcc-aarch64-linux-gnu"
+  "musl-gcc musl-tools"
+  "x86_64-w64-mingw32-gcc gcc-mingw-w64-x86-64"
+  "qemu-aarch64 qemu-user"
+  "/usr/aarch64-linux-gnu/lib/libstdc++.so.6 libstdc++6-arm64-cross"
+  "/usr/lib/wine/wine64 wine64"
+)
+missing=()
+for pair in "${needs[@]}"; do
+  what=${pair% *}
+  if [[ $what == /* ]]; then [ -e "$what" ] && continue; else command -v "$what" >/dev/null 2>&1 && continue; fi
+  missing+=("${pair#* }")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+command -v apt-get >/dev/null 2>&1 || { echo "system-deps: install ${missing[*]} with your package manager" >&2; exit 1; }
 apt-get update -qq
-apt-get install -y -qq chromium clang lld >/dev/null
+# Wine's recommends (32-bit Wine, fonts, ...) are not needed to run a 64-bit node.exe
+plain=() norec=()
+for p in "${missing[@]}"; do if [ "$p" = wine64 ]; then norec+=("$p"); else plain+=("$p"); fi; done
+[ ${#plain[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${plain[@]}" >/dev/null
+[ ${#norec[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${norec[@]}" >/dev/null

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/types.h> /* loff_t: not pulled in by the other headers on every glibc target (aarch64) */
 #include <unistd.h>
 #include <linux/fs.h>
 #endif
@@ -21,6 +22,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define TOPS_X86 1
+#endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h> /* Advanced SIMD is part of every AArch64 CPU: no run-time check needed */
+#define TOPS_NEON 1
 #endif
 
 #pragma GCC optimize("fp-contract=off")
@@ -271,6 +276,40 @@ __attribute__((target("avx2"))) static void mxfp4_shuffle(const uint8_t *src, fl
 }
 #endif
 
+#ifdef TOPS_NEON
+/* FCVTL converts half -> single exactly; with the default FPCR (DN=0) NaNs keep their payload and
+ * come out quiet, as from the float trick above. */
+static void f16_neon(const uint8_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const float16x8_t h = vreinterpretq_f16_u8(vld1q_u8(src + 2 * i));
+        vst1q_f32(dst + i, vcvt_f32_f16(vget_low_f16(h)));
+        vst1q_f32(dst + i + 4, vcvt_high_f32_f16(h));
+    }
+    for (; i < n; i++) dst[i] = half_to_float(rd16(src + 2 * i));
+}
+
+/* MXFP4 with a table lookup (TBL) as the codebook; int8 -> f32 is exact, one multiply rounds. */
+static void mxfp4_neon(const uint8_t *src, float *dst, size_t nb) {
+    const int8x16_t table = vld1q_s8(FP4);
+    const uint8x16_t low4 = vdupq_n_u8(0x0F);
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *b = src + 17 * i;
+        const float32x4_t d = vdupq_n_f32(e8m0_half(b[0]));
+        const uint8x16_t q = vld1q_u8(b + 1);
+        const int8x16_t v[2] = {vqtbl1q_s8(table, vandq_u8(q, low4)), vqtbl1q_s8(table, vshrq_n_u8(q, 4))};
+        float *y = dst + 32 * i;
+        for (int h = 0; h < 2; h++, y += 16) {
+            const int16x8_t lo = vmovl_s8(vget_low_s8(v[h])), hi = vmovl_high_s8(v[h]);
+            vst1q_f32(y, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), d));
+            vst1q_f32(y + 4, vmulq_f32(vcvtq_f32_s32(vmovl_high_s16(lo)), d));
+            vst1q_f32(y + 8, vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), d));
+            vst1q_f32(y + 12, vmulq_f32(vcvtq_f32_s32(vmovl_high_s16(hi)), d));
+        }
+    }
+}
+#endif
+
 typedef void (*kernel_fn)(const uint8_t *, float *, size_t);
 struct kernel { int type; size_t block_bytes; size_t block_size; kernel_fn fn; };
 static struct kernel kernels[16];
@@ -283,6 +322,8 @@ static void select_kernels(int allow_simd) {
     __builtin_cpu_init();
     fast = allow_simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
 #endif
+    (void) allow_simd;
+    (void) fast;
     isa_name = "scalar";
     n_kernels = 0;
 #define ADD(T, BB, BS, FN) kernels[n_kernels++] = (struct kernel) {T, BB, BS, FN}
@@ -318,6 +359,16 @@ static void select_kernels(int allow_simd) {
     ADD(T_Q5_K, 176, 256, q5_k_scalar);
     ADD(T_IQ4_NL, 18, 32, iq4_nl_scalar);
     ADD(T_IQ4_XS, 136, 256, iq4_xs_scalar);
+#ifdef TOPS_NEON
+    /* The generic kernels are already auto-vectorized for Advanced SIMD (-O3); these two are hand-written. */
+    if (allow_simd) {
+        isa_name = "neon";
+        for (int i = 0; i < n_kernels; i++) {
+            if (kernels[i].type == T_F16) kernels[i].fn = f16_neon;
+            if (kernels[i].type == T_MXFP4) kernels[i].fn = mxfp4_neon;
+        }
+    }
+#endif
 #undef ADD
 }
 
