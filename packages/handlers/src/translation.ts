@@ -263,6 +263,11 @@ export class Translation {
     this.draft.setArray(key, arr.itemType, items as never);
   }
 
+  /** copyKv for each [src, dst] pair, in order: a handler's table of keys Ollama named differently. */
+  copyKvs(pairs: readonly (readonly [string, string])[]): void {
+    for (const [src, dst] of pairs) this.copyKv(src, dst);
+  }
+
   // ---- tensors ---------------------------------------------------------------------------
 
   tensor(name: string): GgufTensor | undefined {
