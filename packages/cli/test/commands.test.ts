@@ -12,8 +12,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { writeGguf } from "@compat/gguf";
 import { TRANSLATION_PROFILES } from "@compat/handlers";
-import { LlamaChild, freePort, waitHealthy } from "@compat/server-bridge";
-import { buildOllamaStore, findLlamaTools, generateFixtureFiles, generateFixtureSpecs, toGgufModel } from "@compat/testkit";
+import { buildOllamaStore, LlamaChild, freePort, waitHealthy } from "@compat/server-bridge";
+import { findLlamaTools, generateFixtureFiles, generateFixtureSpecs, toGgufModel } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PROFILES } from "../src/cli";
 

@@ -7,8 +7,8 @@ import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { GgmlType, layoutGguf } from "@compat/gguf";
-import { buildOllamaStore, findLlamaTools, generateFixture, generateFixtureFiles } from "@compat/testkit";
-import { ModelStore, prepareModel, TranslationCache } from "@compat/server-bridge";
+import { findLlamaTools, generateFixture, generateFixtureFiles } from "@compat/testkit";
+import { buildOllamaStore, ModelStore, prepareModel, TranslationCache } from "@compat/server-bridge";
 
 const bin = fileURLToPath(new URL("../src/bin.ts", import.meta.url));
 const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
