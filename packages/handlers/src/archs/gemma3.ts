@@ -1,5 +1,6 @@
 import { anyOf, hasTensorPrefix, kvMarkers } from "../detect";
 import type { Handler } from "../handler";
+import type { Translation } from "../translation";
 
 /** Google's original Gemma 3 text-only chat template (data, byte for byte). */
 export const GEMMA3_CHAT_TEMPLATE =
@@ -55,12 +56,20 @@ export const gemma3: Handler = {
     }
     t.hide("v.");
     t.hide("mm.");
-    t.fix({
-      name: "gemma3-add-space-prefix",
-      reason:
-        "Ollama never wrote tokenizer.ggml.add_space_prefix, so llama.cpp's SentencePiece default (true) puts a space before every prompt; llama.cpp's converter writes false for Gemma 3",
-      needed: () => t.getString("tokenizer.ggml.model") === "llama" && !t.has("tokenizer.ggml.add_space_prefix"),
-      apply: () => t.setBool("tokenizer.ggml.add_space_prefix", false),
-    });
+    fixGemmaSpacePrefix(t, "gemma3-add-space-prefix", "prompt", "for Gemma 3");
   },
 };
+
+/**
+ * The gap every Gemma SentencePiece handler closes (fix `name`): Ollama never wrote
+ * tokenizer.ggml.add_space_prefix, llama.cpp defaults it to true for SentencePiece and
+ * its converter writes false. `input` and `converter` finish the fix's reason.
+ */
+export function fixGemmaSpacePrefix(t: Translation, name: string, input: string, converter: string): void {
+  t.fix({
+    name,
+    reason: `Ollama never wrote tokenizer.ggml.add_space_prefix, so llama.cpp's SentencePiece default (true) puts a space before every ${input}; llama.cpp's converter writes false ${converter}`,
+    needed: () => t.getString("tokenizer.ggml.model") === "llama" && !t.has("tokenizer.ggml.add_space_prefix"),
+    apply: () => t.setBool("tokenizer.ggml.add_space_prefix", false),
+  });
+}
