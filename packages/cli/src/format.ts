@@ -31,13 +31,13 @@ export function kvTypeLabel(kv: GgufKv): string {
   return kv.type === GgufValueType.ARRAY ? `ARRAY<${valueTypeName((kv.value as GgufArray).itemType)}>[${(kv.value as GgufArray).length}]` : valueTypeName(kv.type);
 }
 
-/** 1536 -> "1.5 KiB": binary units, as file sizes on disk. */
-export function humanBytes(bytes: number): string {
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+/** 1536 -> "1.5 KiB": binary units, as file sizes on disk; base 1000 gives "1.5 KB", as `ollama ls` shows sizes. */
+export function humanBytes(bytes: number, base: 1000 | 1024 = 1024): string {
+  const units = base === 1024 ? ["B", "KiB", "MiB", "GiB", "TiB"] : ["B", "KB", "MB", "GB", "TB"];
   let v = bytes;
   let i = 0;
-  while (v >= 1024 && i < units.length - 1) {
-    v /= 1024;
+  while (v >= base && i < units.length - 1) {
+    v /= base;
     i++;
   }
   return i === 0 ? `${v} B` : `${v.toFixed(1)} ${units[i]}`;

@@ -1,35 +1,17 @@
 import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { link as ln, mkdtemp, readFile, rm, symlink, writeFile } from "node:fs/promises";
-import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
 import { serializeGguf } from "@compat/gguf";
 import { generateFixture, guardSource, writeFixture } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { llavaProjector } from "../../clip/test/llava-fixture";
-
-const bin = fileURLToPath(new URL("../src/bin.ts", import.meta.url));
-const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
-
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
+import { bin, runToEnd, tsx, type Run } from "./helpers";
 
 /** Runs the real ollama-compat binary (from source, through tsx) in its own process. */
 function cli(args: string[], env: Record<string, string> = {}): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import", tsx, bin, ...args], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => (stdout += d));
-    child.stderr.on("data", (d) => (stderr += d));
-    child.on("error", reject);
-    child.on("close", (code) => resolve({ code, stdout, stderr }));
-  });
+  return runToEnd(spawn(process.execPath, ["--import", tsx, bin, ...args], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] }));
 }
 
 let dir: string;

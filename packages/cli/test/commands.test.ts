@@ -12,30 +12,18 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { writeGguf } from "@compat/gguf";
 import { TRANSLATION_PROFILES } from "@compat/handlers";
-import { LlamaChild, freePort, waitHealthy } from "@compat/server-bridge";
-import { buildOllamaStore, findLlamaTools, generateFixtureFiles, generateFixtureSpecs, toGgufModel } from "@compat/testkit";
+import { buildOllamaStore, LlamaChild, freePort, waitHealthy } from "@compat/server-bridge";
+import { findLlamaTools, generateFixtureFiles, generateFixtureSpecs, toGgufModel } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PROFILES } from "../src/cli";
+import { runToEnd, type Run } from "./helpers";
 
 const pkg = fileURLToPath(new URL("..", import.meta.url));
 const bin = join(pkg, "dist", "bin.js");
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
+/** Runs the built binary (dist/bin.js) in its own process. */
 function cli(args: string[], env: Record<string, string | undefined> = {}): Promise<Run> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [bin, ...args], { env: { ...process.env, NO_COLOR: undefined, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => (stdout += d));
-    child.stderr.on("data", (d) => (stderr += d));
-    child.on("error", reject);
-    child.on("close", (code) => resolve({ code, stdout, stderr }));
-  });
+  return runToEnd(spawn(process.execPath, [bin, ...args], { env: { ...process.env, NO_COLOR: undefined, ...env }, stdio: ["ignore", "pipe", "pipe"] }));
 }
 
 /** The binary on a pseudo-terminal (stdin, stdout and stderr all the tty): what a person at a terminal sees. */

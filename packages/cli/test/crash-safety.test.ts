@@ -6,27 +6,17 @@
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, open, readdir, rm, truncate, unlink, stat } from "node:fs/promises";
-import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
 import { GgmlType, fileSource, readGguf, writeGguf } from "@compat/gguf";
 import { Prng, fileDigest, generateFixture, guardSource, writeFixture, type SourceGuard } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { bin, collect, exited, tsx } from "./helpers";
 
-const bin = fileURLToPath(new URL("../src/bin.ts", import.meta.url));
-const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
 const translate = (src: string, out: string, shell?: string) =>
   shell === undefined
     ? spawn(process.execPath, ["--import", tsx, bin, "translate", src, "-o", out], { stdio: ["ignore", "pipe", "pipe"] })
     : spawn("bash", ["-c", `${shell}; exec "$@"`, "bash", process.execPath, "--import", tsx, bin, "translate", src, "-o", out], { stdio: ["ignore", "pipe", "pipe"] });
-const collect = (s: NodeJS.ReadableStream | null) => {
-  let text = "";
-  s?.on("data", (d) => (text += d));
-  return () => text;
-};
-const exited = (child: ReturnType<typeof spawn>) =>
-  new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => child.on("close", (code, signal) => r({ code, signal })));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const temps = async (d: string) => (await readdir(d)).filter((e) => e.endsWith(".tmp"));
 /** The pid in a temp name `.out.gguf.PID.HEX.tmp`. */

@@ -1,17 +1,13 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { open, readdir, writeFile } from "node:fs/promises";
 import { mkdtemp, rm } from "node:fs/promises";
-import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { GgmlType, layoutGguf } from "@compat/gguf";
-import { buildOllamaStore, findLlamaTools, generateFixture, generateFixtureFiles } from "@compat/testkit";
-import { ModelStore, prepareModel, TranslationCache } from "@compat/server-bridge";
-
-const bin = fileURLToPath(new URL("../src/bin.ts", import.meta.url));
-const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
+import { findLlamaTools, generateFixture, generateFixtureFiles } from "@compat/testkit";
+import { buildOllamaStore, ModelStore, prepareModel, TranslationCache } from "@compat/server-bridge";
+import { bin, exited, tsx } from "./helpers";
 
 const dirs: string[] = [];
 const children: ChildProcess[] = [];
@@ -34,7 +30,7 @@ function start(args: string[], env: Record<string, string> = {}) {
   const out = { stdout: "", stderr: "" };
   child.stdout!.on("data", (d) => (out.stdout += d));
   child.stderr!.on("data", (d) => (out.stderr += d));
-  const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => child.on("close", (code, signal) => r({ code, signal })));
+  const closed = exited(child);
   const waitFor = async (re: RegExp, stream: "stdout" | "stderr" = "stdout", timeoutMs = 180_000): Promise<RegExpMatchArray> => {
     const deadline = Date.now() + timeoutMs;
     for (;;) {

@@ -1,26 +1,15 @@
 import { spawn } from "node:child_process";
 import { existsSync, openSync, closeSync } from "node:fs";
 import { mkdtemp, open, readdir, rm } from "node:fs/promises";
-import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
 import { GgmlType, fileSource, readGguf, writeGguf } from "@compat/gguf";
 import { generateFixture, writeFixture } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { bin, collect, exited, tsx } from "./helpers";
 
-const bin = fileURLToPath(new URL("../src/bin.ts", import.meta.url));
-const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
 const node = (args: string[], stdout: "pipe" | number = "pipe") =>
   spawn(process.execPath, ["--import", tsx, bin, ...args], { stdio: ["ignore", stdout, "pipe"] });
-
-const collect = (s: NodeJS.ReadableStream | null) => {
-  let text = "";
-  s?.on("data", (d) => (text += d));
-  return () => text;
-};
-const exited = (child: ReturnType<typeof spawn>) =>
-  new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => child.on("close", (code, signal) => r({ code, signal })));
 
 let dir: string;
 let big: string;

@@ -1,6 +1,5 @@
-import { GgmlType } from "@compat/gguf";
-import type { OpInput, Translation } from "@compat/handlers";
-import { concat, split, toF32 } from "@compat/tensor-ops";
+import type { Translation } from "@compat/handlers";
+import { split } from "@compat/tensor-ops";
 
 /**
  * The Qwen3-VL-style tower work the reference shares between its qwen35/qwen35moe and
@@ -23,29 +22,12 @@ export function mergeVisionQkv(t: Translation, blocks: number): void {
     if (!t.hasTensor(`${p}attn_q.weight`)) continue;
     for (const suffix of ["weight", "bias"]) {
       const parts = ["q", "k", "v"].map((x) => `${p}attn_${x}.${suffix}`);
-      if (parts.every((n) => t.hasTensor(n))) concatRows(t, `${p}attn_qkv.${suffix}`, parts);
+      if (!parts.every((n) => t.hasTensor(n))) continue;
+      // rows are the last ggml axis: 1 for the weight, 0 for the bias
+      t.concatTensors(`${p}attn_qkv.${suffix}`, parts, t.tensor(parts[0]!)!.shape.length - 1, "q+k+v");
+      for (const n of parts) t.dropTensor(n);
     }
   }
-}
-
-function concatRows(t: Translation, dest: string, parts: string[]): void {
-  const tensors = parts.map((n) => t.tensor(n)!);
-  const first = tensors[0]!;
-  const axis = first.shape.length - 1;
-  const shape = first.shape.slice();
-  shape[axis] = tensors.reduce((n, x) => n + x.shape[axis]!, 0);
-  const sameType = tensors.every((x) => x.type === first.type);
-  t.op(dest, {
-    label: sameType ? "concat q+k+v" : "concat q+k+v (mixed types -> F32)",
-    inputs: parts,
-    type: sameType ? first.type : GgmlType.F32,
-    shape,
-    compute: (xs) =>
-      sameType
-        ? concat(xs.map(asTensor), first.type, axis).data
-        : concat(xs.map(asF32Tensor), GgmlType.F32, axis).data,
-  });
-  for (const n of parts) t.dropTensor(n);
 }
 
 /**
@@ -77,14 +59,4 @@ export function splitPatchEmbedding(t: Translation, channels: number): void {
     });
   }
   t.dropTensor("v.patch_embed.weight");
-}
-
-function asTensor(x: OpInput): { data: Uint8Array; shape: readonly number[] } {
-  return { data: x.bytes, shape: x.shape };
-}
-
-function asF32Tensor(x: OpInput): { data: Uint8Array; shape: readonly number[] } {
-  const n = x.shape.reduce((a, b) => a * b, 1);
-  const f = toF32(x.type, x.bytes, n);
-  return { data: new Uint8Array(f.buffer, f.byteOffset, f.byteLength), shape: x.shape };
 }

@@ -1,5 +1,5 @@
-import { readGguf, GgufKeys, type ByteSource, type GgufModel } from "@compat/gguf";
-import { compatEnabled, gatesOn, translateModel, type TranslatedView, type TranslationProfile } from "@compat/handlers";
+import { GgufKeys, type ByteSource, type GgufModel } from "@compat/gguf";
+import { gatesOn, translate, translateModel, type TranslatedView, type TranslateOptions, type TranslationProfile } from "@compat/handlers";
 import { clipHandlers } from "./registry";
 
 export interface ClipViewOptions {
@@ -20,11 +20,7 @@ export interface ClipViewOptions {
  * on its own copy of the metadata.
  */
 export function clipViewModel(model: GgufModel, opts: ClipViewOptions = {}): TranslatedView | null {
-  return translateModel(model, {
-    handlers: clipHandlers,
-    ...(opts.env !== undefined ? { env: opts.env } : {}),
-    ...(opts.profile !== undefined ? { profile: opts.profile } : {}),
-  });
+  return translateModel(model, clipOptions(opts));
 }
 
 /**
@@ -36,16 +32,16 @@ export async function clipView(
   input: string | Uint8Array | ArrayBuffer | Blob | ByteSource | GgufModel,
   opts: ClipViewOptions = {},
 ): Promise<TranslatedView | null> {
-  if (!compatEnabled(opts.env)) return null;
-  if (isModel(input)) return clipViewModel(input, opts);
-  const model = await readGguf(input);
-  let view: TranslatedView | null = null;
-  try {
-    view = clipViewModel(model, opts);
-  } finally {
-    if (view === null) await model.close();
-  }
-  return view;
+  return translate(input, clipOptions(opts));
+}
+
+/** The handlers' translation with the clip registry. */
+function clipOptions(opts: ClipViewOptions): TranslateOptions {
+  return {
+    handlers: clipHandlers,
+    ...(opts.env !== undefined ? { env: opts.env } : {}),
+    ...(opts.profile !== undefined ? { profile: opts.profile } : {}),
+  };
 }
 
 /**
@@ -65,8 +61,4 @@ export const clipArchitectures: ReadonlySet<string> = new Set(
 export function hasClipHandler(model: GgufModel): boolean {
   const arch = model.getString(GgufKeys.ARCHITECTURE, "");
   return clipHandlers.some((h) => gatesOn(h, arch) && (h.detect(model)?.length ?? 0) > 0);
-}
-
-function isModel(x: unknown): x is GgufModel {
-  return typeof x === "object" && x !== null && "tensors" in x && "kvs" in x && typeof (x as GgufModel).kvs === "function";
 }

@@ -1,20 +1,13 @@
-import { parseGguf, serializeGguf, type GgufModel } from "@compat/gguf";
+import { parseGguf, serializeGguf } from "@compat/gguf";
 import { clipArchitectures, clipHandlers, clipView, clipViewModel, hasClipHandler } from "@compat/clip";
-import { allFixtureVariants, arbitraryNonOllamaGguf, generateFixture } from "@compat/testkit";
+import { allFixtureVariants, arbitraryNonOllamaGguf, generateFixture, summarized } from "@compat/testkit";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-
-/** Counterexamples print as a one-line summary, not megabytes of tensor bytes. */
-function short(model: GgufModel): { model: GgufModel } {
-  const arch = model.has("general.architecture") ? String(model.get("general.architecture")!.value) : "?";
-  const text = `GGUF(arch=${arch}, ${model.kvCount} keys: ${model.keys().join(" ")}; tensors: ${model.tensors.map((t) => t.name).join(" ")})`;
-  return { model, [fc.toStringMethod]: () => text } as { model: GgufModel };
-}
 
 describe("the clip view is a no-op where it must be", () => {
   it("null for arbitrary non-Ollama GGUFs (synthetic, and llama.cpp-native text and mmproj files)", () => {
     fc.assert(
-      fc.property(arbitraryNonOllamaGguf().map(short), ({ model }) => {
+      fc.property(arbitraryNonOllamaGguf().map(summarized), ({ model }) => {
         expect(clipViewModel(model)).toBeNull();
         expect(hasClipHandler(model)).toBe(false);
       }),
@@ -24,7 +17,7 @@ describe("the clip view is a no-op where it must be", () => {
 
   it("null from bytes too, which stay unchanged", async () => {
     await fc.assert(
-      fc.asyncProperty(arbitraryNonOllamaGguf({ nativeFixtures: false }).map(short), async ({ model }) => {
+      fc.asyncProperty(arbitraryNonOllamaGguf({ nativeFixtures: false }).map(summarized), async ({ model }) => {
         const bytes = await serializeGguf(model);
         const copy = bytes.slice();
         expect(await clipView(bytes)).toBeNull();

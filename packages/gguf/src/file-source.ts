@@ -2,6 +2,7 @@
 import { constants } from "node:fs";
 import { open } from "node:fs/promises";
 import { GgufError } from "./errors";
+import { checkRange } from "./sources";
 import type { ByteSource } from "./types";
 
 /** A local file opened read-only; each read fetches exactly the bytes asked for. Call close() when done. */
@@ -24,16 +25,7 @@ export async function fileSource(path: string): Promise<ByteSource> {
   let closed = false;
   const check = (offset: number, length: number): void => {
     if (closed) throw new GgufError("IO", "read after close", { source: path, offset });
-    if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length < 0) {
-      throw new GgufError("IO", `invalid read of ${length} bytes at ${offset}`, { source: path });
-    }
-    if (offset + length > size) {
-      throw new GgufError("TRUNCATED", `read of ${length} bytes at ${offset} runs past the end (${size} bytes)`, {
-        source: path,
-        offset,
-        expected: `at least ${offset + length} bytes`,
-      });
-    }
+    checkRange(path, size, offset, length);
   };
   const fill = async (out: Uint8Array, offset: number): Promise<void> => {
     let done = 0;

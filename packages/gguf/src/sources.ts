@@ -1,7 +1,8 @@
 import { GgufError } from "./errors";
 import type { ByteSource } from "./types";
 
-function checkRange(name: string, size: number, offset: number, length: number): void {
+/** Refuses a read that is not whole, non-negative offsets and lengths within `size` (TRUNCATED when it runs past the end). */
+export function checkRange(name: string, size: number, offset: number, length: number): void {
   if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length < 0) {
     throw new GgufError("IO", `invalid read of ${length} bytes at ${offset}`, { source: name });
   }

@@ -1,5 +1,5 @@
 import { GgmlType, GgufKeys, GgufValueType, readTensorData, tensorByteSize, type GgufModel, type GgufTensor, type GgufValue, type TensorData } from "@compat/gguf";
-import { permuteQK, split, toF32 } from "@compat/tensor-ops";
+import { concat, permuteQK, split, toF32 } from "@compat/tensor-ops";
 import { blocksWithTensors, intArrayKv, missingOrDefault, stringArrayKv, stringKv, u32ArrayKv, u32Kv } from "./detect";
 import { TranslationError } from "./errors";
 
@@ -103,6 +103,12 @@ export class Translation {
   /** Switches general.architecture (the gate later handlers see). */
   setArch(arch: string): void {
     this.draft.setString(GgufKeys.ARCHITECTURE, arch);
+  }
+
+  /** setArch(`to`), and every `<from>.*` key copied to `<to>.*` (Ollama's name for an arch llama.cpp calls `to`). */
+  renameArch(from: string, to: string): void {
+    this.setArch(to);
+    this.copyKvPrefix(`${from}.`, `${to}.`);
   }
 
   // ---- metadata --------------------------------------------------------------------------
@@ -261,6 +267,11 @@ export class Translation {
     const items = arr.toArray().slice();
     items[index] = value;
     this.draft.setArray(key, arr.itemType, items as never);
+  }
+
+  /** copyKv for each [src, dst] pair, in order: a handler's table of keys Ollama named differently. */
+  copyKvs(pairs: readonly (readonly [string, string])[]): void {
+    for (const [src, dst] of pairs) this.copyKv(src, dst);
   }
 
   // ---- tensors ---------------------------------------------------------------------------
@@ -457,6 +468,30 @@ export class Translation {
     this.draft.addTensor({ name: dest, type: t.type, shape: [width], data: rowData }, { after: source });
     this.op(dest, { label, inputs: [dest], type: GgmlType.F32, shape: [width], compute: ([x]) => bytesOf(toF32(x!.type, x!.bytes, width)) });
     this.ops[this.ops.length - 1] = { tensor: dest, label, inputs: [source] }; // the report names the real input
+  }
+
+  /**
+   * `dest` (created or replaced) = `parts` joined along `axis` (an op labelled "concat <what>";
+   * no-op when a part is missing). Same types: the bytes are joined as they are; mixed types
+   * cannot be, so every part is widened to F32 first (label "… (mixed types -> F32)").
+   */
+  concatTensors(dest: string, parts: readonly string[], axis: number, what: string): void {
+    const tensors = parts.map((n) => this.draft.findTensor(n));
+    if (tensors.some((x) => x === undefined)) return;
+    const first = tensors[0]!;
+    const shape = first.shape.slice();
+    shape[axis] = tensors.reduce((n, x) => n + x!.shape[axis]!, 0);
+    const sameType = tensors.every((x) => x!.type === first.type);
+    this.op(dest, {
+      label: sameType ? `concat ${what}` : `concat ${what} (mixed types -> F32)`,
+      inputs: parts,
+      type: sameType ? first.type : GgmlType.F32,
+      shape,
+      compute: (xs) =>
+        sameType
+          ? concat(xs.map((x) => ({ data: x.bytes, shape: x.shape })), first.type, axis).data
+          : concat(xs.map((x) => ({ data: bytesOf(toF32(x.type, x.bytes, x.shape.reduce((a, b) => a * b, 1))), shape: x.shape })), GgmlType.F32, axis).data,
+    });
   }
 
   // ---- corrections ----------------------------------------------------------------------

@@ -1,6 +1,6 @@
 import { GgufModel, parseGguf, serializeGguf } from "@compat/gguf";
 import { formatReport, translate, translateModel, TranslationError, type TranslationProfile } from "@compat/handlers";
-import { allFixtureVariants, arbitraryNonOllamaGguf, generateFixture } from "@compat/testkit";
+import { allFixtureVariants, arbitraryNonOllamaGguf, generateFixture, summarized } from "@compat/testkit";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 
@@ -47,13 +47,6 @@ const EXPECTED_FIXES: Record<string, string[]> = {
 const REFIXED_AFTER_REFERENCE = new Set(["gemma3/1b", "gemma3/4b-vision", "laguna/xs2", "llama/llama3-metadata-gap"]);
 
 const roundTrip = async (m: GgufModel) => parseGguf(await serializeGguf(m));
-
-/** Counterexamples print as a one-line summary, not megabytes of tensor bytes. */
-function short(model: GgufModel): { model: GgufModel } {
-  const arch = model.has("general.architecture") ? String(model.get("general.architecture")!.value) : "?";
-  const text = `GGUF(arch=${arch}, ${model.kvCount} keys; tensors: ${model.tensors.map((t) => t.name).join(" ")})`;
-  return { model, [fc.toStringMethod]: () => text } as { model: GgufModel };
-}
 
 describe("translation profiles", () => {
   const variants = allFixtureVariants();
@@ -132,7 +125,7 @@ describe("translation profiles", () => {
 
   it("both profiles return null for arbitrary non-Ollama GGUFs (synthetic and llama.cpp-native)", () => {
     fc.assert(
-      fc.property(arbitraryNonOllamaGguf().map(short), fc.constantFrom(...PROFILES), ({ model }, profile) => {
+      fc.property(arbitraryNonOllamaGguf().map(summarized), fc.constantFrom(...PROFILES), ({ model }, profile) => {
         expect(translateModel(model, { profile })).toBeNull();
       }),
       { numRuns: 80 },

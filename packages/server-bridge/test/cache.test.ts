@@ -7,8 +7,8 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { readGguf } from "@compat/gguf";
 import { translate } from "@compat/handlers";
-import { buildOllamaStore, generateFixtureFiles } from "@compat/testkit";
-import { BridgeError, ModelStore, prepareModel, TranslationCache } from "@compat/server-bridge";
+import { generateFixtureFiles } from "@compat/testkit";
+import { BridgeError, buildOllamaStore, ModelStore, prepareModel, TranslationCache } from "@compat/server-bridge";
 import { tempDirs } from "./helpers";
 
 const temp = tempDirs();

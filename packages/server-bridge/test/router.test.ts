@@ -2,8 +2,8 @@ import { readFile } from "node:fs/promises";
 import { afterEach, describe, expect, it } from "vitest";
 import { join } from "node:path";
 import { writeGguf } from "@compat/gguf";
-import { buildOllamaStore, generateFixture, generateFixtureFiles } from "@compat/testkit";
-import { llamaCanonicalName, ModelStore, startRouter, type RouterServer } from "@compat/server-bridge";
+import { generateFixture, generateFixtureFiles } from "@compat/testkit";
+import { buildOllamaStore, llamaCanonicalName, ModelStore, startRouter, type RouterServer } from "@compat/server-bridge";
 import { chat, chatContent, llamaServerPath, SMALL, tempDirs } from "./helpers";
 
 const temp = tempDirs();

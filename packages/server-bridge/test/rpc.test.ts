@@ -1,8 +1,8 @@
 import { dirname, join } from "node:path";
 import { connect } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { buildOllamaStore, findLlamaTools, generateFixtureFiles } from "@compat/testkit";
-import { findLlamaTool, freePort, LlamaChild, ModelStore, startServer, type SingleServer } from "@compat/server-bridge";
+import { findLlamaTools, generateFixtureFiles } from "@compat/testkit";
+import { buildOllamaStore, findLlamaTool, freePort, LlamaChild, ModelStore, startServer, type SingleServer } from "@compat/server-bridge";
 import { chat, chatContent, SMALL, tempDirs } from "./helpers";
 
 const temp = tempDirs();

@@ -3,8 +3,8 @@ import { readFile, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { buildOllamaStore, generateFixtureFiles } from "@compat/testkit";
-import { BridgeError, ModelStore, startServer, TranslationCache, type SingleServer } from "@compat/server-bridge";
+import { generateFixtureFiles } from "@compat/testkit";
+import { BridgeError, buildOllamaStore, ModelStore, startServer, TranslationCache, type SingleServer } from "@compat/server-bridge";
 import { chat, chatContent, llamaServerPath, SMALL, tempDirs } from "./helpers";
 
 const temp = tempDirs();

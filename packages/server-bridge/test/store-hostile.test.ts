@@ -1,8 +1,8 @@
 import { appendFile, mkdir, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { buildOllamaStore, generateFixtureFiles, OLLAMA_MEDIA } from "@compat/testkit";
-import { BridgeError, ModelStore } from "@compat/server-bridge";
+import { generateFixtureFiles } from "@compat/testkit";
+import { BridgeError, buildOllamaStore, MediaType, ModelStore } from "@compat/server-bridge";
 import { tempDirs } from "./helpers";
 
 // The store is untrusted input: it is shared with a running Ollama and filled from the network.
@@ -21,7 +21,7 @@ async function store(): Promise<{ root: string; blob: string; manifest: string }
   const root = await temp();
   const fx = await generateFixtureFiles("llama", { seed: 1, layout: "ollama" }, await temp());
   const [built] = await buildOllamaStore(root, [{ name: "tiny:1b", model: fx.text }]);
-  return { root, blob: built!.blob(OLLAMA_MEDIA.model), manifest: join(root, "manifests", "registry.ollama.ai", "library", "tiny", "1b") };
+  return { root, blob: built!.blob(MediaType.model), manifest: join(root, "manifests", "registry.ollama.ai", "library", "tiny", "1b") };
 }
 
 describe("a hostile or damaged Ollama store", () => {

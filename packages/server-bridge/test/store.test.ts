@@ -1,8 +1,8 @@
 import { readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { buildOllamaStore, generateFixtureFiles, OLLAMA_MEDIA } from "@compat/testkit";
-import { BridgeError, ModelStore, parseModelName } from "@compat/server-bridge";
+import { generateFixtureFiles } from "@compat/testkit";
+import { BridgeError, buildOllamaStore, MediaType, ModelStore, parseModelName } from "@compat/server-bridge";
 import { tempDirs } from "./helpers";
 
 const temp = tempDirs();
@@ -56,13 +56,13 @@ describe("ModelStore", () => {
 
     const m = await store.resolve("tiny:1b");
     expect(m).toMatchObject({ kind: "store", name: "tiny:1b", fullName: "registry.ollama.ai/library/tiny:1b" });
-    expect(m.modelPath).toBe(built[0]!.blob(OLLAMA_MEDIA.model));
+    expect(m.modelPath).toBe(built[0]!.blob(MediaType.model));
     expect(m.modelDigest).toBe(built[0]!.layers[0]!.digest);
     expect(m.template).toBe("{{ .Prompt }}");
     expect(m.system).toBe("be brief");
     expect(m.params).toEqual({ num_ctx: 1024, stop: ["<|eot_id|>"], temperature: 0.5 });
-    expect(m.adapters).toEqual([built[0]!.blob(OLLAMA_MEDIA.adapter)]);
-    expect(m.projectors).toEqual([built[0]!.blob(OLLAMA_MEDIA.projector)]);
+    expect(m.adapters).toEqual([built[0]!.blob(MediaType.adapter)]);
+    expect(m.projectors).toEqual([built[0]!.blob(MediaType.projector)]);
     expect(m.config?.model_format).toBe("gguf");
 
     expect((await store.resolve("tiny")).name).toBe("tiny:latest");
@@ -105,14 +105,14 @@ describe("ModelStore", () => {
     await corrupt("trunc", JSON.stringify(manifest).slice(0, 40));
     await corrupt("nolayers", JSON.stringify({ schemaVersion: 2 }));
     await corrupt("baddigest", JSON.stringify({ ...manifest, layers: [{ ...manifest.layers[0], digest: "sha256:xyz" }] }));
-    await corrupt("nomodel", JSON.stringify({ ...manifest, layers: manifest.layers.filter((l) => l.mediaType !== OLLAMA_MEDIA.model) }));
+    await corrupt("nomodel", JSON.stringify({ ...manifest, layers: manifest.layers.filter((l) => l.mediaType !== MediaType.model) }));
     for (const n of ["trunc", "nolayers", "baddigest"]) expect(await codeOf(store.resolve(`${n}:1`))).toBe("CORRUPT_MANIFEST");
     expect(await codeOf(store.resolve("nomodel:1"))).toBe("NO_MODEL_LAYER");
 
-    await rm(good!.blob(OLLAMA_MEDIA.params));
+    await rm(good!.blob(MediaType.params));
     const err = await store.resolve("good:1").catch((e: BridgeError) => e);
     expect(err).toMatchObject({ code: "MISSING_BLOB" });
-    expect((err as BridgeError).message).toContain(good!.layers.find((l) => l.mediaType === OLLAMA_MEDIA.params)!.digest);
+    expect((err as BridgeError).message).toContain(good!.layers.find((l) => l.mediaType === MediaType.params)!.digest);
 
     // list() keeps going and reports each broken manifest with its error
     const listed = await store.list();

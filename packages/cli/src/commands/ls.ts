@@ -2,6 +2,7 @@ import type { TranslationProfile } from "@compat/handlers";
 import { readGguf } from "@compat/gguf";
 import { translate } from "@compat/handlers";
 import { ModelStore, TranslationCache, type ResolvedModel } from "@compat/server-bridge";
+import { humanBytes } from "../format";
 import type { CliIo } from "../io";
 import { ollamaWriterMarkers } from "../ollama-written";
 import { unsupportedArch } from "./detect";
@@ -44,17 +45,6 @@ async function statusOf(m: ResolvedModel, cache: TranslationCache, env: Record<s
   }
 }
 
-function human(bytes: number): string {
-  const units = ["B", "KB", "MB", "GB", "TB"];
-  let v = bytes;
-  let i = 0;
-  while (v >= 1000 && i < units.length - 1) {
-    v /= 1000;
-    i++;
-  }
-  return `${i === 0 ? v : v.toFixed(1)} ${units[i]}`;
-}
-
 /** `ls`: installed models with size, architecture and what serving them takes. */
 export async function lsCommand(opts: { json?: boolean; models?: string; cacheDir?: string; profile?: TranslationProfile }, io: CliIo): Promise<void> {
   const store = new ModelStore(opts.models, io.env);
@@ -72,7 +62,7 @@ export async function lsCommand(opts: { json?: boolean; models?: string; cacheDi
     io.out(`no models in ${store.root}\n`);
     return;
   }
-  const table = [["NAME", "SIZE", "ARCH", "STATUS"], ...rows.map((r) => [r.name, r.size ? human(r.size) : "-", r.architecture ?? "-", r.status + (r.reason ? ` (${r.reason})` : "")])];
+  const table = [["NAME", "SIZE", "ARCH", "STATUS"], ...rows.map((r) => [r.name, r.size ? humanBytes(r.size, 1000) : "-", r.architecture ?? "-", r.status + (r.reason ? ` (${r.reason})` : "")])];
   const widths = table[0]!.map((_, c) => Math.max(...table.map((row) => row[c]!.length)));
   for (const row of table) io.out(row.map((cell, c) => (c === row.length - 1 ? cell : cell.padEnd(widths[c]!))).join("  ") + "\n");
 }

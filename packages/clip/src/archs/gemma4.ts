@@ -27,12 +27,15 @@ export const gemma4Clip: Handler = {
 /** The audio embedder's projection into the text model's width (Ollama and llama.cpp name it alike). */
 const AUDIO_EMBEDDER = "mm.a.input_projection.weight";
 
+/** A tower's hparams, which Ollama wrote as gemma4.<tower>.<key> and clip.cpp reads as clip.<tower>.<key>. */
+const TOWER_KEYS = ["block_count", "embedding_length", "feed_forward_length", "attention.head_count", "attention.layer_norm_epsilon"];
+
+function copyTowerKvs(t: Translation, tower: "vision" | "audio"): void {
+  for (const key of TOWER_KEYS) t.copyKv(`gemma4.${tower}.${key}`, `clip.${tower}.${key}`);
+}
+
 function vision(t: Translation): void {
-  t.copyKv("gemma4.vision.block_count", "clip.vision.block_count");
-  t.copyKv("gemma4.vision.embedding_length", "clip.vision.embedding_length");
-  t.copyKv("gemma4.vision.feed_forward_length", "clip.vision.feed_forward_length");
-  t.copyKv("gemma4.vision.attention.head_count", "clip.vision.attention.head_count");
-  t.copyKv("gemma4.vision.attention.layer_norm_epsilon", "clip.vision.attention.layer_norm_epsilon");
+  copyTowerKvs(t, "vision");
   t.copyKv("gemma4.vision.patch_size", "clip.vision.patch_size");
   // required by clip.cpp but unused for gemma4v (images are resized by token budget); the converter writes 224
   t.injectU32("clip.vision.image_size", 224);
@@ -56,12 +59,8 @@ const SSCP_FREQ_DIVISOR = 4;
 const DEFAULT_MEL_BINS = 128;
 
 function audio(t: Translation): void {
-  t.copyKv("gemma4.audio.block_count", "clip.audio.block_count");
-  t.copyKv("gemma4.audio.embedding_length", "clip.audio.embedding_length");
-  t.copyKv("gemma4.audio.feed_forward_length", "clip.audio.feed_forward_length");
-  t.copyKv("gemma4.audio.attention.head_count", "clip.audio.attention.head_count");
-  // clip.cpp uses 1e-6 for gemma4a whatever the file says; copied for completeness, as the converter writes one
-  t.copyKv("gemma4.audio.attention.layer_norm_epsilon", "clip.audio.attention.layer_norm_epsilon");
+  // clip.cpp uses 1e-6 for gemma4a whatever the file says; the epsilon is copied for completeness, as the converter writes one
+  copyTowerKvs(t, "audio");
   t.injectU32("clip.audio.num_mel_bins", melBins(t));
   // The reference needed a llama.cpp hook for gemma4a's output width (its pinned llama.cpp had
   // no gemma4a case in clip_n_mmproj_embd). Current llama.cpp reads it from the rows of

@@ -1,6 +1,5 @@
 import type { Handler } from "../handler";
 
-const SRC = "deepseekocr.";
 const DST = "deepseek2-ocr.";
 
 /**
@@ -14,8 +13,7 @@ export const deepseekocr: Handler = {
   arch: "deepseekocr",
   detect: () => ["architecture deepseekocr"],
   apply(t) {
-    t.setArch("deepseek2-ocr");
-    t.copyKvPrefix(SRC, DST);
+    t.renameArch("deepseekocr", "deepseek2-ocr");
     t.injectF32(`${DST}attention.layer_norm_rms_epsilon`, 1e-6);
     if (!t.has(`${DST}expert_feed_forward_length`)) {
       // ffn_down_exps is [n_ff_exp, n_embd, n_expert]

@@ -1,4 +1,5 @@
 import type { Handler } from "../handler";
+import { fixGemmaSpacePrefix } from "./gemma3";
 
 /**
  * EmbeddingGemma was published as "gemma3" with the sentence-transformers dense layers
@@ -11,8 +12,7 @@ export const embeddinggemma: Handler = {
   detect: (m) => (m.hasTensor("dense.0.weight") ? ["tensor dense.0.weight"] : null),
   apply(t) {
     const P = "gemma-embedding.";
-    t.setArch("gemma-embedding");
-    t.copyKvPrefix("gemma3.", P);
+    t.renameArch("gemma3", "gemma-embedding");
     t.removeKv(`${P}attention.causal`);
     t.removeKv(`${P}attention.sliding_window_pattern`);
     t.injectF32(`${P}rope.freq_base_swa`, 10_000);
@@ -27,12 +27,6 @@ export const embeddinggemma: Handler = {
     t.renameTensor("dense.0.weight", "dense_2.weight");
     t.renameTensor("dense.1.weight", "dense_3.weight");
     t.renameTensor("norm.weight", "output_norm.weight");
-    t.fix({
-      name: "embeddinggemma-add-space-prefix",
-      reason:
-        "Ollama never wrote tokenizer.ggml.add_space_prefix, so llama.cpp's SentencePiece default (true) puts a space before every input and the embedding changes; llama.cpp's converter writes false (as for Gemma 3)",
-      needed: () => t.getString("tokenizer.ggml.model") === "llama" && !t.has("tokenizer.ggml.add_space_prefix"),
-      apply: () => t.setBool("tokenizer.ggml.add_space_prefix", false),
-    });
+    fixGemmaSpacePrefix(t, "embeddinggemma-add-space-prefix", "input and the embedding changes", "(as for Gemma 3)");
   },
 };

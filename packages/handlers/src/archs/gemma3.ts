@@ -1,5 +1,6 @@
-import { anyOf, hasTensorPrefix } from "../detect";
+import { anyOf, hasTensorPrefix, kvMarkers } from "../detect";
 import type { Handler } from "../handler";
+import type { Translation } from "../translation";
 
 /** Google's original Gemma 3 text-only chat template (data, byte for byte). */
 export const GEMMA3_CHAT_TEMPLATE =
@@ -9,6 +10,12 @@ export const GEMMA3_CHAT_TEMPLATE =
   "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}" +
   "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}" +
   "{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}";
+
+/** The 1B's nested rope keys and llama.cpp's names for them. */
+const NESTED_ROPE_KEYS = [
+  ["gemma3.rope.global.freq_base", "gemma3.rope.freq_base"],
+  ["gemma3.rope.local.freq_base", "gemma3.rope.freq_base_swa"],
+] as const;
 
 /**
  * Gemma 3 as Ollama's converters wrote it: the 1B with nested rope keys, the 4B/12B/27B
@@ -24,16 +31,12 @@ export const gemma3: Handler = {
       m.has("gemma3.mm.tokens_per_image") && "kv gemma3.mm.tokens_per_image",
       hasTensorPrefix(m, "v.") && "embedded vision tensors v.*",
       hasTensorPrefix(m, "mm.") && "embedded projector tensors mm.*",
-      m.has("gemma3.rope.global.freq_base") && "kv gemma3.rope.global.freq_base",
-      m.has("gemma3.rope.local.freq_base") && "kv gemma3.rope.local.freq_base",
-      m.has("tokenizer.ggml.add_padding_token") && "kv tokenizer.ggml.add_padding_token",
-      m.has("tokenizer.ggml.add_unknown_token") && "kv tokenizer.ggml.add_unknown_token",
+      ...kvMarkers(m, [...NESTED_ROPE_KEYS.map(([ollama]) => ollama), "tokenizer.ggml.add_padding_token", "tokenizer.ggml.add_unknown_token"]),
       !m.has("gemma3.attention.layer_norm_rms_epsilon") && "no gemma3.attention.layer_norm_rms_epsilon",
     );
   },
   apply(t) {
-    t.copyKv("gemma3.rope.global.freq_base", "gemma3.rope.freq_base");
-    t.copyKv("gemma3.rope.local.freq_base", "gemma3.rope.freq_base_swa");
+    t.copyKvs(NESTED_ROPE_KEYS);
     t.injectF32("gemma3.attention.layer_norm_rms_epsilon", 1e-6);
     t.injectF32("gemma3.rope.freq_base", 1_000_000);
     t.injectF32("gemma3.rope.freq_base_swa", 10_000);
@@ -53,12 +56,20 @@ export const gemma3: Handler = {
     }
     t.hide("v.");
     t.hide("mm.");
-    t.fix({
-      name: "gemma3-add-space-prefix",
-      reason:
-        "Ollama never wrote tokenizer.ggml.add_space_prefix, so llama.cpp's SentencePiece default (true) puts a space before every prompt; llama.cpp's converter writes false for Gemma 3",
-      needed: () => t.getString("tokenizer.ggml.model") === "llama" && !t.has("tokenizer.ggml.add_space_prefix"),
-      apply: () => t.setBool("tokenizer.ggml.add_space_prefix", false),
-    });
+    fixGemmaSpacePrefix(t, "gemma3-add-space-prefix", "prompt", "for Gemma 3");
   },
 };
+
+/**
+ * The gap every Gemma SentencePiece handler closes (fix `name`): Ollama never wrote
+ * tokenizer.ggml.add_space_prefix, llama.cpp defaults it to true for SentencePiece and
+ * its converter writes false. `input` and `converter` finish the fix's reason.
+ */
+export function fixGemmaSpacePrefix(t: Translation, name: string, input: string, converter: string): void {
+  t.fix({
+    name,
+    reason: `Ollama never wrote tokenizer.ggml.add_space_prefix, so llama.cpp's SentencePiece default (true) puts a space before every ${input}; llama.cpp's converter writes false ${converter}`,
+    needed: () => t.getString("tokenizer.ggml.model") === "llama" && !t.has("tokenizer.ggml.add_space_prefix"),
+    apply: () => t.setBool("tokenizer.ggml.add_space_prefix", false),
+  });
+}

@@ -1,5 +1,6 @@
 import { GgufValueType, type GgufModel } from "@compat/gguf";
 import type { Handler } from "../handler";
+import { fixGemmaSpacePrefix } from "./gemma3";
 import type { Translation } from "../translation";
 
 /** `<end_of_turn>` in the Gemma vocabulary; Ollama's own runner stops on it. */
@@ -42,13 +43,7 @@ export const gemma3n: Handler = {
       needed: () => t.has("gemma3n.rope.freq_base_local") && !t.has("gemma3n.rope.freq_base_swa"),
       apply: () => t.copyKv("gemma3n.rope.freq_base_local", "gemma3n.rope.freq_base_swa"),
     });
-    t.fix({
-      name: "gemma3n-add-space-prefix",
-      reason:
-        "Ollama never wrote tokenizer.ggml.add_space_prefix, so llama.cpp's SentencePiece default (true) puts a space before every prompt; llama.cpp's converter writes false for Gemma 3n (Gemma3Model.set_vocab)",
-      needed: () => t.getString("tokenizer.ggml.model") === "llama" && !t.has("tokenizer.ggml.add_space_prefix"),
-      apply: () => t.setBool("tokenizer.ggml.add_space_prefix", false),
-    });
+    fixGemmaSpacePrefix(t, "gemma3n-add-space-prefix", "prompt", "for Gemma 3n (Gemma3Model.set_vocab)");
   },
 };
 

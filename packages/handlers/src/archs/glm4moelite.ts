@@ -14,8 +14,7 @@ export const glm4moelite: Handler = {
   arch: "glm4moelite",
   detect: () => ["architecture glm4moelite"],
   apply(t) {
-    t.setArch("deepseek2");
-    t.copyKvPrefix(SRC, DST);
+    t.renameArch("glm4moelite", "deepseek2");
     t.setU32(`${DST}attention.head_count_kv`, 1);
     const kvLora = t.getU32(`${DST}attention.kv_lora_rank`);
     const ropeDims = t.getU32(`${DST}rope.dimension_count`);

@@ -1,7 +1,6 @@
-import { GgmlType, GgufValueType } from "@compat/gguf";
-import { concat, toF32 } from "@compat/tensor-ops";
+import { GgufValueType } from "@compat/gguf";
 import type { Handler } from "../handler";
-import type { OpInput, Translation } from "../translation";
+import type { Translation } from "../translation";
 
 /**
  * GLM-OCR as Ollama wrote it: llama.cpp loads it as glm4, which wants M-RoPE sections
@@ -15,8 +14,7 @@ export const glmocr: Handler = {
   // the architecture name itself is the marker: llama.cpp has no "glmocr"
   detect: () => ["architecture glmocr"],
   apply(t) {
-    t.setArch("glm4");
-    t.copyKvPrefix("glmocr.", "glm4.");
+    t.renameArch("glmocr", "glm4");
     const sections = t.getIntArray("glm4.rope.mrope_section");
     if (sections !== undefined && sections.length === 3) {
       t.setArray("glm4.rope.dimension_sections", GgufValueType.INT32, [...sections, 0]);
@@ -35,7 +33,10 @@ export const glmocr: Handler = {
     // The reference's default when the block count is missing.
     const blocks = t.getU32("glm4.block_count") ?? 16;
     for (const b of t.blocksWithTensors(blocks)) {
-      fuseGateUp(t, `blk.${b}.ffn_gate.weight`, `blk.${b}.ffn_up.weight`);
+      // ffn_up becomes [ne0, 2*ne1], gate's rows then up's: the reference's raw concat; mixed
+      // types (which its op would fail on, a size mismatch) are widened to F32 first, its rule
+      // for its other mixed-type merges
+      t.concatTensors(`blk.${b}.ffn_up.weight`, [`blk.${b}.ffn_gate.weight`, `blk.${b}.ffn_up.weight`], 1, "ffn_gate+ffn_up");
       t.hide(`blk.${b}.ffn_gate.`);
     }
     t.hide("v.");
@@ -59,41 +60,3 @@ function userTurnId(t: Translation): number | undefined {
   return t.getIntArray("tokenizer.ggml.eos_token_ids")?.includes(id) ? id : undefined;
 }
 
-/**
- * ffn_up becomes [ne0, 2*ne1] holding gate's rows then up's. Same types: the bytes are
- * joined as they are (the reference's raw concat). Different types cannot be joined as
- * bytes (the reference's op would fail its size check), so both halves are widened to
- * F32 first, the rule the reference applies to its other mixed-type merges.
- */
-function fuseGateUp(t: Translation, gate: string, up: string): void {
-  const g = t.tensor(gate);
-  const u = t.tensor(up);
-  if (g === undefined || u === undefined) return;
-  const shape = [u.shape[0]!, u.shape[1]! * 2];
-  if (g.type === u.type) {
-    t.op(up, {
-      label: "concat ffn_gate+ffn_up",
-      inputs: [gate, up],
-      shape,
-      compute: ([a, b]) => concat([asTensor(a!), asTensor(b!)], a!.type, 1).data,
-    });
-    return;
-  }
-  t.op(up, {
-    label: "concat ffn_gate+ffn_up (mixed types -> F32)",
-    inputs: [gate, up],
-    type: GgmlType.F32,
-    shape,
-    compute: ([a, b]) => concat([asF32Tensor(a!), asF32Tensor(b!)], GgmlType.F32, 1).data,
-  });
-}
-
-function asTensor(x: OpInput): { data: Uint8Array; shape: readonly number[] } {
-  return { data: x.bytes, shape: x.shape };
-}
-
-function asF32Tensor(x: OpInput): { data: Uint8Array; shape: readonly number[] } {
-  const count = x.shape.reduce((a, b) => a * b, 1);
-  const f = toF32(x.type, x.bytes, count);
-  return { data: new Uint8Array(f.buffer, f.byteOffset, f.byteLength), shape: x.shape };
-}

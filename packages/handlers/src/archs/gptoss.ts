@@ -10,8 +10,7 @@ export const gptoss: Handler = {
   arch: "gptoss",
   detect: () => ["architecture gptoss"],
   apply(t) {
-    t.setArch("gpt-oss");
-    t.copyKvPrefix("gptoss.", "gpt-oss.");
+    t.renameArch("gptoss", "gpt-oss");
     const gateExps = t.tensor("blk.0.ffn_gate_exps.weight");
     // ffn_gate_exps is [n_embd, n_ff_exp, n_expert]: ne[1] is the per-expert width.
     if (!t.has("gpt-oss.expert_feed_forward_length") && gateExps !== undefined) {

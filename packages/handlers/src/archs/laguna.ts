@@ -1,4 +1,4 @@
-import { anyOf } from "../detect";
+import { anyOf, kvMarkers } from "../detect";
 import type { Handler } from "../handler";
 import type { Translation } from "../translation";
 
@@ -22,20 +22,24 @@ function tokenType(t: Translation, id: number): unknown {
   return t.getArray("tokenizer.ggml.token_type")?.values[id];
 }
 
+/** Ollama's nested SWA rope keys and llama.cpp's names for them. */
+const SWA_ROPE_KEYS = [
+  ["laguna.rope.swa.dimension_count", "laguna.rope.dimension_count_swa"],
+  ["laguna.rope.swa.freq_base", "laguna.rope.freq_base_swa"],
+] as const;
+
 /** Older laguna files nest the SWA rope keys and call the attention gate attn_g. */
 export const laguna: Handler = {
   name: "laguna",
   arch: "laguna",
   detect(m) {
     return anyOf(
-      m.has("laguna.rope.swa.dimension_count") && "kv laguna.rope.swa.dimension_count",
-      m.has("laguna.rope.swa.freq_base") && "kv laguna.rope.swa.freq_base",
+      ...kvMarkers(m, SWA_ROPE_KEYS.map(([ollama]) => ollama)),
       m.hasTensor("blk.0.attn_g.weight") && "tensor blk.0.attn_g.weight",
     );
   },
   apply(t) {
-    t.copyKv("laguna.rope.swa.dimension_count", "laguna.rope.dimension_count_swa");
-    t.copyKv("laguna.rope.swa.freq_base", "laguna.rope.freq_base_swa");
+    t.copyKvs(SWA_ROPE_KEYS);
     t.renameTensorSuffix(".attn_g.weight", ".attn_gate.weight");
     const turnEnd = turnEndId(t);
     t.fix({

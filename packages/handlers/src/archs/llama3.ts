@@ -29,14 +29,26 @@ function llama3ChatMarkers(m: GgufModel): string[] | null {
   return chat === null ? null : ["token 128009 <|eot_id|>", ...chat];
 }
 
-function fixAddBos(t: Translation): void {
+/**
+ * The gap of Ollama's legacy writer that Llama 3 and Llama 4 share (fix `name`): it stored
+ * add_bos_token = false when tokenizer_config.json had no such key, while the tokenizer.json
+ * post-processor adds BOS and llama.cpp's converter writes true. `reason` says it for the arch.
+ */
+export function fixAddBos(t: Translation, name: string, reason: string): void {
   t.fix({
-    name: "llama3-add-bos",
-    reason:
-      "Ollama's legacy writer stored add_bos_token = false when tokenizer_config.json had no such key (Llama 3 has none), so llama.cpp adds no <|begin_of_text|>; Llama 3 adds it through its tokenizer.json post-processor and llama.cpp's converter writes true",
+    name,
+    reason,
     needed: () => t.getBool("tokenizer.ggml.add_bos_token") === false,
     apply: () => t.setBool("tokenizer.ggml.add_bos_token", true),
   });
+}
+
+function fixLlama3AddBos(t: Translation): void {
+  fixAddBos(
+    t,
+    "llama3-add-bos",
+    "Ollama's legacy writer stored add_bos_token = false when tokenizer_config.json had no such key (Llama 3 has none), so llama.cpp adds no <|begin_of_text|>; Llama 3 adds it through its tokenizer.json post-processor and llama.cpp's converter writes true",
+  );
 }
 
 /**
@@ -67,7 +79,7 @@ export const llama3: Handler = {
     if (chat === null || !writtenByOllama(m) || !addBosFalse(m)) return null;
     return [...chat, "add_bos_token false in an Ollama-written vocab"];
   },
-  applyFixes: fixAddBos,
+  applyFixes: fixLlama3AddBos,
   apply(t) {
     if (t.isMissingOrDefault("tokenizer.ggml.pre")) t.setString("tokenizer.ggml.pre", "llama-bpe");
     for (const key of ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"]) {
@@ -75,6 +87,6 @@ export const llama3: Handler = {
       if (id === undefined || id === END_OF_TEXT_ID) t.setU32(key, EOT_ID);
     }
     t.setArray("tokenizer.ggml.eos_token_ids", GgufValueType.INT32, [EOT_ID]);
-    fixAddBos(t);
+    fixLlama3AddBos(t);
   },
 };

@@ -1,5 +1,6 @@
 import { anyOf, hasTensorPrefix } from "../detect";
 import type { Handler } from "../handler";
+import { fixAddBos } from "./llama3";
 
 /** Llama 4 with its vision tower inline: the text view only hides it. */
 export const llama4: Handler = {
@@ -18,12 +19,10 @@ export const llama4: Handler = {
       needed: () => t.isMissingOrDefault("tokenizer.ggml.pre"),
       apply: () => t.setString("tokenizer.ggml.pre", "llama4"),
     });
-    t.fix({
-      name: "llama4-add-bos",
-      reason:
-        "Ollama's legacy writer stored add_bos_token = false when tokenizer_config.json had no such key, so llama.cpp adds no BOS; Llama 4 adds it through its tokenizer.json post-processor and llama.cpp's converter writes true",
-      needed: () => t.getBool("tokenizer.ggml.add_bos_token") === false,
-      apply: () => t.setBool("tokenizer.ggml.add_bos_token", true),
-    });
+    fixAddBos(
+      t,
+      "llama4-add-bos",
+      "Ollama's legacy writer stored add_bos_token = false when tokenizer_config.json had no such key, so llama.cpp adds no BOS; Llama 4 adds it through its tokenizer.json post-processor and llama.cpp's converter writes true",
+    );
   },
 };

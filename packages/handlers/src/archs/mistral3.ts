@@ -1,5 +1,16 @@
-import { anyOf, hasTensorPrefix } from "../detect";
+import { anyOf, hasTensorPrefix, kvMarkers } from "../detect";
 import type { Handler } from "../handler";
+
+/** Ollama's YaRN/temperature keys and llama.cpp's names for them. */
+const OLLAMA_ROPE_KEYS = [
+  ["mistral3.rope.scaling.beta_fast", "mistral3.rope.scaling.yarn_beta_fast"],
+  ["mistral3.rope.scaling.beta_slow", "mistral3.rope.scaling.yarn_beta_slow"],
+  ["mistral3.rope.scaling.mscale_all_dim", "mistral3.rope.scaling.yarn_log_multiplier"],
+  ["mistral3.rope.scaling_beta", "mistral3.attention.temperature_scale"],
+] as const;
+
+/** The ones whose presence marks an Ollama file (the reference does not look at beta_slow). */
+const MARKER_KEYS = ["mistral3.rope.scaling.beta_fast", "mistral3.rope.scaling.mscale_all_dim", "mistral3.rope.scaling_beta"];
 
 /**
  * Mistral Small 3.x as Ollama wrote it: vision tower inline, and YaRN/temperature keys
@@ -12,16 +23,11 @@ export const mistral3: Handler = {
     return anyOf(
       hasTensorPrefix(m, "v.") && "embedded vision tensors v.*",
       hasTensorPrefix(m, "mm.") && "embedded projector tensors mm.*",
-      m.has("mistral3.rope.scaling.beta_fast") && "kv mistral3.rope.scaling.beta_fast",
-      m.has("mistral3.rope.scaling.mscale_all_dim") && "kv mistral3.rope.scaling.mscale_all_dim",
-      m.has("mistral3.rope.scaling_beta") && "kv mistral3.rope.scaling_beta",
+      ...kvMarkers(m, MARKER_KEYS),
     );
   },
   apply(t) {
-    t.copyKv("mistral3.rope.scaling.beta_fast", "mistral3.rope.scaling.yarn_beta_fast");
-    t.copyKv("mistral3.rope.scaling.beta_slow", "mistral3.rope.scaling.yarn_beta_slow");
-    t.copyKv("mistral3.rope.scaling.mscale_all_dim", "mistral3.rope.scaling.yarn_log_multiplier");
-    t.copyKv("mistral3.rope.scaling_beta", "mistral3.attention.temperature_scale");
+    t.copyKvs(OLLAMA_ROPE_KEYS);
     if (t.isMissingOrDefault("tokenizer.ggml.pre")) t.setString("tokenizer.ggml.pre", "tekken");
     t.hide("v.");
     t.hide("mm.");

@@ -9,8 +9,7 @@ export const olmo3: Handler = {
   arch: "olmo3",
   detect: () => ["architecture olmo3"],
   apply(t) {
-    t.setArch("olmo2");
-    t.copyKvPrefix("olmo3.", "olmo2.");
+    t.renameArch("olmo3", "olmo2");
     // Ollama stored HF's rope_scaling.attention_factor as rope.scaling.attn_factor, which llama.cpp
     // multiplies into the YaRN attention scale it already derives from the factor.
     t.fix({

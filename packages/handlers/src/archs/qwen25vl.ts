@@ -12,8 +12,7 @@ export const qwen25vl: Handler = {
   // the architecture name itself is the marker: llama.cpp has no "qwen25vl"
   detect: () => ["architecture qwen25vl"],
   apply(t) {
-    t.setArch("qwen2vl");
-    t.copyKvPrefix("qwen25vl.", "qwen2vl.");
+    t.renameArch("qwen25vl", "qwen2vl");
     const sections = t.getIntArray("qwen2vl.rope.mrope_section");
     if (sections !== undefined && sections.length >= 3) {
       t.setArray("qwen2vl.rope.dimension_sections", GgufValueType.INT32, [sections[0]!, sections[1]!, sections[2]!, 0]);

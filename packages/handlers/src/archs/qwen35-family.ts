@@ -1,6 +1,6 @@
 import { GgmlType, GgufValueType, type GgufModel } from "@compat/gguf";
 import { addScalar, canConvertToF32, fromF32, stack, toF32 } from "@compat/tensor-ops";
-import { anyOf, hasTensorPrefix } from "../detect";
+import { anyOf, hasTensorPrefix, kvMarkers } from "../detect";
 import type { Translation } from "../translation";
 
 /**
@@ -15,7 +15,7 @@ import type { Translation } from "../translation";
 export function detectQwen35(m: GgufModel, p: string, extraKeys: readonly string[] = []): string[] | null {
   const keys = [`${p}.vision.block_count`, `${p}.image_token_id`, `${p}.ssm.v_head_reordered`, ...extraKeys, `${p}.rope.mrope_interleaved`];
   return anyOf(
-    ...keys.map((k) => m.has(k) && `kv ${k}`),
+    ...kvMarkers(m, keys),
     hasTensorPrefix(m, "mtp.") && "embedded MTP tensors mtp.*",
     hasTensorPrefix(m, "v.") && "embedded vision tensors v.*",
   );

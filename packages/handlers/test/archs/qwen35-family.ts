@@ -8,7 +8,7 @@ import { readTensorBytes } from "@compat/handlers";
 import { generateFixture, serverCompletion, startLlamaServer } from "@compat/testkit";
 import { toF32 } from "@compat/tensor-ops";
 import { expect } from "vitest";
-import { NO_DIFFERENCES, type HandlerProof } from "../proof";
+import { NO_DIFFERENCES, proveHandler, type HandlerProof } from "../proof";
 import type { TwinDifferences, TwinOptions } from "../twin";
 
 export const MTP_BLOCK = 2;
@@ -22,6 +22,11 @@ export const MTP_HEAD_NORMS: ReadonlyArray<readonly [ollama: string, native: str
   ["mtp.pre_fc_norm_hidden.weight", `blk.${MTP_BLOCK}.nextn.hnorm.weight`],
   ["mtp.norm.weight", `blk.${MTP_BLOCK}.nextn.shared_head_norm.weight`],
 ];
+
+/** The norm +1 ops of the MTP block (both archs), as `<tensor> <- <label>`. */
+export const MTP_NORM_SHIFTS = ["attn_k_norm", "attn_norm", "attn_q_norm", "nextn.enorm", "nextn.hnorm", "nextn.shared_head_norm", "post_attention_norm"].map(
+  (n) => `blk.${MTP_BLOCK}.${n}.weight <- F32 norm +1`,
+);
 
 export function twinOptions(moe: boolean, mtp: boolean, extraLayout: readonly string[] = []): TwinOptions {
   const blocks = mtp ? [0, 1, MTP_BLOCK] : [0, 1];
@@ -122,13 +127,6 @@ export async function expectMtpDrafts(model: string): Promise<void> {
 }
 
 /**
- * What the MTP head drafts, as llama-server logs it with `--verbose` under
- * `--spec-type draft-mtp`: every draft step's chosen token (candidate 0). The lower
- * candidates are left out: near-ties among them can swap with last-bit differences the
- * twin comparison allows (e.g. the MoE's F16 vs F32 shared-expert gate). With toy
- * weights the trunk accepts no draft, so the drafts themselves show how the head computes.
- */
-/**
  * Asserts two draft lists agree (or not) on what both drafted: how many draft rounds a
  * completion runs varies from run to run, the tokens each round drafts do not.
  */
@@ -139,6 +137,13 @@ export function expectDraftsAgree(a: readonly string[], b: readonly string[], ag
   else expect(a.slice(0, n)).not.toEqual(b.slice(0, n));
 }
 
+/**
+ * What the MTP head drafts, as llama-server logs it with `--verbose` under
+ * `--spec-type draft-mtp`: every draft step's chosen token (candidate 0). The lower
+ * candidates are left out: near-ties among them can swap with last-bit differences the
+ * twin comparison allows (e.g. the MoE's F16 vs F32 shared-expert gate). With toy
+ * weights the trunk accepts no draft, so the drafts themselves show how the head computes.
+ */
 export async function mtpDraftCandidates(model: string): Promise<string[]> {
   const server = await startLlamaServer({ model, args: ["--spec-type", "draft-mtp", "--verbose"] });
   try {
@@ -164,4 +169,67 @@ export async function mtpDraftCandidates(model: string): Promise<string[]> {
   } finally {
     await server.stop();
   }
+}
+
+type Qwen35Arch = "qwen35" | "qwen35moe";
+
+export interface Qwen35Case {
+  variant: string;
+  sourceDtype: "f16" | "bf16";
+  mtp: boolean;
+  /** The detector's markers. */
+  markers: readonly string[];
+  /** The ops of the report, as `<tensor> <- <label>`. */
+  ops: readonly string[];
+  /** Tensors whose layout may differ from the twin's beyond twinOptions'. */
+  layout?: readonly string[];
+}
+
+/**
+ * One reference-profile case of either arch: the markers and the kept gap, v./mm./mtp.
+ * hidden, real llama.cpp loads the output, the twin differs only by the gap, the source is
+ * untouched, the twin (when loaded) generates the same tokens and its MTP head drafts;
+ * the ops are the expected ones and, with an MTP head, correct element by element and
+ * drafting in llama-server.
+ */
+export async function proveQwen35Reference(dir: string, arch: Qwen35Arch, seed: number, c: Qwen35Case, loadTwin: boolean): Promise<HandlerProof> {
+  const moe = arch === "qwen35moe";
+  const { variant, sourceDtype, mtp } = c;
+  const p = await proveHandler(dir, arch, { seed, variant, sourceDtype, twin: twinOptions(moe, mtp, c.layout), nativeTwin: { load: loadTwin }, profile: "reference" });
+  expect(p.view.report.handlers).toEqual([{ name: arch, markers: c.markers }]);
+  expect(p.view.report.gapsKept.map((f) => f.name)).toEqual(mtp ? [`${arch}-mtp-norms-once`] : []);
+  expect(p.translatedModel.tensors.some((t) => /^(v|mm|mtp)\./.test(t.name))).toBe(false);
+  expect(p.load.ok ? p.load.tokens.length : p.load.error).toBeGreaterThan(0);
+  expect({ ...p.diff, data: [...p.diff.data].sort() }).toEqual(expectedDiff(mtp));
+  expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
+  if (p.twin?.load) {
+    expect(p.twin.load.ok ? p.twin.load.tokens.length : p.twin.load.error).toBeGreaterThan(0);
+    // the trunk is the native one, so greedy decoding agrees token for token
+    if (p.load.ok && p.twin.load.ok) expect(p.load.tokens).toEqual(p.twin.load.tokens);
+  }
+  // the native twin's MTP head drafts the same way
+  if (p.twin?.load && mtp) await expectMtpDrafts(p.twin.paths.text);
+  expect(p.view.report.ops.map((o) => `${o.tensor} <- ${o.label}`).sort()).toEqual([...c.ops].sort());
+  if (mtp) {
+    await expectMtpOpsElementwise(p, arch, { variant, seed, sourceDtype }, moe);
+    await expectMtpDrafts(p.outPath);
+  }
+  return p;
+}
+
+/**
+ * The native profile (<arch>-mtp-norms-once): the MTP layer norms equal the twin's, so
+ * nothing differs from it; llama-server's MTP head drafts the twin's tokens, while that of
+ * `referenceOut` (the reference profile's output of the same variant) drafts others.
+ */
+export async function expectNativeProfile(p: HandlerProof, arch: Qwen35Arch, referenceOut: string | undefined): Promise<void> {
+  expect(p.view.report.fixes.map((f) => [f.handler, f.name])).toEqual([[arch, `${arch}-mtp-norms-once`]]);
+  expect(p.diff).toEqual(NO_DIFFERENCES);
+  for (const n of MTP_LAYER_NORMS) expect(p.translatedModel.findTensor(n)?.type, n).toBe(0);
+  if (p.load.ok && p.twin!.load!.ok) expect(p.load.tokens).toEqual(p.twin!.load!.tokens);
+  const twin = await mtpDraftCandidates(p.twin!.paths.text);
+  expect(twin.length).toBeGreaterThan(0);
+  expectDraftsAgree(await mtpDraftCandidates(p.outPath), twin);
+  if (referenceOut === undefined) throw new Error(`run with the reference-profile test of the same ${arch} variant`);
+  expectDraftsAgree(await mtpDraftCandidates(referenceOut), twin, false);
 }

@@ -4,8 +4,8 @@ import { readTensorBytes, translateModel } from "@compat/handlers";
 import { killAllSpawned, runLoaderInSubprocess } from "@compat/testkit";
 import { addF32, tempDir } from "../helpers";
 import { join } from "node:path";
-import { NO_DIFFERENCES, proveHandler } from "../proof";
-import { expectedDiff, expectMtpDrafts, expectMtpOpsElementwise, MTP_BLOCK, MTP_LAYER_NORMS, expectDraftsAgree, mtpDraftCandidates, twinOptions } from "./qwen35-family";
+import { proveHandler } from "../proof";
+import { expectNativeProfile, MTP_BLOCK, MTP_NORM_SHIFTS, proveQwen35Reference, twinOptions } from "./qwen35-family";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
@@ -23,16 +23,13 @@ const FULL_MARKERS = [
   "embedded vision tensors v.*",
 ];
 
-const NORM_SHIFTS = ["attn_k_norm", "attn_norm", "attn_q_norm", "nextn.enorm", "nextn.hnorm", "nextn.shared_head_norm", "post_attention_norm"].map(
-  (n) => `blk.${MTP_BLOCK}.${n}.weight <- F32 norm +1`,
-);
 const stacks = (label: string) => ["down", "gate", "up"].map((p) => `blk.${MTP_BLOCK}.ffn_${p}_exps.weight <- ${label}`);
 
 describe("qwen35moe handler (Qwen 3.5 MoE as Ollama's legacy converter wrote it)", () => {
   it.each([
-    { variant: "35b-a3b", sourceDtype: "f16" as const, mtp: true, markers: FULL_MARKERS, ops: [...NORM_SHIFTS, ...stacks("stack experts")] },
-    { variant: "35b-a3b", sourceDtype: "bf16" as const, mtp: true, markers: FULL_MARKERS, ops: [...NORM_SHIFTS, ...stacks("stack experts")] },
-    { variant: "35b-a3b-q8_0", sourceDtype: "f16" as const, mtp: true, markers: FULL_MARKERS, ops: [...NORM_SHIFTS, ...stacks("stack experts")] },
+    { variant: "35b-a3b", sourceDtype: "f16" as const, mtp: true, markers: FULL_MARKERS, ops: [...MTP_NORM_SHIFTS, ...stacks("stack experts")] },
+    { variant: "35b-a3b", sourceDtype: "bf16" as const, mtp: true, markers: FULL_MARKERS, ops: [...MTP_NORM_SHIFTS, ...stacks("stack experts")] },
+    { variant: "35b-a3b-q8_0", sourceDtype: "f16" as const, mtp: true, markers: FULL_MARKERS, ops: [...MTP_NORM_SHIFTS, ...stacks("stack experts")] },
     {
       variant: "35b-a3b-text",
       sourceDtype: "f16" as const,
@@ -47,44 +44,19 @@ describe("qwen35moe handler (Qwen 3.5 MoE as Ollama's legacy converter wrote it)
       sourceDtype: "f16" as const,
       mtp: true,
       markers: ["kv qwen35moe.ssm.v_head_reordered", "kv qwen35moe.feed_forward_length", "kv qwen35moe.rope.mrope_interleaved", "embedded MTP tensors mtp.*"],
-      ops: [...NORM_SHIFTS, `blk.${MTP_BLOCK}.ffn_down_exps.weight <- stack experts`, `blk.${MTP_BLOCK}.ffn_gate_exps.weight <- stack experts (promoted to F32)`, `blk.${MTP_BLOCK}.ffn_up_exps.weight <- stack experts`],
+      ops: [...MTP_NORM_SHIFTS, `blk.${MTP_BLOCK}.ffn_down_exps.weight <- stack experts`, `blk.${MTP_BLOCK}.ffn_gate_exps.weight <- stack experts (promoted to F32)`, `blk.${MTP_BLOCK}.ffn_up_exps.weight <- stack experts`],
       layout: [`blk.${MTP_BLOCK}.ffn_gate_exps.weight`],
     },
-  ])("$variant ($sourceDtype): fixes hparams, renames ssm_dt, moves the MTP head to block 2 (norms +1, experts stacked), hides v.*; real llama.cpp loads it; matches the native twin", async ({ variant, sourceDtype, mtp, markers, ops, layout }) => {
-    const nativeTwin = { load: (variant === "35b-a3b" || variant === "35b-a3b-text") && sourceDtype === "f16" };
-    const p = await proveHandler(await dir(), "qwen35moe", { seed: SEED, variant, sourceDtype, twin: twinOptions(true, mtp, layout), nativeTwin, profile: "reference" });
-    expect(p.view.report.handlers).toEqual([{ name: "qwen35moe", markers }]);
-    expect(p.view.report.gapsKept.map((f) => f.name)).toEqual(mtp ? ["qwen35moe-mtp-norms-once"] : []);
-    if (variant === "35b-a3b" && sourceDtype === "f16") referenceOut = p.outPath;
-    const m = p.translatedModel;
-    expect(m.tensors.some((t) => /^(v|mm|mtp)\./.test(t.name))).toBe(false);
-    expect(p.load.ok ? p.load.tokens.length : p.load.error).toBeGreaterThan(0);
-    expect({ ...p.diff, data: [...p.diff.data].sort() }).toEqual(expectedDiff(mtp));
-    expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
-    if (p.twin?.load) {
-      expect(p.twin.load.ok ? p.twin.load.tokens.length : p.twin.load.error).toBeGreaterThan(0);
-      // the trunk is the native one, so greedy decoding agrees token for token
-      if (p.load.ok && p.twin.load.ok) expect(p.load.tokens).toEqual(p.twin.load.tokens);
-    }
-    // the native twin's MTP head drafts the same way
-    if (p.twin?.load && mtp) await expectMtpDrafts(p.twin.paths.text);
-    expect(p.view.report.ops.map((o) => `${o.tensor} <- ${o.label}`).sort()).toEqual([...ops].sort());
-    if (mtp) await expectMtpOpsElementwise(p, "qwen35moe", { variant, seed: SEED, sourceDtype }, true);
-    if (mtp) await expectMtpDrafts(p.outPath);
-    if (variant === "35b-a3b-mixed") await expectRejectedWithoutStack(p.outPath);
+  ])("$variant ($sourceDtype): fixes hparams, renames ssm_dt, moves the MTP head to block 2 (norms +1, experts stacked), hides v.*; real llama.cpp loads it; matches the native twin", async (c) => {
+    const loadTwin = (c.variant === "35b-a3b" || c.variant === "35b-a3b-text") && c.sourceDtype === "f16";
+    const p = await proveQwen35Reference(await dir(), "qwen35moe", SEED, c, loadTwin);
+    if (c.variant === "35b-a3b" && c.sourceDtype === "f16") referenceOut = p.outPath;
+    if (c.variant === "35b-a3b-mixed") await expectRejectedWithoutStack(p.outPath);
   });
 
   it("native profile (qwen35moe-mtp-norms-once): the MTP layer norms equal the twin's; llama-server's MTP head drafts the twin's tokens, the reference output's MTP head drafts others", async () => {
     const p = await proveHandler(join(await dir(), "native-profile"), "qwen35moe", { seed: SEED, variant: "35b-a3b", twin: twinOptions(true, true), nativeTwin: { load: true } });
-    expect(p.view.report.fixes.map((f) => [f.handler, f.name])).toEqual([["qwen35moe", "qwen35moe-mtp-norms-once"]]);
-    expect(p.diff).toEqual(NO_DIFFERENCES);
-    for (const n of MTP_LAYER_NORMS) expect(p.translatedModel.findTensor(n)?.type, n).toBe(0);
-    if (p.load.ok && p.twin!.load!.ok) expect(p.load.tokens).toEqual(p.twin!.load!.tokens);
-    const twin = await mtpDraftCandidates(p.twin!.paths.text);
-    expect(twin.length).toBeGreaterThan(0);
-    expectDraftsAgree(await mtpDraftCandidates(p.outPath), twin);
-    if (referenceOut === undefined) throw new Error("run with the reference 35b-a3b (f16) test");
-    expectDraftsAgree(await mtpDraftCandidates(referenceOut), twin, false);
+    await expectNativeProfile(p, "qwen35moe", referenceOut);
   });
 });
 

@@ -78,6 +78,17 @@ function scaleMinK4(src: Uint8Array, o: number, j: number, out: Uint8Array): voi
 }
 
 const sm = new Uint8Array(2);
+const dm = new Float64Array(4);
+
+/** Scales and mins of sub-blocks `is` and `is + 1` of the Q4_K/Q5_K block at `o` (super-scale d, super-min min): d1, m1, d2, m2. */
+function scalesK4(src: Uint8Array, o: number, is: number, d: number, min: number, out: Float64Array): void {
+  scaleMinK4(src, o + 4, is, sm);
+  out[0] = fround(d * (sm[0] as number));
+  out[1] = fround(min * (sm[1] as number));
+  scaleMinK4(src, o + 4, is + 1, sm);
+  out[2] = fround(d * (sm[0] as number));
+  out[3] = fround(min * (sm[1] as number));
+}
 
 export const dequantQ4_K: DequantKernel = (src, dst, nBlocks) => {
   const h = f16ValueTable();
@@ -86,12 +97,8 @@ export const dequantQ4_K: DequantKernel = (src, dst, nBlocks) => {
     const min = h[u16(src, o + 2)] as number;
     let q = o + 16;
     for (let is = 0; is < 8; is += 2, q += 32) {
-      scaleMinK4(src, o + 4, is, sm);
-      const d1 = fround(d * (sm[0] as number));
-      const m1 = fround(min * (sm[1] as number));
-      scaleMinK4(src, o + 4, is + 1, sm);
-      const d2 = fround(d * (sm[0] as number));
-      const m2 = fround(min * (sm[1] as number));
+      scalesK4(src, o, is, d, min, dm);
+      const d1 = dm[0] as number, m1 = dm[1] as number, d2 = dm[2] as number, m2 = dm[3] as number;
       for (let l = 0; l < 32; l++) dst[y++] = fround(d1 * ((src[q + l] as number) & 15)) - m1;
       for (let l = 0; l < 32; l++) dst[y++] = fround(d2 * ((src[q + l] as number) >>> 4)) - m2;
     }
@@ -108,12 +115,8 @@ export const dequantQ5_K: DequantKernel = (src, dst, nBlocks) => {
     let u1 = 1;
     let u2 = 2;
     for (let is = 0; is < 8; is += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
-      scaleMinK4(src, o + 4, is, sm);
-      const d1 = fround(d * (sm[0] as number));
-      const m1 = fround(min * (sm[1] as number));
-      scaleMinK4(src, o + 4, is + 1, sm);
-      const d2 = fround(d * (sm[0] as number));
-      const m2 = fround(min * (sm[1] as number));
+      scalesK4(src, o, is, d, min, dm);
+      const d1 = dm[0] as number, m1 = dm[1] as number, d2 = dm[2] as number, m2 = dm[3] as number;
       for (let l = 0; l < 32; l++) {
         const v = ((src[ql + l] as number) & 15) + ((src[qh + l] as number) & u1 ? 16 : 0);
         dst[y++] = fround(d1 * v) - m1;

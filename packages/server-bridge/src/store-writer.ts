@@ -1,20 +1,11 @@
+/** The writing side of the store ModelStore reads: blobs and manifests as `ollama pull` lays them out. */
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { copyFile, link, mkdir, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-
-/** Layer media types as Ollama writes them (server/images.go). */
-export const OLLAMA_MEDIA = {
-  manifest: "application/vnd.docker.distribution.manifest.v2+json",
-  config: "application/vnd.docker.container.image.v1+json",
-  model: "application/vnd.ollama.image.model",
-  projector: "application/vnd.ollama.image.projector",
-  adapter: "application/vnd.ollama.image.adapter",
-  template: "application/vnd.ollama.image.template",
-  system: "application/vnd.ollama.image.system",
-  params: "application/vnd.ollama.image.params",
-  license: "application/vnd.ollama.image.license",
-} as const;
+import { BridgeError } from "./errors";
+import { MediaType } from "./media-types";
+import { manifestSegments, parseModelName, type ModelName } from "./name";
 
 export interface StoreModelSpec {
   /** `model:tag`, `namespace/model:tag` or `host/namespace/model:tag` (defaults registry.ollama.ai, library, latest). */
@@ -48,7 +39,8 @@ export interface BuiltModel {
  * Writes an Ollama model store the way `ollama pull` leaves it: content-addressed blobs
  * `blobs/sha256-<hex>` and one manifest per name at
  * `manifests/<host>/<namespace>/<model>/<tag>` (a docker v2 manifest whose config and
- * layers point at the blobs by digest).
+ * layers point at the blobs by digest). What ModelStore reads; tests and demos build
+ * stores with it. An invalid name throws BridgeError INVALID_REFERENCE.
  */
 export async function buildOllamaStore(root: string, models: readonly StoreModelSpec[]): Promise<BuiltModel[]> {
   const out: BuiltModel[] = [];
@@ -59,20 +51,20 @@ export async function buildOllamaStore(root: string, models: readonly StoreModel
       if (isPath) layers.push(await fileBlob(root, mediaType, data as string));
       else layers.push(await writeBlob(root, mediaType, typeof data === "string" ? Buffer.from(data, "utf8") : data));
     };
-    await add(OLLAMA_MEDIA.model, spec.model, typeof spec.model === "string");
-    if (spec.projector !== undefined) await add(OLLAMA_MEDIA.projector, spec.projector, typeof spec.projector === "string");
-    for (const a of spec.adapters ?? []) await add(OLLAMA_MEDIA.adapter, a, typeof a === "string");
-    if (spec.template !== undefined) await add(OLLAMA_MEDIA.template, spec.template, false);
-    if (spec.system !== undefined) await add(OLLAMA_MEDIA.system, spec.system, false);
-    if (spec.params !== undefined) await add(OLLAMA_MEDIA.params, JSON.stringify(spec.params), false);
-    if (spec.license !== undefined) await add(OLLAMA_MEDIA.license, spec.license, false);
+    await add(MediaType.model, spec.model, typeof spec.model === "string");
+    if (spec.projector !== undefined) await add(MediaType.projector, spec.projector, typeof spec.projector === "string");
+    for (const a of spec.adapters ?? []) await add(MediaType.adapter, a, typeof a === "string");
+    if (spec.template !== undefined) await add(MediaType.template, spec.template, false);
+    if (spec.system !== undefined) await add(MediaType.system, spec.system, false);
+    if (spec.params !== undefined) await add(MediaType.params, JSON.stringify(spec.params), false);
+    if (spec.license !== undefined) await add(MediaType.license, spec.license, false);
     const config = await writeBlob(
       root,
-      OLLAMA_MEDIA.config,
+      MediaType.config,
       Buffer.from(JSON.stringify({ model_format: "gguf", model_family: "", model_families: null, model_type: "", file_type: "F16", architecture: "amd64", os: "linux", rootfs: { type: "layers", diff_ids: layers.map((l) => l.digest) }, ...spec.config })),
     );
-    const manifest = { schemaVersion: 2, mediaType: OLLAMA_MEDIA.manifest, config, layers };
-    const manifestPath = join(root, "manifests", ...nameSegments(spec.name));
+    const manifest = { schemaVersion: 2, mediaType: MediaType.manifest, config, layers };
+    const manifestPath = join(root, "manifests", ...manifestSegments(parsedName(spec.name)));
     await mkdir(join(manifestPath, ".."), { recursive: true });
     await writeFile(manifestPath, JSON.stringify(manifest));
     out.push({
@@ -81,7 +73,7 @@ export async function buildOllamaStore(root: string, models: readonly StoreModel
       layers,
       blob: (mediaType) => {
         const l = layers.find((x) => x.mediaType === mediaType);
-        if (!l) throw new Error(`${spec.name} has no ${mediaType} layer`);
+        if (!l) throw new BridgeError("MISSING_BLOB", `${spec.name} has no ${mediaType} layer`, { name: spec.name, mediaType });
         return join(root, "blobs", l.digest.replace(":", "-"));
       },
     });
@@ -106,17 +98,9 @@ async function fileBlob(root: string, mediaType: string, path: string): Promise<
   return { mediaType, digest, size: (await stat(path)).size };
 }
 
-/** host/namespace/model/tag of a name, with Ollama's defaults. */
-function nameSegments(name: string): [string, string, string, string] {
-  let rest = name;
-  let tag = "latest";
-  if (rest.lastIndexOf(":") > rest.lastIndexOf("/")) {
-    tag = rest.slice(rest.lastIndexOf(":") + 1);
-    rest = rest.slice(0, rest.lastIndexOf(":"));
-  }
-  const parts = rest.split("/");
-  const model = parts.pop()!;
-  const namespace = parts.pop() ?? "library";
-  const host = parts.pop() ?? "registry.ollama.ai";
-  return [host, namespace, model, tag];
+/** The name as ModelStore will look it up; a name it could not find is refused here. */
+function parsedName(name: string): ModelName {
+  const parsed = parseModelName(name);
+  if (parsed === null) throw new BridgeError("INVALID_REFERENCE", `not an Ollama model name: ${name}`, { reference: name });
+  return parsed;
 }
