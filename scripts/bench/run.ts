@@ -3,7 +3,9 @@
  * one machine, printed as one table (scenario, ours, baseline, ratio, target, pass).
  * Medians of repeated runs; ratios are taken between medians measured in this same run.
  * Files are generated here (sparse where the data bytes do not matter, real bytes where they do).
- * BENCH_BLOB_MIB (default 2048) sizes the vision blob, BENCH_RUNS (default 5) the repeats.
+ * BENCH_BLOB_MIB (default 2048) sizes the vision blob, BENCH_RUNS (default 5) the repeats,
+ * BENCH_DIR (default <tmpdir>/ollama-compat-bench) where the files go. Sections (header, process,
+ * translate, ops): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -266,7 +268,7 @@ function machine(): string {
   return `${cpu}, ${cpus().length} cores shared, ${(totalmem() / 2 ** 30).toFixed(0)} GiB RAM, ${fs} at ${dir}, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}`;
 }
 
-const only = process.argv.slice(2);
+const only = process.argv.length > 2 ? process.argv.slice(2) : (process.env.BENCH_ONLY ?? "").split(",").filter((s) => s !== "");
 const sections: Record<string, () => Promise<void>> = { header: headerParse, process: processes, translate: fullTranslation, ops: loadOps };
 for (const [name, fn] of Object.entries(sections)) {
   if (only.length > 0 && !only.includes(name)) continue;
