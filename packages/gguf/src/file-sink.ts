@@ -1,5 +1,6 @@
 // Node-only: atomic file output. Kept apart so browser bundles do not pull in node:fs.
 import { randomBytes } from "node:crypto";
+import { constants } from "node:fs";
 import { open, readdir, rename, unlink, type FileHandle } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { GgufError } from "./errors";
@@ -97,7 +98,8 @@ export async function writeFileAtomic(
       // A file being replaced is freed (its cached pages dropped, its blocks released) when its
       // last reference goes: by holding one across the rename and letting it go on the thread
       // pool, that work (~0.2 s per GiB) overlaps whatever the caller does next.
-      const replaced = await open(path, "r").catch(() => undefined);
+      // (non-blocking and not through a symlink: a FIFO or a link there is not waited on or followed)
+      const replaced = await open(path, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW).catch(() => undefined);
       try {
         await rename(tmp, path);
       } finally {

@@ -245,3 +245,26 @@ async function readBytes(t: GgufTensor): Promise<Uint8Array> {
   const { readTensorData } = await import("@compat/gguf");
   return readTensorData(t);
 }
+
+describe("writeGguf to a path that exists", () => {
+  it("replaces a file, and a FIFO without waiting for a writer on it", async () => {
+    const { execFileSync } = await import("node:child_process");
+    const { readFileSync, writeFileSync, lstatSync } = await import("node:fs");
+    const dir = await mkdtemp(join(tmpdir(), "gguf-replace-"));
+    try {
+      const expected = Buffer.from(await serializeGguf(model()));
+      const file = join(dir, "old.gguf");
+      writeFileSync(file, new Uint8Array(1 << 20).fill(5));
+      await writeGguf(model(), file);
+      expect(readFileSync(file).equals(expected)).toBe(true);
+      const fifo = join(dir, "fifo.gguf");
+      execFileSync("mkfifo", [fifo]);
+      await writeGguf(model(), fifo);
+      expect(lstatSync(fifo).isFile()).toBe(true);
+      expect(readFileSync(fifo).equals(expected)).toBe(true);
+      expect((await readdir(dir)).sort()).toEqual(["fifo.gguf", "old.gguf"]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
