@@ -4,7 +4,8 @@
  * Medians of repeated runs; ratios are taken between medians measured in this same run.
  * Files are generated here (sparse where the data bytes do not matter, real bytes where they do).
  * BENCH_BLOB_MIB (default 2048) sizes the vision blob, BENCH_RUNS (default 5) the repeats,
- * BENCH_DIR (default <tmpdir>/ollama-compat-bench) where the files go. Sections (header, process,
+ * BENCH_DIR (default <tmpdir>/ollama-compat-bench) where the files go, BENCH_REFLINK_DIR (optional, an
+ * XFS or Btrfs mount) adds the metadata rewrite on a filesystem that shares extents. Sections (header, process,
  * translate, ops): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
  */
 import { execFileSync, spawnSync } from "node:child_process";
@@ -231,6 +232,29 @@ async function fullTranslation(): Promise<void> {
   row({ scenario: "  peak RSS of that rewrite vs gguf_new_metadata.py", ours: `${a.toFixed(0)} MiB`, baseline: `${b.toFixed(0)} MiB`, ratio: b / a, target: "≥ 10x less", pass: b / a >= 10 });
   rmSync(join(dir, "py.gguf"), { force: true });
   rmSync(join(dir, "ours.gguf"), { force: true });
+  await reflinkRewrite(gb);
+}
+
+/** BENCH_REFLINK_DIR (an XFS or Btrfs mount): the same rewrite there shares the data (O(header)), like `cp --reflink`. */
+async function reflinkRewrite(gb: string): Promise<void> {
+  const rdir = process.env.BENCH_REFLINK_DIR;
+  if (rdir === undefined) return;
+  const src = join(rdir, "gemma3-1g.gguf");
+  if (!existsSync(src)) execFileSync("cp", [gb, src]);
+  const used = () => Number(execFileSync("df", ["-k", "--output=used", rdir], { encoding: "utf8" }).trim().split("\n")[1]) * 1024;
+  const [tMine, tCp] = await race(
+    [() => run(process.execPath, [join(ROOT, "scripts/bench/rewrite-metadata.mjs"), src, join(rdir, "ours.gguf"), "renamed"]), () => run("cp", ["--reflink=always", src, join(rdir, "clone.gguf")])],
+    3,
+  );
+  rmSync(join(rdir, "ours.gguf"), { force: true });
+  execFileSync("sync", ["-f", rdir]);
+  const before = used();
+  run(process.execPath, [join(ROOT, "scripts/bench/rewrite-metadata.mjs"), src, join(rdir, "ours.gguf"), "renamed"]);
+  execFileSync("sync", ["-f", rdir]);
+  const grew = used() - before;
+  row({ scenario: `  the same rewrite on a reflink filesystem (${rdir}) vs \`cp --reflink=always\`; disk space used: ${(grew / 2 ** 20).toFixed(1)} MiB`, ours: ms(tMine!), baseline: ms(tCp!), ratio: tMine! / tCp!, target: "< 16 MiB of new blocks", pass: grew < 16 * 2 ** 20 });
+  rmSync(join(rdir, "ours.gguf"), { force: true });
+  rmSync(join(rdir, "clone.gguf"), { force: true });
 }
 
 async function loadOps(): Promise<void> {
