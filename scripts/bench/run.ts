@@ -3,7 +3,10 @@
  * one machine, printed as one table (scenario, ours, baseline, ratio, target, pass).
  * Medians of repeated runs; ratios are taken between medians measured in this same run.
  * Files are generated here (sparse where the data bytes do not matter, real bytes where they do).
- * BENCH_BLOB_MIB (default 2048) sizes the vision blob, BENCH_RUNS (default 5) the repeats.
+ * BENCH_BLOB_MIB (default 2048) sizes the vision blob, BENCH_RUNS (default 5) the repeats,
+ * BENCH_DIR (default <tmpdir>/ollama-compat-bench) where the files go, BENCH_REFLINK_DIR (optional, an
+ * XFS or Btrfs mount) adds the metadata rewrite on a filesystem that shares extents. Sections (header, process,
+ * translate, ops): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -229,6 +232,26 @@ async function fullTranslation(): Promise<void> {
   row({ scenario: "  peak RSS of that rewrite vs gguf_new_metadata.py", ours: `${a.toFixed(0)} MiB`, baseline: `${b.toFixed(0)} MiB`, ratio: b / a, target: "≥ 10x less", pass: b / a >= 10 });
   rmSync(join(dir, "py.gguf"), { force: true });
   rmSync(join(dir, "ours.gguf"), { force: true });
+  await reflinkRewrite(gb);
+}
+
+/** BENCH_REFLINK_DIR (an XFS or Btrfs mount): the same rewrite there shares the data (O(header)), like `cp --reflink`. */
+async function reflinkRewrite(gb: string): Promise<void> {
+  const rdir = process.env.BENCH_REFLINK_DIR;
+  if (rdir === undefined) return;
+  const src = join(rdir, "gemma3-1g.gguf");
+  if (!existsSync(src)) execFileSync("cp", [gb, src]);
+  const [tMine, tCp] = await race(
+    [() => run(process.execPath, [join(ROOT, "scripts/bench/rewrite-metadata.mjs"), src, join(rdir, "ours.gguf"), "renamed"]), () => run("cp", ["--reflink=always", src, join(rdir, "clone.gguf")])],
+    3,
+  );
+  // blocks of the output not shared with another file (filefrag -v: extents without the "shared" flag)
+  const frag = execFileSync("filefrag", ["-v", "-b4096", join(rdir, "ours.gguf")], { encoding: "utf8" });
+  let own = 0;
+  for (const m of frag.matchAll(/^\s*\d+:\s+\d+\.\.\s*\d+:\s+\d+\.\.\s*\d+:\s+(\d+):.*$/gm)) if (!m[0].includes("shared")) own += Number(m[1]) * 4096;
+  row({ scenario: `  the same rewrite on a reflink filesystem (${rdir}) vs \`cp --reflink=always\`; blocks not shared: ${(own / 2 ** 20).toFixed(1)} MiB of ${(statSync(src).size / 2 ** 20).toFixed(0)} MiB`, ours: ms(tMine!), baseline: ms(tCp!), ratio: tMine! / tCp!, target: "< 16 MiB not shared", pass: own < 16 * 2 ** 20 });
+  rmSync(join(rdir, "ours.gguf"), { force: true });
+  rmSync(join(rdir, "clone.gguf"), { force: true });
 }
 
 async function loadOps(): Promise<void> {
@@ -266,7 +289,7 @@ function machine(): string {
   return `${cpu}, ${cpus().length} cores shared, ${(totalmem() / 2 ** 30).toFixed(0)} GiB RAM, ${fs} at ${dir}, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}`;
 }
 
-const only = process.argv.slice(2);
+const only = process.argv.length > 2 ? process.argv.slice(2) : (process.env.BENCH_ONLY ?? "").split(",").filter((s) => s !== "");
 const sections: Record<string, () => Promise<void>> = { header: headerParse, process: processes, translate: fullTranslation, ops: loadOps };
 for (const [name, fn] of Object.entries(sections)) {
   if (only.length > 0 && !only.includes(name)) continue;

@@ -23,6 +23,8 @@ export interface WriteOptions {
   signal?: AbortSignal;
   /** This model's layoutGguf() result, when the caller already has it (it is not laid out again). */
   layout?: GgufLayout;
+  /** Lay out with layoutGguf's `shareBlocks` (when `layout` is not given): untouched ranges can share extents. */
+  shareBlocks?: boolean;
   /**
    * Optional in-kernel copier for tensors that are untouched ranges of a local file, used
    * when writing to a path (e.g. @compat/tensor-ops' kernelRangeCopier()). When it declines,
@@ -37,8 +39,31 @@ export interface WriteResult {
 }
 
 type Emit = (chunk: Uint8Array) => Promise<void>;
-/** Appends a tensor's bytes without reading them into JS; false when it cannot for this tensor. */
-type DirectCopy = (t: GgufTensor) => Promise<boolean>;
+/** Appends `length` bytes of the source starting at a range tensor's bytes without reading them into JS; false when it cannot. */
+type DirectCopy = (t: GgufTensor, length: number) => Promise<boolean>;
+
+/**
+ * Index of the last tensor of the run starting at `first` whose bytes, with the output's
+ * padding between them, are one contiguous stretch of one source: each next tensor sits in the
+ * source where the output puts it, and the source's padding bytes are zeros as the output's are.
+ */
+async function sourceRunEnd(model: GgufModel, layout: GgufLayout, first: number): Promise<number> {
+  const a = model.tensors[first]!.data;
+  if (a.kind !== "range") return first;
+  let last = first;
+  for (let k = first + 1; k < model.tensors.length; k++) {
+    const d = model.tensors[k]!.data;
+    const prev = model.tensors[k - 1]!.data;
+    if (d.kind !== "range" || prev.kind !== "range" || d.source !== a.source) break;
+    const rel = layout.tensorOffsets[k]! - layout.tensorOffsets[first]!;
+    if (d.offset !== a.offset + rel || d.length !== layout.tensorSizes[k] || d.length === 0) break;
+    const gapAt = prev.offset + prev.length;
+    const gap = d.offset - gapAt;
+    if (gap > 0 && !(await d.source.read(gapAt, gap)).every((b) => b === 0)) break;
+    last = k;
+  }
+  return last;
+}
 
 async function emitModel(model: GgufModel, layout: GgufLayout, emit: Emit, opts: WriteOptions, buffers?: CopyBuffers, direct?: DirectCopy): Promise<number> {
   let written = 0;
@@ -50,23 +75,35 @@ async function emitModel(model: GgufModel, layout: GgufLayout, emit: Emit, opts:
   };
   await out(layout.header);
   let zeros = new Uint8Array(0);
-  for (let i = 0; i < model.tensors.length; i++) {
+  const pad = async (size: number): Promise<void> => {
+    const n = (layout.alignment - (size % layout.alignment)) % layout.alignment;
+    if (n === 0) return;
+    if (zeros.length < n) zeros = new Uint8Array(Math.min(n, 1 << 20));
+    for (let left = n; left > 0; left -= zeros.length) await out(zeros.subarray(0, Math.min(left, zeros.length)));
+  };
+  for (let i = 0; i < model.tensors.length; ) {
     const t = model.tensors[i]!;
     const size = layout.tensorSizes[i]!;
     const expectedAt = layout.dataOffset + layout.tensorOffsets[i]!;
     if (written !== expectedAt) throw new GgufError("DATA_LENGTH", `internal: tensor "${t.name}" would start at ${written}`, { expected: `${expectedAt}` });
-    if (direct !== undefined && size > 0) {
+    if (direct !== undefined && size > 0 && t.data.kind === "range" && t.data.source.fd !== undefined) {
+      // One kernel copy for a run of tensors that lie back to back in the source exactly as in
+      // the output (zero padding included): fewer calls, and extents shared across tensor bounds.
+      const last = await sourceRunEnd(model, layout, i);
+      const span = layout.tensorOffsets[last]! + layout.tensorSizes[last]! - layout.tensorOffsets[i]!;
       opts.signal?.throwIfAborted();
-      if (await direct(t)) {
-        written += size;
+      if (await direct(t, span)) {
+        written += span;
         opts.onProgress?.(written, layout.totalSize);
-      } else await streamTensorData(t, size, out, buffers);
-    } else await streamTensorData(t, size, out, buffers);
-    const pad = (layout.alignment - (size % layout.alignment)) % layout.alignment;
-    if (pad > 0) {
-      if (zeros.length < pad) zeros = new Uint8Array(Math.min(pad, 1 << 20));
-      for (let left = pad; left > 0; left -= zeros.length) await out(zeros.subarray(0, Math.min(left, zeros.length)));
+        await pad(layout.tensorSizes[last]!);
+        i = last + 1;
+        continue;
+      }
+      direct = undefined; // declined (another filesystem, no kernel support): read/write from here on
     }
+    await streamTensorData(t, size, out, buffers);
+    await pad(size);
+    i++;
   }
   if (written !== layout.totalSize) {
     throw new GgufError("DATA_LENGTH", `wrote ${written} bytes`, { expected: `${layout.totalSize} bytes` });
@@ -88,7 +125,7 @@ function isWebWritable(x: unknown): x is WritableStream<Uint8Array> {
  * but not closed. Memory use is bounded by one tensor (ranges are copied in chunks).
  */
 export async function writeGguf(model: GgufModel, target: WriteTarget, opts: WriteOptions = {}): Promise<WriteResult> {
-  const layout = opts.layout ?? layoutGguf(model);
+  const layout = opts.layout ?? layoutGguf(model, { shareBlocks: opts.shareBlocks === true });
   if (typeof target === "string") {
     const { writeFileAtomic } = await import("./file-sink");
     // The file sink is done with each chunk when its write resolves, so copy buffers can be reused.
@@ -99,16 +136,16 @@ export async function writeGguf(model: GgufModel, target: WriteTarget, opts: Wri
       const direct: DirectCopy | undefined =
         copier === undefined
           ? undefined
-          : async (t) => {
+          : async (t, length) => {
               const d = t.data;
               if (!usable || d.kind !== "range" || d.source.fd === undefined) return false;
-              if (d.offset + d.length > d.source.size) return false; // let the read path report the truncation
+              if (d.offset + length > d.source.size) return false; // let the read path report the truncation
               try {
-                usable = await copy(copier, d.source.fd, d.offset, d.length);
+                usable = await copy(copier, d.source.fd, d.offset, length);
               } catch (cause) {
                 // A source that shrank under us is the source's fault: let its own read say so
                 // (TRUNCATED, naming the source); any other failure stays a write error.
-                await d.source.read(d.offset + d.length - 1, 1);
+                await d.source.read(d.offset + length - 1, 1);
                 throw cause;
               }
               return usable;

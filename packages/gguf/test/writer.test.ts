@@ -104,7 +104,34 @@ describe("writeGguf copyRange hook (in-kernel copies of untouched file ranges)",
         },
       });
       await m.close();
+      // r0, its 24 zero padding bytes and r1 lie back to back in the source as in the output: one copy
+      expect(calls).toEqual([1101]);
+      expect(readFileSync(join(dir, "copied.gguf")).equals(readFileSync(join(dir, "plain.gguf")))).toBe(true);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("copies tensors one by one where the source's padding between them is not zeros", async () => {
+    const { readGguf, layoutGguf } = await import("@compat/gguf");
+    const { openSync, writeSync, closeSync, readFileSync } = await import("node:fs");
+    const dir = await mkdtemp(join(tmpdir(), "gguf-copy-"));
+    try {
+      const path = await sourceFile(dir);
+      const probe = await readGguf(path);
+      const at = layoutGguf(probe).dataOffset + 1000;
+      await probe.close();
+      const fd = openSync(path, "r+");
+      writeSync(fd, new Uint8Array(24).fill(0xee), 0, 24, at); // junk in the padding after r0
+      closeSync(fd);
+      const m = await readGguf(path);
+      m.setString("general.name", "edited");
+      const calls: number[] = [];
+      await writeGguf(m, join(dir, "plain.gguf"));
+      await writeGguf(m, join(dir, "copied.gguf"), { copyRange: kernelLikeCopier(calls) });
+      await m.close();
       expect(calls).toEqual([1000, 77]);
+      // the output's padding is zeros either way
       expect(readFileSync(join(dir, "copied.gguf")).equals(readFileSync(join(dir, "plain.gguf")))).toBe(true);
     } finally {
       await rm(dir, { recursive: true, force: true });
@@ -123,6 +150,119 @@ describe("writeGguf copyRange hook (in-kernel copies of untouched file ranges)",
       await m.close();
       expect(calls).toBe(1);
       expect(readFileSync(join(dir, "declined.gguf")).equals(readFileSync(join(dir, "plain.gguf")))).toBe(true);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+/** A copier doing with read/write what copy_file_range does, recording each length. */
+function kernelLikeCopier(calls: number[]) {
+  return async (srcFd: number, srcOffset: number, dstFd: number, dstOffset: number, length: number): Promise<boolean> => {
+    const { readSync, writeSync } = await import("node:fs");
+    calls.push(length);
+    const buf = Buffer.alloc(length);
+    readSync(srcFd, buf, 0, length, srcOffset);
+    writeSync(dstFd, buf, 0, length, dstOffset);
+    return true;
+  };
+}
+
+describe("layoutGguf shareBlocks (untouched ranges keep their place within a 4096-byte block)", () => {
+  async function bigSource(dir: string): Promise<string> {
+    const src = GgufModel.create();
+    src.setString("general.architecture", "x");
+    for (const [i, n] of [10_000, 333, 20_000].entries()) {
+      src.addTensor({ name: `t${i}`, type: GgmlType.I8, shape: [n], data: { kind: "bytes", bytes: new Uint8Array(n).map((_, j) => (j * 7 + i) & 0xff) } });
+    }
+    const path = join(dir, "big.gguf");
+    await writeGguf(src, path);
+    return path;
+  }
+
+  it("an unchanged model gets no padding entry: the layout is the source's", async () => {
+    const { readGguf, layoutGguf } = await import("@compat/gguf");
+    const { readFileSync } = await import("node:fs");
+    const dir = await mkdtemp(join(tmpdir(), "gguf-share-"));
+    try {
+      const path = await bigSource(dir);
+      const m = await readGguf(path);
+      const layout = layoutGguf(m, { shareBlocks: true });
+      await m.close();
+      expect(Buffer.from(layout.header).equals(readFileSync(path).subarray(0, layout.dataOffset))).toBe(true);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("an edited header is padded with a PADDING_KEY entry so the data section keeps the source's block offset", async () => {
+    const { readGguf, layoutGguf, PADDING_KEY, SHARE_BLOCK, GgufValueType } = await import("@compat/gguf");
+    const dir = await mkdtemp(join(tmpdir(), "gguf-share-"));
+    try {
+      const path = await bigSource(dir);
+      const m = await readGguf(path);
+      const srcData = layoutGguf(m).dataOffset;
+      m.setString("general.name", "edited");
+      const plain = layoutGguf(m);
+      const shared = layoutGguf(m, { shareBlocks: true });
+      expect(plain.dataOffset % SHARE_BLOCK).not.toBe(srcData % SHARE_BLOCK);
+      expect(shared.dataOffset % SHARE_BLOCK).toBe(srcData % SHARE_BLOCK);
+      expect(shared.tensorOffsets).toEqual(plain.tensorOffsets);
+      await writeGguf(m, join(dir, "plain.gguf"));
+      await writeGguf(m, join(dir, "shared.gguf"), { shareBlocks: true });
+      await m.close();
+
+      const a = await readGguf(join(dir, "plain.gguf"));
+      const b = await readGguf(join(dir, "shared.gguf"));
+      try {
+        // the same keys plus the padding entry (zero bytes), the same tensors and bytes
+        expect([...b].map((kv) => kv.key)).toEqual([...[...a].map((kv) => kv.key), PADDING_KEY]);
+        const pad = b.get(PADDING_KEY)!;
+        expect(pad.type).toBe(GgufValueType.ARRAY);
+        expect(b.getArray(PADDING_KEY).itemType).toBe(GgufValueType.UINT8);
+        expect((b.getArray(PADDING_KEY).toArray() as number[]).every((x) => x === 0)).toBe(true);
+        for (const t of a.tensors) {
+          const u = b.findTensor(t.name)!;
+          expect(Buffer.from(await readBytes(u)).equals(Buffer.from(await readBytes(t)))).toBe(true);
+        }
+        // laying the padded file out again replaces its padding entry (it does not grow)
+        const again = layoutGguf(b, { shareBlocks: true });
+        expect(again.dataOffset).toBe(shared.dataOffset);
+        expect(Buffer.from(again.header).equals(Buffer.from(shared.header))).toBe(true);
+        // without shareBlocks a read-back model is written as it is, padding entry included
+        expect(layoutGguf(b).dataOffset).toBe(shared.dataOffset);
+      } finally {
+        await a.close();
+        await b.close();
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+async function readBytes(t: GgufTensor): Promise<Uint8Array> {
+  const { readTensorData } = await import("@compat/gguf");
+  return readTensorData(t);
+}
+
+describe("writeGguf to a path that exists", () => {
+  it("replaces a file, and a FIFO without waiting for a writer on it", async () => {
+    const { execFileSync } = await import("node:child_process");
+    const { readFileSync, writeFileSync, lstatSync } = await import("node:fs");
+    const dir = await mkdtemp(join(tmpdir(), "gguf-replace-"));
+    try {
+      const expected = Buffer.from(await serializeGguf(model()));
+      const file = join(dir, "old.gguf");
+      writeFileSync(file, new Uint8Array(1 << 20).fill(5));
+      await writeGguf(model(), file);
+      expect(readFileSync(file).equals(expected)).toBe(true);
+      const fifo = join(dir, "fifo.gguf");
+      execFileSync("mkfifo", [fifo]);
+      await writeGguf(model(), fifo);
+      expect(lstatSync(fifo).isFile()).toBe(true);
+      expect(readFileSync(fifo).equals(expected)).toBe(true);
+      expect((await readdir(dir)).sort()).toEqual(["fifo.gguf", "old.gguf"]);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

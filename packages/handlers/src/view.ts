@@ -20,9 +20,13 @@ export class TranslatedView {
     readonly source: GgufModel,
   ) {}
 
-  /** Where header and tensors sit in the virtual output file; read() and writeTo() share it. */
+  /**
+   * Where header and tensors sit in the virtual output file; read() and writeTo() share it.
+   * Laid out so that untouched source ranges keep their place within a filesystem block
+   * (a padding key after the others): XFS and Btrfs then share those extents with the source.
+   */
   get layout(): GgufLayout {
-    return (this.layoutCache ??= layoutGguf(this.model));
+    return (this.layoutCache ??= layoutGguf(this.model, { shareBlocks: true }));
   }
 
   /** Byte size of the virtual output file. */

@@ -118,7 +118,8 @@ describe("TranslatedView", () => {
     await view.writeTo(join(await dir(), "kernel.gguf"), counting ? { copyRange: counting } : {});
     await view.writeTo(join(await dir(), "memory.gguf"), { copyRange: async () => false });
     await view.close();
-    if (copier !== undefined) expect(copied).toContain(1024 * 1024);
+    // the 1 MiB tensor goes in one kernel copy (with the untouched tensors lying next to it in the source)
+    if (copier !== undefined) expect(Math.max(...copied)).toBeGreaterThanOrEqual(1024 * 1024);
     expect((await readFile(join(await dir(), "kernel.gguf"))).equals(await readFile(join(await dir(), "memory.gguf")))).toBe(true);
   });
 

@@ -8,6 +8,9 @@ import { nativeAddon } from "./native";
 /** Largest piece per native call: the call is synchronous, so the event loop gets a turn between pieces. */
 const PIECE = 256 * 1024 * 1024;
 
+/** Filesystem block size assumed for extent sharing (XFS and Btrfs defaults; larger blocks are multiples of it). */
+const BLOCK = 4096;
+
 /** Errors that mean "this kernel or filesystem pair cannot do it": fall back to read/write. */
 const DECLINED = new Set([1 /* EPERM */, 9 /* EBADF */, 18 /* EXDEV */, 22 /* EINVAL */, 38 /* ENOSYS */, 95 /* EOPNOTSUPP */]);
 
@@ -23,9 +26,14 @@ export function kernelRangeCopier(): KernelRangeCopier | undefined {
   const copy = addon?.copyFileRange;
   if (copy === undefined) return undefined;
   return async (srcFd, srcOffset, dstFd, dstOffset, length) => {
+    // Filesystems share extents (reflink) only from block-aligned offsets on both sides, and
+    // copy_file_range copies a whole call's range when its start is not: when both sides sit at
+    // the same place within a block, the unaligned head goes in a call of its own.
+    const head = (BLOCK - (srcOffset % BLOCK)) % BLOCK;
+    const first = head > 0 && head < length && srcOffset % BLOCK === dstOffset % BLOCK ? head : PIECE;
     let done = 0;
     while (done < length) {
-      const want = Math.min(PIECE, length - done);
+      const want = Math.min(done === 0 ? first : PIECE, length - done);
       const n = copy(srcFd, srcOffset + done, dstFd, dstOffset + done, want);
       if (n < 0) {
         if (done === 0 && DECLINED.has(-n)) return false;

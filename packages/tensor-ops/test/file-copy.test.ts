@@ -1,6 +1,7 @@
 // The in-kernel range copier (copy_file_range through the addon): bytes land where asked,
 // the kernel's refusals fall back (false), and a source shorter than promised throws.
 import { openSync, closeSync, readFileSync, writeFileSync, mkdtempSync, rmSync } from "node:fs";
+import { statfs } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -30,6 +31,23 @@ describe.skipIf(!nativeAvailable())("kernelRangeCopier", () => {
     expect(out.length).toBe(100 + bytes.length - 5);
     expect(out.subarray(0, 100).every((b) => b === 9)).toBe(true);
     expect(Buffer.compare(out.subarray(100), Buffer.from(bytes.subarray(5)))).toBe(0);
+  });
+
+  it("copies a range that sits at the same place within a block on both sides (head copied on its own)", async () => {
+    const copy = kernelRangeCopier()!;
+    const dst = join(dir, "same-offset.bin");
+    const fi = openSync(src, "r");
+    const fo = openSync(dst, "w+");
+    try {
+      writeFileSync(fo, new Uint8Array(4096 + 100).fill(9));
+      expect(await copy(fi, 100, fo, 4096 + 100, bytes.length - 100)).toBe(true);
+    } finally {
+      closeSync(fi);
+      closeSync(fo);
+    }
+    const out = readFileSync(dst);
+    expect(out.length).toBe(4096 + bytes.length);
+    expect(Buffer.compare(out.subarray(4096 + 100), Buffer.from(bytes.subarray(100)))).toBe(0);
   });
 
   it("declines (false) when the kernel refuses before copying, e.g. a read-only destination", async () => {
@@ -86,6 +104,16 @@ describe.skipIf(!nativeAvailable() || reflinkDir === undefined)("on a reflink fi
         expect(cloneFileRange(fi, 4096, fo, 0, bytes.length - 4096)).toBe(0);
         expect(cloneFileRange(fi, 4096 + 32, fo, 0, 4096)).toBeLessThan(0);
         expect(await kernelRangeCopier()!(fi, 4096, fc, 0, bytes.length - 4096)).toBe(true);
+        // an unaligned start at the same place within a block on both sides: the rest is still shared
+        const fs2 = openSync(join(d, "shared.bin"), "w+");
+        try {
+          const before = await statfs(d);
+          expect(await kernelRangeCopier()!(fi, 100, fs2, 100, bytes.length - 100)).toBe(true);
+          const after = await statfs(d);
+          expect((before.bfree - after.bfree) * before.bsize).toBeLessThan(bytes.length / 4);
+        } finally {
+          closeSync(fs2);
+        }
       } finally {
         closeSync(fi);
         closeSync(fo);

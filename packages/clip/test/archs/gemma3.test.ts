@@ -1,4 +1,4 @@
-import { GgmlType } from "@compat/gguf";
+import { GgmlType, PADDING_KEY } from "@compat/gguf";
 import { killAllSpawned, writeFixture } from "@compat/testkit";
 import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../../../handlers/test/helpers";
@@ -25,7 +25,7 @@ describe("gemma3 clip handler (SigLIP tower and gemma3 projector inline)", () =>
     const m = p.mmproj;
     expect(m.getString("general.architecture")).toBe("clip");
     expect(m.getString("clip.projector_type")).toBe("gemma3");
-    expect(m.keys().every((k) => k.startsWith("general.") || k.startsWith("clip."))).toBe(true);
+    expect(m.keys().every((k) => k.startsWith("general.") || k.startsWith("clip.") || k === PADDING_KEY)).toBe(true);
     expect(m.tensors.every((t) => t.name.startsWith("v.") || t.name.startsWith("mm."))).toBe(true);
     // fc1 is ffn_up as llama.cpp's converter names it, not the legacy swapped name the reference uses
     expect(m.findTensor("v.blk.0.ffn_up.weight")?.shape).toEqual([48, 96]);
