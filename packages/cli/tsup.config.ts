@@ -2,10 +2,25 @@ import { readFileSync } from "node:fs";
 import { packageBuild } from "../../tsup.package";
 
 const { version } = JSON.parse(readFileSync(new URL("./package.json", import.meta.url), "utf8")) as { version: string };
+const define = { __CLI_VERSION__: JSON.stringify(version) };
 
-export default packageBuild({
-  entry: ["src/index.ts", "src/bin.ts"],
-  // types only for the library entry: bin.ts (and the demo's bundled fixture generator) have no public types
-  dts: { entry: "src/index.ts" },
-  define: { __CLI_VERSION__: JSON.stringify(version) },
-});
+// The three builds run at once, so none cleans dist (the package's build script does, first).
+export default [
+  // The library (@compat/cli): ESM + CJS + types, sibling packages external, as every package.
+  packageBuild({ entry: ["src/index.ts"], clean: false, define }),
+  // dist/bin.js: the small ESM loader of dist/cli.cjs (src/bin.ts); only Node built-ins outside it.
+  packageBuild({ entry: ["src/bin.ts"], format: ["esm"], dts: false, clean: false, splitting: false }),
+  // dist/cli.cjs: the command line in one CommonJS file with its dependencies inlined, so the
+  // binary resolves no modules and V8 can use a code cache for all of it (src/bin.ts). Each
+  // command's modules stay lazy: esbuild initialises a dynamically imported module on first use.
+  // @compat/tensor-ops stays outside: it finds its native addon and WASM from its own folder.
+  packageBuild({
+    entry: { cli: "src/main.ts" },
+    format: ["cjs"],
+    dts: false,
+    clean: false,
+    define,
+    external: ["@compat/tensor-ops"],
+    noExternal: ["commander", "@compat/gguf", "@compat/handlers", "@compat/clip", "@compat/server-bridge"],
+  }),
+];

@@ -31,6 +31,19 @@ export function kvTypeLabel(kv: GgufKv): string {
   return kv.type === GgufValueType.ARRAY ? `ARRAY<${valueTypeName((kv.value as GgufArray).itemType)}>[${(kv.value as GgufArray).length}]` : valueTypeName(kv.type);
 }
 
+/**
+ * 1234567 -> "1,234,567", as `toLocaleString("en-US")` prints an integer, without it: the first
+ * toLocaleString of a process initialises ICU's number formatting, which costs more than the whole
+ * `inspect` of a small file. Anything but a safe integer still goes through toLocaleString.
+ */
+export function groupThousands(n: number): string {
+  if (!Number.isSafeInteger(n)) return n.toLocaleString("en-US");
+  const digits = String(Math.abs(n));
+  let out = digits.slice(0, ((digits.length - 1) % 3) + 1);
+  for (let i = out.length; i < digits.length; i += 3) out += "," + digits.slice(i, i + 3);
+  return n < 0 ? "-" + out : out;
+}
+
 /** 1536 -> "1.5 KiB": binary units, as file sizes on disk. */
 export function humanBytes(bytes: number): string {
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -48,7 +61,7 @@ export function summaryLine(m: GgufModel): string {
   const s = summarize(m);
   return (
     `${s.architecture}${s.name !== undefined ? ` "${s.name}"` : ""}: ${m.kvCount} KVs, ${m.tensors.length} tensors, ` +
-    `${s.parameterCount.toLocaleString("en-US")} parameters, ${humanBytes(s.totalTensorBytes)} of tensor data` +
+    `${groupThousands(s.parameterCount)} parameters, ${humanBytes(s.totalTensorBytes)} of tensor data` +
     `${s.fileType !== undefined ? `, file type ${s.fileType}` : ""}`
   );
 }
@@ -61,7 +74,7 @@ export function formatInspect(file: string, m: GgufModel, opts: InspectOptions =
     `${file}`,
     `  ${summaryLine(m)}`,
     `  GGUF v${m.version}${m.littleEndian ? "" : " (big-endian)"}, alignment ${m.alignment}`,
-    `  bytes by dtype: ${Object.entries(s.bytesByType).map(([k, v]) => `${k} ${v.toLocaleString("en-US")}`).join(", ") || "none"}`,
+    `  bytes by dtype: ${Object.entries(s.bytesByType).map(([k, v]) => `${k} ${groupThousands(v)}`).join(", ") || "none"}`,
     ``,
     `metadata (${m.kvCount}):`,
   ];
