@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { readFile } from "node:fs/promises";
 import { packageBuild } from "../../tsup.package";
 
 const { version } = JSON.parse(readFileSync(new URL("./package.json", import.meta.url), "utf8")) as { version: string };
@@ -13,14 +14,27 @@ export default [
   // dist/cli.cjs: the command line in one CommonJS file with its dependencies inlined, so the
   // binary resolves no modules and V8 can use a code cache for all of it (src/bin.ts). Each
   // command's modules stay lazy: esbuild initialises a dynamically imported module on first use.
-  // @compat/tensor-ops stays outside: it finds its native addon and WASM from its own folder.
+  // @compat/tensor-ops finds its native addon and WASM from its own folder (import.meta.url): inlined,
+  // its import.meta.url becomes the URL of the installed package's own entry (resolved on use).
   packageBuild({
     entry: { cli: "src/main.ts" },
     format: ["cjs"],
     dts: false,
     clean: false,
     define,
-    external: ["@compat/tensor-ops"],
-    noExternal: ["commander", "@compat/gguf", "@compat/handlers", "@compat/clip", "@compat/server-bridge"],
+    external: [],
+    noExternal: ["commander", "@compat/gguf", "@compat/handlers", "@compat/clip", "@compat/server-bridge", "@compat/tensor-ops"],
+    banner: { js: '"use strict";\nconst __tensorOpsUrl = () => require("node:url").pathToFileURL(require.resolve("@compat/tensor-ops")).href;' },
+    esbuildPlugins: [
+      {
+        name: "tensor-ops-own-folder",
+        setup(build) {
+          build.onLoad({ filter: /[\\/]tensor-ops[\\/]dist[\\/][^\\/]+\.js$/ }, async (args) => ({
+            contents: (await readFile(args.path, "utf8")).replaceAll("import.meta.url", "__tensorOpsUrl()"),
+            loader: "js",
+          }));
+        },
+      },
+    ],
   }),
 ];
