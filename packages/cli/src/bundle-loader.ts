@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { Script } from "node:vm";
@@ -24,10 +24,16 @@ export function loadBundle(file: string, cachedData?: Buffer): { exports: unknow
   return { exports: module.exports, script };
 }
 
-/** The code cache beside the bundle, or undefined (not built, or unreadable: the bundle is compiled without it). */
+/**
+ * The code cache beside the bundle, or undefined: not built, unreadable, or older than the bundle
+ * (rebuilt without the cache step). V8 checks a cache against the source's length only, so a stale
+ * one must never reach it. An installed package's files all carry the same time: the pair is used.
+ */
 export function readCodeCache(dir: string): Buffer | undefined {
   try {
-    return readFileSync(join(dir, CODE_CACHE));
+    const cache = join(dir, CODE_CACHE);
+    if (statSync(cache).mtimeMs < statSync(join(dir, CLI_BUNDLE)).mtimeMs) return undefined;
+    return readFileSync(cache);
   } catch {
     return undefined;
   }

@@ -5,7 +5,7 @@
  * own llama-server for verify, export and demo.
  */
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync, truncateSync } from "node:fs";
+import { existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, realpathSync, truncateSync, utimesSync, writeFileSync } from "node:fs";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,7 +15,7 @@ import { TRANSLATION_PROFILES } from "@compat/handlers";
 import { LlamaChild, freePort, waitHealthy } from "@compat/server-bridge";
 import { buildOllamaStore, findLlamaTools, generateFixtureFiles, generateFixtureSpecs, toGgufModel } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CLI_BUNDLE, loadBundle, readCodeCache } from "../src/bundle-loader";
+import { CLI_BUNDLE, CODE_CACHE, loadBundle, readCodeCache } from "../src/bundle-loader";
 import { PROFILES } from "../src/cli";
 
 interface V8Script {
@@ -161,6 +161,14 @@ describe("conventions", () => {
     const cache = readCodeCache(dist);
     expect(cache, "dist/cli.cjs.cache (npm run build writes it)").toBeDefined();
     expect(loadBundle(join(dist, CLI_BUNDLE), cache).script.cachedDataRejected).toBe(false);
+    // a cache older than the bundle (rebuilt without the cache step) is not used at all
+    const stale = mkdtempSync(join(dir, "stale-"));
+    writeFileSync(join(stale, CODE_CACHE), cache!);
+    writeFileSync(join(stale, CLI_BUNDLE), "");
+    utimesSync(join(stale, CODE_CACHE), new Date(1000), new Date(1000));
+    expect(readCodeCache(stale)).toBeUndefined();
+    utimesSync(join(stale, CLI_BUNDLE), new Date(1000), new Date(1000));
+    expect(readCodeCache(stale)).toEqual(cache);
   });
 
   it("the profiles spelled out for a fast --help are the handlers' own", () => {
