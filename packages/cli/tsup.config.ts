@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { packageBuild } from "../../tsup.package";
@@ -24,6 +25,8 @@ export default [
     define,
     external: [],
     noExternal: ["commander", "@compat/gguf", "@compat/handlers", "@compat/clip", "@compat/server-bridge", "@compat/tensor-ops"],
+    // a fresh id per build: scripts/code-cache.ts stamps the cache with it, src/bin.ts compares (src/bundle-loader.ts)
+    footer: { js: `// ollama-compat build ${randomUUID()}` },
     banner: { js: '"use strict";\nconst __tensorOpsUrl = () => require("node:url").pathToFileURL(require.resolve("@compat/tensor-ops")).href;' },
     esbuildPlugins: [
       {

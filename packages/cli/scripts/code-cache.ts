@@ -3,19 +3,20 @@
  * with dist/cli.cjs. The bundle is loaded exactly as the binary loads it (src/bundle-loader.ts),
  * then the common commands run in this process on a tiny Ollama-style gemma3 file (--help,
  * inspect, detect, translate --dry-run and a real translate), so the cache holds the functions
- * they compile, not just the top level. V8 validates the cache against its version, flags and
- * the source: a stale or foreign cache is rejected and only costs its read.
+ * they compile, not just the top level. The file starts with the bundle's build id (a cache from
+ * another build is never used); V8 itself rejects a cache from another V8 version or flags.
  */
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { GgmlType, GgufModel, GgufValueType, writeGguf } from "@compat/gguf";
-import { CLI_BUNDLE, CODE_CACHE, loadBundle } from "../src/bundle-loader";
+import { CLI_BUNDLE, CODE_CACHE, codeCacheFile, loadBundle } from "../src/bundle-loader";
 import type { CliIo } from "../src/io";
 
 const dist = fileURLToPath(new URL("../dist/", import.meta.url));
-const { exports, script } = loadBundle(join(dist, CLI_BUNDLE));
+const { exports, script, buildId } = loadBundle(join(dist, CLI_BUNDLE));
+if (buildId === undefined) throw new Error(`${CLI_BUNDLE} has no build id (tsup.config.ts writes it)`);
 const { runCli } = exports as { runCli(argv: string[], io: CliIo): Promise<number> };
 
 /** A few KiB shaped like an Ollama gemma3 vision blob: text blocks and inline v.* / mm.* tensors. */
@@ -55,7 +56,7 @@ try {
     const code = await runCli(argv, io);
     if (code !== 0) throw new Error(`code cache warm-up: ollama-compat ${argv.join(" ")} exited ${code}`);
   }
-  writeFileSync(join(dist, CODE_CACHE), script.createCachedData());
+  writeFileSync(join(dist, CODE_CACHE), codeCacheFile(buildId, script.createCachedData()));
 } finally {
   rmSync(tmp, { recursive: true, force: true });
 }

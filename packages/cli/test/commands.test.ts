@@ -5,7 +5,7 @@
  * own llama-server for verify, export and demo.
  */
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, realpathSync, truncateSync, utimesSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync, truncateSync } from "node:fs";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,7 +15,7 @@ import { TRANSLATION_PROFILES } from "@compat/handlers";
 import { LlamaChild, freePort, waitHealthy } from "@compat/server-bridge";
 import { buildOllamaStore, findLlamaTools, generateFixtureFiles, generateFixtureSpecs, toGgufModel } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CLI_BUNDLE, CODE_CACHE, loadBundle, readCodeCache } from "../src/bundle-loader";
+import { CLI_BUNDLE, loadBundle, readCodeCache } from "../src/bundle-loader";
 import { PROFILES } from "../src/cli";
 
 interface V8Script {
@@ -160,15 +160,16 @@ describe("conventions", () => {
     const dist = join(pkg, "dist");
     const cache = readCodeCache(dist);
     expect(cache, "dist/cli.cjs.cache (npm run build writes it)").toBeDefined();
-    expect(loadBundle(join(dist, CLI_BUNDLE), cache).script.cachedDataRejected).toBe(false);
-    // a cache older than the bundle (rebuilt without the cache step) is not used at all
-    const stale = mkdtempSync(join(dir, "stale-"));
-    writeFileSync(join(stale, CODE_CACHE), cache!);
-    writeFileSync(join(stale, CLI_BUNDLE), "");
-    utimesSync(join(stale, CODE_CACHE), new Date(1000), new Date(1000));
-    expect(readCodeCache(stale)).toBeUndefined();
-    utimesSync(join(stale, CLI_BUNDLE), new Date(1000), new Date(1000));
-    expect(readCodeCache(stale)).toEqual(cache);
+    const { script, buildId, cached } = loadBundle(join(dist, CLI_BUNDLE), cache);
+    expect(buildId).toMatch(/^[\w-]{20,}$/);
+    expect(script.cachedDataRejected).toBe(false);
+    expect(cached).toBe(true);
+    // a cache made from another build of the bundle (same length, other id) is never handed to V8
+    const other = Buffer.from(cache!);
+    other.write(buildId!.replace(/^./, (c) => (c === "0" ? "1" : "0")), 0, "latin1");
+    const foreign = loadBundle(join(dist, CLI_BUNDLE), other);
+    expect(foreign.cached).toBe(false);
+    expect(foreign.script.cachedDataRejected).toBeUndefined();
   });
 
   it("the profiles spelled out for a fast --help are the handlers' own", () => {
