@@ -31,19 +31,6 @@ export function kvTypeLabel(kv: GgufKv): string {
   return kv.type === GgufValueType.ARRAY ? `ARRAY<${valueTypeName((kv.value as GgufArray).itemType)}>[${(kv.value as GgufArray).length}]` : valueTypeName(kv.type);
 }
 
-/**
- * 1234567 -> "1,234,567", as `toLocaleString("en-US")` prints an integer, without it: the first
- * toLocaleString of a process initialises ICU's number formatting, which costs more than the whole
- * `inspect` of a small file. Anything but a safe integer still goes through toLocaleString.
- */
-export function groupThousands(n: number): string {
-  if (!Number.isSafeInteger(n)) return n.toLocaleString("en-US");
-  const digits = String(Math.abs(n));
-  let out = digits.slice(0, ((digits.length - 1) % 3) + 1);
-  for (let i = out.length; i < digits.length; i += 3) out += "," + digits.slice(i, i + 3);
-  return n < 0 ? "-" + out : out;
-}
-
 /** 1536 -> "1.5 KiB": binary units, as file sizes on disk. */
 export function humanBytes(bytes: number): string {
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -114,4 +101,17 @@ export function inspectJson(m: GgufModel, opts: InspectOptions = {}): unknown {
     ),
     tensors: m.tensors.map((t) => ({ name: t.name, type: ggmlTypeName(t.type), shape: t.shape, bytes: tensorByteSize(t.type, t.shape) })),
   };
+}
+
+/**
+ * 1234567 -> "1,234,567", as `toLocaleString("en-US")` prints an integer, without it: the first
+ * toLocaleString of a process initialises ICU's number formatting, which costs more than the whole
+ * `inspect` of a small file. Anything but a safe integer still goes through toLocaleString.
+ */
+export function groupThousands(n: number): string {
+  if (!Number.isSafeInteger(n)) return n.toLocaleString("en-US");
+  const digits = String(Math.abs(n));
+  let out = digits.slice(0, ((digits.length - 1) % 3) + 1);
+  for (let i = out.length; i < digits.length; i += 3) out += "," + digits.slice(i, i + 3);
+  return n < 0 ? "-" + out : out;
 }
