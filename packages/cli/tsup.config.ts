@@ -1,11 +1,43 @@
+import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
+import { readFile } from "node:fs/promises";
 import { packageBuild } from "../../tsup.package";
 
 const { version } = JSON.parse(readFileSync(new URL("./package.json", import.meta.url), "utf8")) as { version: string };
+const define = { __CLI_VERSION__: JSON.stringify(version) };
 
-export default packageBuild({
-  entry: ["src/index.ts", "src/bin.ts"],
-  // types only for the library entry: bin.ts (and the demo's bundled fixture generator) have no public types
-  dts: { entry: "src/index.ts" },
-  define: { __CLI_VERSION__: JSON.stringify(version) },
-});
+// The three builds run at once, so none cleans dist (the package's build script does, first).
+export default [
+  // The library (@compat/cli): ESM + CJS + types, sibling packages external, as every package.
+  packageBuild({ entry: ["src/index.ts"], clean: false, define }),
+  // dist/bin.js: the small ESM loader of dist/cli.cjs (src/bin.ts); only Node built-ins outside it.
+  packageBuild({ entry: ["src/bin.ts"], format: ["esm"], dts: false, clean: false, splitting: false }),
+  // dist/cli.cjs: the command line in one CommonJS file with its dependencies inlined, so the
+  // binary resolves no modules and V8 can use a code cache for all of it (src/bin.ts). Each
+  // command's modules stay lazy: esbuild initialises a dynamically imported module on first use.
+  // @compat/tensor-ops finds its native addon and WASM from its own folder (import.meta.url): inlined,
+  // its import.meta.url becomes the URL of the installed package's own entry (resolved on use).
+  packageBuild({
+    entry: { cli: "src/main.ts" },
+    format: ["cjs"],
+    dts: false,
+    clean: false,
+    define,
+    external: [],
+    noExternal: ["commander", "@compat/gguf", "@compat/handlers", "@compat/clip", "@compat/server-bridge", "@compat/tensor-ops"],
+    // a fresh id per build: scripts/code-cache.ts stamps the cache with it, src/bin.ts compares (src/bundle-loader.ts)
+    footer: { js: `// ollama-compat build ${randomUUID()}` },
+    banner: { js: '"use strict";\nconst __tensorOpsUrl = () => require("node:url").pathToFileURL(require.resolve("@compat/tensor-ops")).href;' },
+    esbuildPlugins: [
+      {
+        name: "tensor-ops-own-folder",
+        setup(build) {
+          build.onLoad({ filter: /[\\/]tensor-ops[\\/]dist[\\/][^\\/]+\.js$/ }, async (args) => ({
+            contents: (await readFile(args.path, "utf8")).replaceAll("import.meta.url", "__tensorOpsUrl()"),
+            loader: "js",
+          }));
+        },
+      },
+    ],
+  }),
+];

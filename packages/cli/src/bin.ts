@@ -1,34 +1,23 @@
 #!/usr/bin/env node
-import { unlinkSync } from "node:fs";
-import { constants } from "node:os";
-import { pendingTempFiles } from "@compat/gguf";
-import { runCli } from "./cli";
+/**
+ * The `ollama-compat` binary: a small loader for dist/cli.cjs, the whole command line in one
+ * CommonJS bundle (dependencies inlined; each command's code is initialised only when it runs).
+ * One file: no module resolution per import. CommonJS through vm.Script: V8 takes the code cache
+ * the build wrote beside it (scripts/code-cache.ts), so what it holds is neither parsed nor
+ * compiled again. V8 rejects a cache from another V8 version or other flags, and the bundle is
+ * then compiled as usual: the cache can only save time.
+ */
+import { existsSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { CLI_BUNDLE, loadBundle, readCodeCache } from "./bundle-loader";
 
-// A signal must not leave a half-written hidden temp file behind: remove what the
-// atomic writer has in progress, then die of the same signal's exit status.
-for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
-  process.once(signal, () => {
-    for (const tmp of pendingTempFiles()) {
-      try {
-        unlinkSync(tmp);
-      } catch {
-        // already gone
-      }
-    }
-    process.exit(128 + (constants.signals[signal] ?? 1));
-  });
+const dir = dirname(fileURLToPath(import.meta.url));
+if (existsSync(join(dir, CLI_BUNDLE))) {
+  (loadBundle(join(dir, CLI_BUNDLE), readCodeCache(dir)).exports as { main(): void }).main();
+} else {
+  // run from source (src/bin.ts through tsx, as the tests do): no bundle, the modules themselves;
+  // the specifier is a variable so that the build leaves it out of dist/bin.js
+  const source = "./main.ts";
+  ((await import(source)) as { main(): void }).main();
 }
-
-// A closed pipe (`| head`) ends the command quietly; a full or broken stdout is one line on stderr.
-for (const stream of [process.stdout, process.stderr]) {
-  stream.on("error", (e: NodeJS.ErrnoException) => {
-    if (e.code !== "EPIPE" && stream === process.stdout) {
-      process.stderr.write(`ollama-compat: cannot write to standard output: ${e.code ?? e.message}\n`);
-    }
-    process.exit(e.code === "EPIPE" ? 0 : 1);
-  });
-}
-
-runCli(process.argv.slice(2)).then((code) => {
-  process.exitCode = code;
-});

@@ -48,7 +48,7 @@ export function summaryLine(m: GgufModel): string {
   const s = summarize(m);
   return (
     `${s.architecture}${s.name !== undefined ? ` "${s.name}"` : ""}: ${m.kvCount} KVs, ${m.tensors.length} tensors, ` +
-    `${s.parameterCount.toLocaleString("en-US")} parameters, ${humanBytes(s.totalTensorBytes)} of tensor data` +
+    `${groupThousands(s.parameterCount)} parameters, ${humanBytes(s.totalTensorBytes)} of tensor data` +
     `${s.fileType !== undefined ? `, file type ${s.fileType}` : ""}`
   );
 }
@@ -61,7 +61,7 @@ export function formatInspect(file: string, m: GgufModel, opts: InspectOptions =
     `${file}`,
     `  ${summaryLine(m)}`,
     `  GGUF v${m.version}${m.littleEndian ? "" : " (big-endian)"}, alignment ${m.alignment}`,
-    `  bytes by dtype: ${Object.entries(s.bytesByType).map(([k, v]) => `${k} ${v.toLocaleString("en-US")}`).join(", ") || "none"}`,
+    `  bytes by dtype: ${Object.entries(s.bytesByType).map(([k, v]) => `${k} ${groupThousands(v)}`).join(", ") || "none"}`,
     ``,
     `metadata (${m.kvCount}):`,
   ];
@@ -101,4 +101,17 @@ export function inspectJson(m: GgufModel, opts: InspectOptions = {}): unknown {
     ),
     tensors: m.tensors.map((t) => ({ name: t.name, type: ggmlTypeName(t.type), shape: t.shape, bytes: tensorByteSize(t.type, t.shape) })),
   };
+}
+
+/**
+ * 1234567 -> "1,234,567", as `toLocaleString("en-US")` prints an integer, without it: the first
+ * toLocaleString of a process initialises ICU's number formatting, which costs more than the whole
+ * `inspect` of a small file. Anything but a safe integer still goes through toLocaleString.
+ */
+export function groupThousands(n: number): string {
+  if (!Number.isSafeInteger(n)) return n.toLocaleString("en-US");
+  const digits = String(Math.abs(n));
+  let out = digits.slice(0, ((digits.length - 1) % 3) + 1);
+  for (let i = out.length; i < digits.length; i += 3) out += "," + digits.slice(i, i + 3);
+  return n < 0 ? "-" + out : out;
 }

@@ -254,3 +254,12 @@ describe("errors and usage", () => {
     expect((await cli(["--help"])).code).toBe(0);
   });
 });
+
+describe("groupThousands", () => {
+  it("prints integers as toLocaleString(\"en-US\") does, without it", async () => {
+    const { groupThousands } = await import("../src/format");
+    const xs = [0, 1, -1, 999, 1000, -1000, 999_999, 1_000_000, 123_456_789, Number.MAX_SAFE_INTEGER, -Number.MAX_SAFE_INTEGER, 1.5, 2 ** 60, NaN, Infinity];
+    for (let digits = 1; digits <= 16; digits++) xs.push(Math.floor(10 ** (digits - 1) * (1 + (digits % 9))));
+    for (const x of xs) expect(groupThousands(x), String(x)).toBe(x.toLocaleString("en-US"));
+  });
+});

@@ -5,18 +5,24 @@
  * own llama-server for verify, export and demo.
  */
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, lstatSync, readlinkSync, realpathSync, truncateSync } from "node:fs";
+import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync, truncateSync } from "node:fs";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { writeGguf } from "@compat/gguf";
 import { TRANSLATION_PROFILES } from "@compat/handlers";
 import { buildOllamaStore, LlamaChild, freePort, waitHealthy } from "@compat/server-bridge";
 import { findLlamaTools, generateFixtureFiles, generateFixtureSpecs, toGgufModel } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CLI_BUNDLE, loadBundle, readCodeCache } from "../src/bundle-loader";
 import { PROFILES } from "../src/cli";
 import { runToEnd, type Run } from "./helpers";
+
+interface V8Script {
+  url: string;
+  functions: Array<{ ranges: Array<{ startOffset: number; endOffset: number; count: number }> }>;
+}
 
 const pkg = fileURLToPath(new URL("..", import.meta.url));
 const bin = join(pkg, "dist", "bin.js");
@@ -48,7 +54,7 @@ let storeRoot: string;
 let llamaServer: string | undefined;
 
 beforeAll(async () => {
-  if (!existsSync(bin)) execFileSync("npx", ["tsup"], { cwd: pkg, stdio: "ignore" });
+  if (!existsSync(bin)) execFileSync("npm", ["run", "build"], { cwd: pkg, stdio: "ignore" });
   dir = await mkdtemp(join(tmpdir(), "compat-cli-commands-"));
   ollama = (await generateFixtureFiles("llama", { seed: 3, layout: "ollama", variant: "llama3-metadata-gap" }, dir)).text;
   native = (await generateFixtureFiles("llama", { seed: 3, layout: "native" }, dir)).text;
@@ -106,26 +112,52 @@ describe("conventions", () => {
   });
 
   it("--help and inspect load no handler, clip or server code: every command's dependencies are imported when it runs", async () => {
-    // the modules bin.js loads before any command runs: its static imports, transitively
-    const { readdirSync, readFileSync } = await import("node:fs");
-    const compatImports = (entry: string): string[] => {
-      const seen = new Set<string>();
-      const bare = new Set<string>();
-      const visit = (file: string) => {
-        if (seen.has(file)) return;
-        seen.add(file);
-        const text = readFileSync(join(pkg, "dist", file), "utf8");
-        for (const m of text.matchAll(/^(?:import|export)\b[^;]*?(?:from\s*)?"([^"]+)";?$/gm)) {
-          if (m[1]!.startsWith("./")) visit(m[1]!.slice(2));
-          else bare.add(m[1]!);
-        }
-      };
-      visit(entry);
-      return [...bare].filter((s) => s.startsWith("@compat/")).sort();
+    // dist/cli.cjs inlines every dependency, each module under a `// <path>` line, and esbuild
+    // initialises a dynamically imported module on its first use. V8's coverage of real runs
+    // shows which modules' functions ran at all.
+    const bundle = join(pkg, "dist", "cli.cjs");
+    const source = readFileSync(bundle, "utf8");
+    const sections = [...source.matchAll(/^\/\/ (\S+)$/gm)].map((m) => ({ path: m[1]!, start: m.index! }));
+    const ran = async (args: string[]): Promise<string[]> => {
+      const cov = await mkdtemp(join(dir, "coverage-"));
+      expect((await cli(args, { NODE_V8_COVERAGE: cov })).code, args.join(" ")).toBe(0);
+      const scripts = readdirSync(cov).flatMap((f) => (JSON.parse(readFileSync(join(cov, f), "utf8")) as { result: V8Script[] }).result);
+      const script = scripts.find((s) => s.url === bundle || s.url === pathToFileURL(bundle).href)!;
+      expect(script, "coverage of dist/cli.cjs").toBeDefined();
+      // offsets count from the start of the compiled source: src/bundle-loader.ts's wrapper, then the file
+      const offset = script.functions[0]!.ranges[0]!.endOffset - source.length - 3;
+      const paths = new Set<string>();
+      for (const fn of script.functions) {
+        const at = fn.ranges[0]!.startOffset - offset;
+        if (fn.ranges[0]!.count === 0 || at < 0) continue;
+        const section = sections.filter((s) => s.start <= at).pop();
+        if (section !== undefined) paths.add(section.path);
+      }
+      return [...paths];
     };
-    expect(compatImports("bin.js")).toEqual(["@compat/gguf"]);
-    const inspect = readdirSync(join(pkg, "dist")).find((f) => /^inspect-[\w-]+\.js$/.test(f))!;
-    expect(compatImports(inspect)).toEqual(["@compat/gguf"]);
+    const packagesRun = (paths: string[]) => [...new Set(paths.filter((p) => p.startsWith("../")).map((p) => p.split("/")[1]!))].sort();
+    expect(packagesRun(await ran(["--help"]))).toEqual(["gguf"]);
+    const inspect = await ran(["inspect", ollama]);
+    expect(packagesRun(inspect)).toEqual(["gguf"]);
+    expect(inspect).toContain("src/commands/inspect.ts");
+    // and the check sees a command's dependencies when they do run
+    expect(packagesRun(await ran(["detect", vision]))).toEqual(expect.arrayContaining(["clip", "gguf", "handlers"]));
+  });
+
+  it("the binary's V8 code cache is valid for this Node: V8 takes it instead of compiling dist/cli.cjs", () => {
+    const dist = join(pkg, "dist");
+    const cache = readCodeCache(dist);
+    expect(cache, "dist/cli.cjs.cache (npm run build writes it)").toBeDefined();
+    const { script, buildId, cached } = loadBundle(join(dist, CLI_BUNDLE), cache);
+    expect(buildId).toMatch(/^[\w-]{20,}$/);
+    expect(script.cachedDataRejected).toBe(false);
+    expect(cached).toBe(true);
+    // a cache made from another build of the bundle (same length, other id) is never handed to V8
+    const other = Buffer.from(cache!);
+    other.write(buildId!.replace(/^./, (c) => (c === "0" ? "1" : "0")), 0, "latin1");
+    const foreign = loadBundle(join(dist, CLI_BUNDLE), other);
+    expect(foreign.cached).toBe(false);
+    expect(foreign.script.cachedDataRejected).toBeUndefined();
   });
 
   it("the profiles spelled out for a fast --help are the handlers' own", () => {

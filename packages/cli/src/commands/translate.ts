@@ -5,6 +5,7 @@ import { readGguf } from "@compat/gguf";
 import { formatReport, translateModel, type TranslatedView, type TranslationProfile } from "@compat/handlers";
 import { clipViewModel } from "@compat/clip";
 import { CliError } from "../errors";
+import { groupThousands } from "../format";
 import type { CliIo } from "../io";
 import { ollamaWriterMarkers } from "../ollama-written";
 import { progressBar } from "../progress";
@@ -137,7 +138,7 @@ async function writeWithBar(view: TranslatedView, path: string, io: CliIo, quiet
 
 function summary(view: TranslatedView): string {
   const fixes = view.report.fixes.length > 0 ? `; fixes: ${view.report.fixes.map((f) => f.name).join(", ")}` : "";
-  return `${view.report.handlers.map((h) => h.name).join(", ")}${fixes}; ${view.size.toLocaleString("en-US")} bytes`;
+  return `${view.report.handlers.map((h) => h.name).join(", ")}${fixes}; ${groupThousands(view.size)} bytes`;
 }
 
 /** The text side, in the shape `--json` has always printed (translated, output, size, report). */
