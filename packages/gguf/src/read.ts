@@ -77,11 +77,16 @@ function uninitialized(n: number): Uint8Array {
   return new Uint8Array(b.buffer, b.byteOffset, b.length);
 }
 
-/** Read the header through a ByteSource in growing chunks: only the header bytes are read. */
+/**
+ * Read the header through a ByteSource in growing chunks: only the header bytes are read.
+ * Each new buffer starts where the parser resumes (the entry that was cut), so finished
+ * entries are never copied again; they keep viewing the buffer they were parsed from.
+ */
 async function readFromSource(source: ByteSource, owned: ByteSource[], opts: ReadOptions): Promise<GgufModel> {
   const size = source.size;
-  let len = Math.min(size, Math.max(64, opts.initialChunk ?? 1 << 20));
-  let buf = await source.read(0, len);
+  let end = Math.min(size, Math.max(64, opts.initialChunk ?? 1 << 20));
+  let base = 0;
+  let buf = await source.read(0, end);
   const parser = new Parser(buf, { name: source.name, fileSize: size, sizeKnown: true });
   for (;;) {
     try {
@@ -89,14 +94,16 @@ async function readFromSource(source: ByteSource, owned: ByteSource[], opts: Rea
     } catch (e) {
       if (!(e instanceof NeedMoreBytes)) throw e;
       // Grow geometrically so a big vocabulary costs a handful of reads, never past EOF.
-      const want = Math.min(size, Math.max(len * 2, Math.ceil(e.minEnd * 1.25)));
-      const next = uninitialized(want);
-      next.set(buf, 0);
-      if (source.readInto !== undefined) await source.readInto(next.subarray(len), len);
-      else next.set(await source.read(len, want - len), len);
+      const want = Math.min(size, Math.max(end * 2, Math.ceil(e.minEnd * 1.25)));
+      const keep = parser.resumeAt();
+      const next = uninitialized(want - keep);
+      next.set(buf.subarray(keep - base, end - base), 0);
+      if (source.readInto !== undefined) await source.readInto(next.subarray(end - keep), end);
+      else next.set(await source.read(end, want - end), end - keep);
       buf = next;
-      len = want;
-      parser.setBytes(buf);
+      base = keep;
+      end = want;
+      parser.setBytes(buf, base);
     }
   }
 }
