@@ -350,6 +350,11 @@ export class Parser {
     }
     this.scanStrings(st);
     if (st.i < n) {
+      // Validate what is complete now (the next attempt continues after it): with stepped
+      // reads this check also runs while the following bytes are being read.
+      this.checkUtf8Run(st.segStart, st.p, st.segFirst, st.i, st.starts, st.lengths, st.regionStart);
+      st.segStart = st.p;
+      st.segFirst = st.i;
       this.pendingStrings = st;
       this.moreForStrings(st);
     }
