@@ -4,6 +4,8 @@
  * Medians of repeated runs; ratios are taken between medians measured in this same run.
  * Files are generated here (sparse where the data bytes do not matter, real bytes where they do).
  * BENCH_BLOB_MIB (default 2048) sizes the vision blob, BENCH_RUNS (default 5) the repeats.
+ * Sections (header, process, translate, ops) can be picked by name, as arguments or as a
+ * comma list in BENCH_ONLY: `BENCH_ONLY=header node --import tsx scripts/bench/run.ts`.
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -266,7 +268,7 @@ function machine(): string {
   return `${cpu}, ${cpus().length} cores shared, ${(totalmem() / 2 ** 30).toFixed(0)} GiB RAM, ${fs} at ${dir}, Node ${process.version}, ${new Date().toISOString().slice(0, 10)}`;
 }
 
-const only = process.argv.slice(2);
+const only = [...process.argv.slice(2), ...(process.env.BENCH_ONLY ?? "").split(",").filter(Boolean)];
 const sections: Record<string, () => Promise<void>> = { header: headerParse, process: processes, translate: fullTranslation, ops: loadOps };
 for (const [name, fn] of Object.entries(sections)) {
   if (only.length > 0 && !only.includes(name)) continue;
