@@ -39,6 +39,9 @@ export function oneByteString(region: Uint8Array, node: NodeBufferCtor | undefin
   return new TextDecoder("latin1").decode(region);
 }
 
+/** Regions above this are decoded item by item (V8 strings stop at 2^29 - 24 chars). */
+export const MAX_BULK_REGION = 1 << 28;
+
 /** True if region[start, end) is all ASCII; four bytes per step. */
 function isAsciiRange(region: Uint8Array, dv: DataView, start: number, end: number): boolean {
   let k = start;
@@ -51,17 +54,21 @@ function isAsciiRange(region: Uint8Array, dv: DataView, start: number, end: numb
  * Decode every string of an array region (already validated as UTF-8). The region is turned
  * into ONE one-byte string, and each ASCII item (most of a vocabulary) is a substring of it:
  * no native call per item, and long items share the parent's memory (V8 sliced strings).
- * Items with other bytes go through the per-item decoder.
+ * Items with other bytes go through the per-item decoder. `all` null: every item does.
  */
 export function decodeSlices(
   region: Uint8Array,
   starts: Uint32Array,
   lengths: Uint32Array,
   n: number,
-  all = n > 0 ? oneByteString(region) : "",
+  all: string | null = n > 0 && region.length <= MAX_BULK_REGION ? oneByteString(region) : null,
   decode = sliceDecoder(region),
 ): string[] {
   const out: string[] = [];
+  if (all === null) {
+    for (let i = 0; i < n; i++) out.push(decode(starts[i]!, starts[i]! + lengths[i]!));
+    return out;
+  }
   const dv = new DataView(region.buffer, region.byteOffset, region.length);
   const len = region.length;
   for (let i = 0; i < n; i++) {

@@ -42,5 +42,7 @@ describe("bulk decoding of parsed string arrays", () => {
     const { region, starts, lengths } = (arr as unknown as { raw: { region: Uint8Array; starts: Uint32Array; lengths: Uint32Array } }).raw;
     const all = oneByteString(region, undefined);
     expect(decodeSlices(region, starts, lengths, items.length, all, (s, e) => decodeUtf8(region, s, e))).toEqual(items);
+    // and without a one-byte string (regions too big for one V8 string): item by item
+    expect(decodeSlices(region, starts, lengths, items.length, null)).toEqual(items);
   });
 });
