@@ -1,6 +1,6 @@
 import { GgufError } from "./errors";
 import { GgufValueType, type GgufArray, type GgufValue } from "./types";
-import { decodeSlices, encodeUtf8, sliceDecoder } from "./utf8";
+import { encodeUtf8, sliceDecoder } from "./utf8";
 
 export type NumberTypedArray =
   | Uint8Array
@@ -246,7 +246,9 @@ export class StringArray implements GgufArray {
     if (this.decoded === undefined) {
       // Decode everything in one pass and keep it as the cache.
       const { region, starts, lengths } = this.raw;
-      const all = decodeSlices(region, starts, lengths, this.length);
+      const decode = (this.decode ??= sliceDecoder(region));
+      const all: string[] = [];
+      for (let i = 0; i < this.length; i++) all.push(decode(starts[i]!, starts[i]! + lengths[i]!));
       this.decoded = all;
       return all.slice();
     }

@@ -6,8 +6,8 @@ const encoder = new TextEncoder();
 
 interface NodeBufferLike {
   readonly length: number;
-  toString(encoding: "utf8" | "latin1", start: number, end: number): string;
-  /** Node's own slicers behind toString (no argument juggling); absent on look-alike polyfills. */
+  toString(encoding: "utf8", start: number, end: number): string;
+  /** Node's own UTF-8 slicer behind toString (no argument juggling); absent on look-alike polyfills. */
   utf8Slice?(start: number, end: number): string;
 }
 type NodeBufferCtor = { from(buffer: ArrayBufferLike, byteOffset: number, length: number): NodeBufferLike };
@@ -28,55 +28,6 @@ export function sliceDecoder(region: Uint8Array): (start: number, end: number) =
     return (start, end) => buf.toString("utf8", start, end);
   }
   return (start, end) => decodeUtf8(region, start, end);
-}
-
-/**
- * Every byte of `region` as one char: exact for ASCII bytes, which are all it is used for
- * (a browser's "latin1" decoder is windows-1252, which differs only above 0x7f).
- */
-export function oneByteString(region: Uint8Array, node: NodeBufferCtor | undefined = NodeBuffer): string {
-  if (node !== undefined) return node.from(region.buffer, region.byteOffset, region.length).toString("latin1", 0, region.length);
-  return new TextDecoder("latin1").decode(region);
-}
-
-/** Regions above this are decoded item by item (V8 strings stop at 2^29 - 24 chars). */
-export const MAX_BULK_REGION = 1 << 28;
-
-/** True if region[start, end) is all ASCII; four bytes per step. */
-function isAsciiRange(region: Uint8Array, dv: DataView, start: number, end: number): boolean {
-  let k = start;
-  for (; k + 4 <= end; k += 4) if ((dv.getUint32(k) & 0x80808080) !== 0) return false;
-  for (; k < end; k++) if (region[k]! >= 0x80) return false;
-  return true;
-}
-
-/**
- * Decode every string of an array region (already validated as UTF-8). The region is turned
- * into ONE one-byte string, and each ASCII item (most of a vocabulary) is a substring of it:
- * no native call per item, and long items share the parent's memory (V8 sliced strings).
- * Items with other bytes go through the per-item decoder. `all` null: every item does.
- */
-export function decodeSlices(
-  region: Uint8Array,
-  starts: Uint32Array,
-  lengths: Uint32Array,
-  n: number,
-  all: string | null = n > 0 && region.length <= MAX_BULK_REGION ? oneByteString(region) : null,
-  decode = sliceDecoder(region),
-): string[] {
-  const out: string[] = [];
-  if (all === null) {
-    for (let i = 0; i < n; i++) out.push(decode(starts[i]!, starts[i]! + lengths[i]!));
-    return out;
-  }
-  const dv = new DataView(region.buffer, region.byteOffset, region.length);
-  const len = region.length;
-  for (let i = 0; i < n; i++) {
-    const s = starts[i]!;
-    const e = s + lengths[i]!;
-    out.push(e <= len && isAsciiRange(region, dv, s, e) ? all.substring(s, e) : decode(s, e));
-  }
-  return out;
 }
 
 /**
