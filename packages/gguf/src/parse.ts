@@ -104,13 +104,17 @@ interface StringScan {
 
 /**
  * Resumable: when the buffer runs out it throws NeedMoreBytes and keeps every finished
- * metadata entry and tensor info, so after setBytes(longer prefix) parsing continues from
+ * metadata entry and tensor info, so after setBytes(more bytes) parsing continues from
  * the item that was cut instead of from byte 0.
+ *
+ * Positions inside the parser (pos, scan state) are relative to `bytes`, which holds the
+ * file from offset `base` on; offsets in errors and results are absolute.
  */
 export class Parser {
   private bytes!: Uint8Array;
   private dv!: DataView;
   private end = 0;
+  private base = 0;
   pos = 0;
   le = true;
 
@@ -136,14 +140,39 @@ export class Parser {
     this.setBytes(bytes);
   }
 
-  /** Continue with a longer prefix of the same file. */
-  setBytes(bytes: Uint8Array): void {
+  /**
+   * Continue with more bytes of the same file: `bytes` holds the file from offset `base`
+   * (at most resumeAt(), so the cut item is inside it) up to further than before.
+   */
+  setBytes(bytes: Uint8Array, base = 0): void {
+    const shift = this.base - base;
+    if (shift !== 0) {
+      this.pos += shift;
+      const st = this.pendingStrings;
+      if (st !== undefined) {
+        st.regionStart += shift;
+        st.p += shift;
+        st.segStart += shift;
+      }
+    }
+    this.base = base;
     this.bytes = bytes;
     this.dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     this.end = bytes.length;
   }
 
+  /** Absolute file offset the parser resumes from after NeedMoreBytes (bytes before it are done with). */
+  resumeAt(): number {
+    return this.phase === "preamble" ? 0 : this.base + this.pos;
+  }
+
+  /** `offset` is relative to the current buffer. */
   fail(code: GgufErrorCode, message: string, offset: number, expected?: string): never {
+    return this.failAt(code, message, this.base + offset, expected);
+  }
+
+  /** `offset` is an absolute file offset. */
+  failAt(code: GgufErrorCode, message: string, offset: number, expected?: string): never {
     throw new GgufError(code, message, {
       source: this.limits.name,
       offset,
@@ -153,15 +182,17 @@ export class Parser {
 
   /** Bytes the file can still hold from `at`. */
   remaining(at = this.pos): number {
-    return this.limits.fileSize - at;
+    return this.limits.fileSize - this.base - at;
   }
 
   need(n: number, what: string, at = this.pos): void {
     if (at + n <= this.end) return;
-    if (at + n > this.limits.fileSize || this.end >= this.limits.fileSize) {
-      this.fail("TRUNCATED", `file ends inside ${what}`, at, `${n} more bytes, file has ${Math.max(0, this.limits.fileSize - at)}`);
+    const fileSize = this.limits.fileSize;
+    const abs = this.base + at;
+    if (abs + n > fileSize || this.base + this.end >= fileSize) {
+      this.fail("TRUNCATED", `file ends inside ${what}`, at, `${n} more bytes, file has ${Math.max(0, fileSize - abs)}`);
     }
-    throw new NeedMoreBytes(at + n);
+    throw new NeedMoreBytes(abs + n);
   }
 
   u32(what: string): number {
@@ -319,6 +350,11 @@ export class Parser {
     }
     this.scanStrings(st);
     if (st.i < n) {
+      // Validate what is complete now (the next attempt continues after it): with stepped
+      // reads this check also runs while the following bytes are being read.
+      this.checkUtf8Run(st.segStart, st.p, st.segFirst, st.i, st.starts, st.lengths, st.regionStart);
+      st.segStart = st.p;
+      st.segFirst = st.i;
       this.pendingStrings = st;
       this.moreForStrings(st);
     }
@@ -327,29 +363,26 @@ export class Parser {
     return new StringArray({ region: this.bytes.subarray(st.regionStart, st.p), starts: st.starts, lengths: st.lengths, littleEndian: this.le });
   }
 
-  /** The hot loop: advance over every string fully inside the buffer. Never throws for "need more". */
+  /**
+   * The hot loop: advance over every string fully inside the buffer. Never throws for "need
+   * more". Two DataView loads per item and two stores: nothing is allocated per item.
+   */
   private scanStrings(st: StringScan): void {
-    const bytes = this.bytes;
+    const dv = this.dv;
     const le = this.le;
     const end = this.end;
-    const fileSize = this.limits.fileSize;
+    // Relative end of the file: a length may not run past it.
+    const fileEnd = this.limits.fileSize - this.base;
     const { n, starts, lengths, regionStart } = st;
+    const loAt = le ? 0 : 4;
+    const hiAt = le ? 4 : 0;
     let p = st.p;
     let i = st.i;
-    for (; i < n; i++) {
-      if (p + 8 > end) break;
-      let lo: number;
-      let hi: number;
-      if (le) {
-        lo = (bytes[p]! | (bytes[p + 1]! << 8) | (bytes[p + 2]! << 16) | (bytes[p + 3]! << 24)) >>> 0;
-        hi = bytes[p + 4]! | bytes[p + 5]! | bytes[p + 6]! | bytes[p + 7]!;
-      } else {
-        hi = bytes[p]! | bytes[p + 1]! | bytes[p + 2]! | bytes[p + 3]!;
-        lo = ((bytes[p + 4]! << 24) | (bytes[p + 5]! << 16) | (bytes[p + 6]! << 8) | bytes[p + 7]!) >>> 0;
-      }
+    while (i < n && p + 8 <= end) {
+      const lo = dv.getUint32(p + loAt, le);
       const s = p + 8;
-      if (hi !== 0 || lo > MAX_STRING_LENGTH || lo > fileSize - s) {
-        this.fail("STRING_TOO_LONG", `string ${i} of array has length ${this.dv.getBigUint64(p, le)} past the end of the file`, p, `at most ${Math.min(MAX_STRING_LENGTH, fileSize - s)} bytes`);
+      if (dv.getUint32(p + hiAt, le) !== 0 || lo > MAX_STRING_LENGTH || lo > fileEnd - s) {
+        this.fail("STRING_TOO_LONG", `string ${i} of array has length ${dv.getBigUint64(p, le)} past the end of the file`, p, `at most ${Math.min(MAX_STRING_LENGTH, fileEnd - s)} bytes`);
       }
       const e = s + lo;
       if (e > end) break;
@@ -362,6 +395,7 @@ export class Parser {
       starts[i] = s - regionStart;
       lengths[i] = lo;
       p = e;
+      i++;
     }
     st.p = p;
     st.i = i;
@@ -370,13 +404,15 @@ export class Parser {
   /** Out of buffer inside a string array: ask for enough to finish it, judging by the items so far. */
   private moreForStrings(st: StringScan): never {
     const p = st.p;
+    const abs = this.base + p;
+    const fileSize = this.limits.fileSize;
     let need = 8;
     if (p + 8 <= this.end) need = 8 + this.dv.getUint32(this.le ? p : p + 4, this.le);
-    if (p + need > this.limits.fileSize) {
-      this.fail("TRUNCATED", "file ends inside string array", p, `${need} more bytes, file has ${Math.max(0, this.limits.fileSize - p)}`);
+    if (abs + need > fileSize) {
+      this.fail("TRUNCATED", "file ends inside string array", p, `${need} more bytes, file has ${Math.max(0, fileSize - abs)}`);
     }
     const avg = Math.max(8, (p + need - st.regionStart) / (st.i + 1));
-    throw new NeedMoreBytes(Math.min(this.limits.fileSize, Math.max(p + need, Math.ceil(p + (st.n - st.i) * avg * 1.1))));
+    throw new NeedMoreBytes(Math.min(fileSize, Math.max(abs + need, Math.ceil(abs + (st.n - st.i) * avg * 1.1))));
   }
 
   /**
@@ -420,7 +456,7 @@ export class Parser {
         throw e;
       }
     }
-    const headerEnd = this.pos;
+    const headerEnd = this.base + this.pos;
     const dataOffset = this.nTensors > 0 ? alignUp(headerEnd, this.alignment) : headerEnd;
     const h: ParsedHeader = {
       version: this.version,
@@ -490,11 +526,11 @@ export class Parser {
     const alignKv = this.kvs.find((kv) => kv.key === GgufKeys.ALIGNMENT);
     if (alignKv === undefined) return;
     if (alignKv.type !== GgufValueType.UINT32) {
-      this.fail("BAD_ALIGNMENT", `general.alignment has type ${valueTypeName(alignKv.type)}`, 0, "UINT32");
+      this.failAt("BAD_ALIGNMENT", `general.alignment has type ${valueTypeName(alignKv.type)}`, 0, "UINT32");
     }
     const alignment = alignKv.value as number;
     if (alignment === 0 || (alignment & (alignment - 1)) !== 0) {
-      this.fail("BAD_ALIGNMENT", `general.alignment is ${alignment}`, 0, "a power of two");
+      this.failAt("BAD_ALIGNMENT", `general.alignment is ${alignment}`, 0, "a power of two");
     }
     this.alignment = alignment;
   }
@@ -533,7 +569,7 @@ export class Parser {
     }
     const byteSize = (elements / info.blockSize) * info.typeSize;
     if (byteSize > Number.MAX_SAFE_INTEGER) this.fail("SHAPE_OVERFLOW", `tensor "${name}" is larger than 2^53-1 bytes`, dimsAt);
-    const infoOffset = this.pos;
+    const infoOffset = this.base + this.pos;
     const offset = this.u64("tensor offset", "TENSOR_OFFSET");
     this.seenNames.add(name);
     this.tensors.push({ name, type, shape, offset, byteSize, infoOffset });

@@ -77,27 +77,75 @@ function uninitialized(n: number): Uint8Array {
   return new Uint8Array(b.buffer, b.byteOffset, b.length);
 }
 
-/** Read the header through a ByteSource in growing chunks: only the header bytes are read. */
+/** Bytes read per step once the header is known to be large; the next step is read while this one is parsed. */
+const READ_STEP = 1 << 20;
+
+/**
+ * Read the header through a ByteSource in growing chunks: only the header bytes are read.
+ * Each new buffer starts where the parser resumes (the entry that was cut), so finished
+ * entries are never copied again; they keep viewing the buffer they were parsed from.
+ * A buffer is filled in steps, and the parser works on one step while the next is read,
+ * so a big vocabulary is walked while the I/O is under way instead of after it.
+ */
 async function readFromSource(source: ByteSource, owned: ByteSource[], opts: ReadOptions): Promise<GgufModel> {
   const size = source.size;
-  let len = Math.min(size, Math.max(64, opts.initialChunk ?? 1 << 20));
-  let buf = await source.read(0, len);
+  const first = Math.min(size, Math.max(64, opts.initialChunk ?? 1 << 20));
+  // buf holds the file from `base`; [base, filled) is read, [filled, cap) is room still to fill.
+  let buf = await source.read(0, first);
+  let base = 0;
+  let filled = first;
+  let cap = first;
+  let ahead: Promise<void> | undefined;
+  let aheadEnd = filled;
+  const fillStep = (): void => {
+    aheadEnd = Math.min(cap, filled + READ_STEP);
+    const at = filled;
+    const target = buf.subarray(at - base, aheadEnd - base);
+    ahead = source.readInto !== undefined ? source.readInto(target, at) : source.read(at, target.length).then((b) => target.set(b));
+  };
   const parser = new Parser(buf, { name: source.name, fileSize: size, sizeKnown: true });
-  for (;;) {
-    try {
-      return buildModel(parser.header(), source, owned);
-    } catch (e) {
-      if (!(e instanceof NeedMoreBytes)) throw e;
-      // Grow geometrically so a big vocabulary costs a handful of reads, never past EOF.
-      const want = Math.min(size, Math.max(len * 2, Math.ceil(e.minEnd * 1.25)));
-      const next = uninitialized(want);
-      next.set(buf, 0);
-      if (source.readInto !== undefined) await source.readInto(next.subarray(len), len);
-      else next.set(await source.read(len, want - len), len);
-      buf = next;
-      len = want;
-      parser.setBytes(buf);
+  try {
+    for (;;) {
+      try {
+        const h = parser.header();
+        if (ahead !== undefined) {
+          await ahead;
+          ahead = undefined;
+          filled = aheadEnd;
+        }
+        // Room never read stays zero: views of this buffer must not show stale memory.
+        buf.fill(0, filled - base);
+        return buildModel(h, source, owned);
+      } catch (e) {
+        if (!(e instanceof NeedMoreBytes)) throw e;
+        if (ahead !== undefined) {
+          await ahead;
+          ahead = undefined;
+          filled = aheadEnd;
+        }
+        if (e.minEnd > cap) {
+          // Grow geometrically so a big vocabulary costs a handful of buffers, never past EOF.
+          const want = Math.min(size, Math.max(cap * 2, Math.ceil(e.minEnd * 1.25)));
+          const keep = parser.resumeAt();
+          const next = uninitialized(want - keep);
+          next.set(buf.subarray(keep - base, filled - base), 0);
+          buf = next;
+          base = keep;
+          cap = want;
+        }
+        if (e.minEnd > filled) {
+          fillStep();
+          await ahead;
+          ahead = undefined;
+          filled = aheadEnd;
+        }
+        if (filled < cap) fillStep();
+        parser.setBytes(buf.subarray(0, filled - base), base);
+      }
     }
+  } finally {
+    // A failed parse may leave a read in flight: let it settle before the caller closes the source.
+    if (ahead !== undefined) await ahead.catch(() => undefined);
   }
 }
 

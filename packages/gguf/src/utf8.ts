@@ -5,18 +5,26 @@ const strict = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 const encoder = new TextEncoder();
 
 interface NodeBufferLike {
+  readonly length: number;
   toString(encoding: "utf8", start: number, end: number): string;
+  /** Node's own UTF-8 slicer behind toString (no argument juggling); absent on look-alike polyfills. */
+  utf8Slice?(start: number, end: number): string;
 }
 type NodeBufferCtor = { from(buffer: ArrayBufferLike, byteOffset: number, length: number): NodeBufferLike };
 const NodeBuffer = (globalThis as { Buffer?: NodeBufferCtor }).Buffer;
 
 /**
  * A decoder for many slices of one region (a string array). On Node it goes through a
- * Buffer view, whose native toString is ~4x faster per short string than anything in JS.
+ * Buffer view, whose native slicer is ~4x faster per short string than anything in JS.
  */
 export function sliceDecoder(region: Uint8Array): (start: number, end: number) => string {
   if (NodeBuffer !== undefined) {
     const buf = NodeBuffer.from(region.buffer, region.byteOffset, region.length);
+    if (typeof buf.utf8Slice === "function") {
+      const len = buf.length;
+      // Clamped like toString, which ends at the buffer's end instead of throwing.
+      return (start, end) => buf.utf8Slice!(Math.min(start, len), Math.min(end, len));
+    }
     return (start, end) => buf.toString("utf8", start, end);
   }
   return (start, end) => decodeUtf8(region, start, end);

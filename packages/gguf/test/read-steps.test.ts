@@ -1,0 +1,73 @@
+// Large headers are read in steps (the parser works on one while the next is read) into
+// buffers that start at the entry being parsed: the result must not depend on where the
+// reads fall, and a failed parse must not leave a read in flight.
+import { describe, expect, it } from "vitest";
+import { GgufModel, GgufValueType, bufferSource, parseGguf, readGguf, serializeGguf, type ByteSource } from "@compat/gguf";
+
+async function bigHeader(): Promise<Uint8Array> {
+  const m = GgufModel.create();
+  m.setString("general.architecture", "x");
+  const words = Array.from({ length: 60_000 }, (_, i) => (i % 5 === 0 ? `Ġw${i}é` : `t${i}`));
+  m.setArray("tokenizer.ggml.tokens", GgufValueType.STRING, words);
+  m.setArray("tokenizer.ggml.scores", GgufValueType.FLOAT32, new Float32Array(words.length).map((_, i) => -i));
+  m.setArray("tokenizer.ggml.merges", GgufValueType.STRING, words.slice(0, 40_000).map((w, i) => `${w} ${words[(i * 7) % words.length]}`));
+  m.setString("tokenizer.chat_template", "{{ x }}");
+  return serializeGguf(m);
+}
+
+/** A source that records its reads and can hold each one back until the test lets it go. */
+function recording(bytes: Uint8Array): { source: ByteSource; reads: Array<[number, number]>; inFlight: () => number } {
+  const inner = bufferSource(bytes, "steps");
+  const reads: Array<[number, number]> = [];
+  let pending = 0;
+  const source: ByteSource = {
+    name: inner.name,
+    size: inner.size,
+    async read(offset, length) {
+      reads.push([offset, length]);
+      pending++;
+      await new Promise((r) => setTimeout(r, 1));
+      pending--;
+      return (await inner.read(offset, length)).slice();
+    },
+  };
+  return { source, reads, inFlight: () => pending };
+}
+
+describe("stepped header reads", () => {
+  it("give the same model as parsing the whole buffer, for any first chunk", async () => {
+    const bytes = await bigHeader();
+    expect(bytes.length).toBeGreaterThan(3 << 19); // more than one read step
+    const whole = parseGguf(bytes);
+    for (const initialChunk of [64, 4096, 1 << 20, 1_500_001]) {
+      const { source, reads } = recording(bytes);
+      const m = await readGguf(source, { initialChunk });
+      expect(reads.length).toBeGreaterThan(initialChunk >= bytes.length ? 0 : 1);
+      // joined / byte comparisons: deep equality of 100k-item arrays is slow on a busy machine
+      for (const key of ["tokenizer.ggml.tokens", "tokenizer.ggml.merges"]) expect(m.getStringArray(key).join("\n") === whole.getStringArray(key).join("\n")).toBe(true);
+      expect(m.getNumberArray("tokenizer.ggml.scores").join() === whole.getNumberArray("tokenizer.ggml.scores").join()).toBe(true);
+      expect(Buffer.compare(await serializeGguf(m), await serializeGguf(whole))).toBe(0);
+    }
+  });
+
+  it("reject a header cut short with the same error as a whole-buffer parse, with no read left in flight", async () => {
+    const bytes = await bigHeader();
+    // Corrupt one merge's length far into the header: found while later steps are being read.
+    const m = parseGguf(bytes);
+    const merges = m.getArray("tokenizer.ggml.merges") as unknown as { raw: { region: Uint8Array; starts: Uint32Array } };
+    const at = merges.raw.region.byteOffset - bytes.byteOffset + merges.raw.starts[30_000]! - 8;
+    const bad = bytes.slice();
+    new DataView(bad.buffer).setUint32(at + 4, 7, true);
+    const direct = (() => {
+      try {
+        parseGguf(bad);
+      } catch (e) {
+        return e as { code: string; offset: number };
+      }
+      throw new Error("expected a parse error");
+    })();
+    const { source, inFlight } = recording(bad);
+    await expect(readGguf(source, { initialChunk: 4096 })).rejects.toMatchObject({ name: "GgufError", code: direct.code, offset: direct.offset });
+    expect(inFlight()).toBe(0);
+  });
+});
