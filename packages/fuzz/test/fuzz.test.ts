@@ -8,7 +8,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildFuzzCorpus, fullPipeline, fuzzInput, loadClipView, parseOnly, runFuzz, scanHeader, type CorpusEntry } from "@compat/fuzz";
-import { generateFixture } from "@compat/testkit";
+import { allFixtureVariants, generateFixture } from "@compat/testkit";
 
 let corpusOnce: Promise<CorpusEntry[]> | undefined;
 const corpus = () => (corpusOnce ??= buildFuzzCorpus());
@@ -58,6 +58,17 @@ describe("fuzz", () => {
     const exported = typeof (clip as Record<string, unknown>).clipView === "function";
     expect((await loadClipView()) !== null).toBe(exported);
   });
+
+  it("seeds the corpus from every fixture arch/variant in both layouts, vision ones with their tower (Ollama) and mmproj (native)", async () => {
+    const names = new Set((await corpus()).map((e) => e.name));
+    const variants = allFixtureVariants();
+    expect(variants.filter((v) => v.vision).length).toBeGreaterThan(0);
+    for (const { arch, variant, vision } of variants) {
+      expect(names.has(`${arch}/${variant}/ollama`)).toBe(true);
+      expect(names.has(`${arch}/${variant}/native`)).toBe(true);
+      if (vision) expect(names.has(`${arch}/${variant}/native/mmproj`), `${arch}/${variant}`).toBe(true);
+    }
+  }, 120_000);
 
   it("the header scanner finds every record of a fixture", async () => {
     const f = generateFixture("gemma3", { seed: 1, layout: "ollama", variant: "1b" });
