@@ -1,5 +1,5 @@
 import { GgmlType } from "@compat/gguf";
-import type { OpInput, Translation } from "@compat/handlers";
+import { TranslationError, type OpInput, type Translation } from "@compat/handlers";
 import { concat, split, toF32 } from "@compat/tensor-ops";
 
 /**
@@ -87,4 +87,19 @@ function asF32Tensor(x: OpInput): { data: Uint8Array; shape: readonly number[] }
   const n = x.shape.reduce((a, b) => a * b, 1);
   const f = toF32(x.type, x.bytes, n);
   return { data: new Uint8Array(f.buffer, f.byteOffset, f.byteLength), shape: x.shape };
+}
+
+/**
+ * `clip.vision.block_count`, which sizes the per-block `is_deepstack_layers` mask. A count
+ * past the tower's last block is a damaged header, not a model (a fuzzed 2^32-1 asked for a
+ * mask of four billion entries): a typed error instead of an allocation failure.
+ */
+export function visionBlockCount(t: Translation): number {
+  const blocks = t.getU32("clip.vision.block_count") ?? 0;
+  const present = t.blocksWithTensors(blocks, "v.blk.");
+  const end = present.length > 0 ? present[present.length - 1]! + 1 : 0;
+  if (blocks > end) {
+    throw new TranslationError("BAD_COUNT", `clip.vision.block_count is ${blocks} but the vision tower's blocks end at v.blk.${end - 1}`);
+  }
+  return blocks;
 }

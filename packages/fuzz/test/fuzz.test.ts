@@ -16,6 +16,7 @@ const corpus = () => (corpusOnce ??= buildFuzzCorpus());
 /** Inputs that once failed, as (seed, index) recipes of the fuzzer; each must now end in a result or a typed error. */
 const REGRESSIONS: ReadonlyArray<{ seed: number; index: number; found: string }> = [
   { seed: 1, index: 167140, found: "hang: gemma4/moe-mixed with gemma4.block_count = 2^31 (handler looped over the count)" },
+  { seed: 4, index: 43308, found: "out of memory: qwen3vlmoe/30b-a3b with qwen3vlmoe.vision.block_count = 2^32-1 (clip handler sized a mask by the count)" },
 ];
 
 describe("fuzz", () => {
