@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { open, readdir, readFile, stat, writeFile, mkdir } from "node:fs/promises";
+import { open, readdir, readFile, rm, stat, writeFile, mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { readGguf } from "@compat/gguf";
@@ -101,32 +101,53 @@ describe("translation cache", () => {
     const store = await gemmaStore([4]);
     const dir = await temp();
     const model = await store.resolve("gemma3:s4");
-    const results = await Promise.all([0, 1, 2].map(() => prepareModel(model, { cache: new TranslationCache({ dir }), ...noClip })));
-    expect(results.map((r) => r.cacheHit).sort()).toEqual([false, true, true]);
+    const results = await Promise.all(Array.from({ length: 8 }, () => prepareModel(model, { cache: new TranslationCache({ dir }), ...noClip })));
+    expect(results.map((r) => r.cacheHit).sort()).toEqual([false, ...Array<boolean>(7).fill(true)]);
     expect(new Set(results.map((r) => r.modelPath)).size).toBe(1);
     expect(await listDir(join(dir, "locks"))).toEqual([]);
     expect(await listDir(join(dir, "tmp"))).toEqual([]);
   });
 
-  it("concurrent launches in separate processes translate once", async () => {
+  it("8 launches in separate processes: one translation, all succeed, the entry byte-identical to a single run's", async () => {
     const store = await gemmaStore([11]);
     const dir = await temp();
     const script = fileURLToPath(new URL("./prepare-child.ts", import.meta.url));
     const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
-    const runs = await Promise.all(
-      [0, 1, 2].map(
+    // Hold the entry's lock (as a live writer would) until all eight are past their cache
+    // lookup and waiting for it: then they race for it, whatever their start-up times.
+    const lock = join(dir, "locks", `${new TranslationCache({ dir }).keyFor((await store.resolve("gemma3:s11")).modelDigest!, "text")}.lock`);
+    await mkdir(join(dir, "locks"), { recursive: true });
+    await writeFile(lock, `${process.pid} test`);
+    let waiting = 0;
+    const runs = Promise.all(
+      Array.from(
+        { length: 8 },
         () =>
           new Promise<{ hit: boolean; path: string }>((resolve, reject) => {
-            const child = spawn(process.execPath, ["--import", tsx, script, store.root, "gemma3:s11", dir], { stdio: ["ignore", "pipe", "inherit"] });
+            const child = spawn(process.execPath, ["--import", tsx, script, store.root, "gemma3:s11", dir], { stdio: ["ignore", "pipe", "pipe"] });
             let out = "";
+            let err = "";
             child.stdout.on("data", (d) => (out += d));
-            child.on("close", (code) => (code === 0 ? resolve(JSON.parse(out) as { hit: boolean; path: string }) : reject(new Error(`exit ${code}`))));
+            child.stderr.on("data", (d) => {
+              if (!err.includes("translating") && (err += d).includes("translating")) waiting++;
+            });
+            child.on("close", (code) => (code === 0 ? resolve(JSON.parse(out) as { hit: boolean; path: string }) : reject(new Error(`exit ${code}: ${err}`))));
           }),
       ),
     );
-    expect(runs.filter((r) => !r.hit)).toHaveLength(1);
-    expect(new Set(runs.map((r) => r.path)).size).toBe(1);
+    while (waiting < 8) await new Promise((r) => setTimeout(r, 50));
+    await rm(lock);
+    const done = await runs;
+    expect(done).toHaveLength(8);
+    expect(done.filter((r) => !r.hit)).toHaveLength(1);
+    expect(new Set(done.map((r) => r.path)).size).toBe(1);
     expect(await listDir(join(dir, "locks"))).toEqual([]);
+    expect(await listDir(join(dir, "tmp"))).toEqual([]);
+    expect(await listDir(join(dir, "entries"))).toHaveLength(1);
+    // the same bytes as one launch alone into an empty cache
+    const single = await prepareModel(await store.resolve("gemma3:s11"), { cache: new TranslationCache({ dir: await temp() }), ...noClip });
+    expect(single.cacheHit).toBe(false);
+    expect((await readFile(done[0]!.path)).equals(await readFile(single.modelPath))).toBe(true);
   });
 
   it("an entry is verified before use: a damaged one is written again", async () => {
