@@ -193,6 +193,38 @@ describe("translation cache", () => {
     expect(existsSync(s8.modelPath)).toBe(true);
   });
 
+  it("a writer killed after its rename, before its unlock: the next launch (a cache hit) removes the dead lock, and the entry can be evicted again", async () => {
+    const store = await gemmaStore([13, 14]);
+    const dir = await temp();
+    const s13 = await store.resolve("gemma3:s13");
+    const first = await prepareModel(s13, { cache: new TranslationCache({ dir }), ...noClip });
+    // what a SIGKILLed writer leaves: its lock on the finished entry, a staging directory, a digest memo temp file
+    const deadPid = await new Promise<number>((resolve) => {
+      const c = spawn(process.execPath, ["-e", ""], { stdio: "ignore" });
+      c.on("exit", () => resolve(c.pid!));
+    });
+    const key = new TranslationCache({ dir }).keyFor(s13.modelDigest!, "text");
+    await writeFile(join(dir, "locks", `${key}.lock`), `${deadPid} 0123456789ab`);
+    await mkdir(join(dir, "tmp", `${key}.${deadPid}.00000000`), { recursive: true });
+    await writeFile(join(dir, "tmp", `${key}.${deadPid}.00000000`, ".model.gguf.tmp"), "partial");
+    await writeFile(join(dir, `digests.json.${deadPid}.tmp`), "{");
+    // a live process's lock is left alone
+    const liveKey = "f".repeat(40);
+    await writeFile(join(dir, "locks", `${liveKey}.lock`), `${process.pid} 0123456789ab`);
+
+    const hit = await prepareModel(s13, { cache: new TranslationCache({ dir }), ...noClip });
+    expect(hit.cacheHit).toBe(true);
+    expect(await listDir(join(dir, "locks"))).toEqual([`${liveKey}.lock`]);
+    expect(await listDir(join(dir, "tmp"))).toEqual([]);
+    expect((await listDir(dir)).filter((n) => n.endsWith(".tmp"))).toEqual([]);
+
+    // and the entry is evictable: a second model with room for one entry replaces it
+    const size = (await stat(first.modelPath)).size;
+    await new Promise((r) => setTimeout(r, 20));
+    await prepareModel(await store.resolve("gemma3:s14"), { cache: new TranslationCache({ dir, maxBytes: size + size / 2 }), ...noClip });
+    expect(existsSync(first.modelPath)).toBe(false);
+  });
+
   it("stopped mid-write (abort): typed error, no entry, no staging file, no lock left", async () => {
     const store = await gemmaStore([9]);
     const dir = await temp();
