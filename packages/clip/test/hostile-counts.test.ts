@@ -39,6 +39,14 @@ describe("hostile block counts on the clip side", () => {
     });
   }
 
+  it("mistral3: an embedding_length that disagrees with the text embedding is BAD_COUNT, not an 8 GiB [IMG_BREAK] row (fuzz seed 5, input 173378)", () => {
+    for (const variant of ["small-3.1", "ministral3"]) {
+      const m = generateFixture("mistral3", { seed: 1, layout: "ollama", variant }).text;
+      m.setU32("mistral3.embedding_length", 2 ** 31 - 1);
+      expect(() => translateModel(m, { handlers: clipHandlers })).toThrow(/mistral3\.embedding_length is 2147483647 but the text embedding is \d+ wide/);
+    }
+  });
+
   it("qwen3vlmoe: a vision.block_count past the tower's blocks is BAD_COUNT, naming the key", async () => {
     const m = generateFixture("qwen3vlmoe", { seed: 1, layout: "ollama", variant: "30b-a3b" }).text;
     m.setU32("qwen3vlmoe.vision.block_count", 2 ** 32 - 1);

@@ -17,6 +17,7 @@ const corpus = () => (corpusOnce ??= buildFuzzCorpus());
 const REGRESSIONS: ReadonlyArray<{ seed: number; index: number; found: string }> = [
   { seed: 1, index: 167140, found: "hang: gemma4/moe-mixed with gemma4.block_count = 2^31 (handler looped over the count)" },
   { seed: 4, index: 43308, found: "out of memory: qwen3vlmoe/30b-a3b with qwen3vlmoe.vision.block_count = 2^32-1 (clip handler sized a mask by the count)" },
+  { seed: 5, index: 173378, found: "RangeError: mistral3/small-3.1 with mistral3.embedding_length = 2^31-1 (clip handler sized the [IMG_BREAK] zero row by it)" },
 ];
 
 describe("fuzz", () => {
