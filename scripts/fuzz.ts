@@ -99,6 +99,7 @@ if (process.env.COMPAT_FUZZ_CHILD === "1") {
         if (i !== last) [last, since] = [i, Date.now()];
         else if (i >= 0 && Date.now() - since > HANG_MS) {
           killed.push({ index: i, entry: "?", ops: [], stage: "hang", message: `still running after ${HANG_MS} ms` });
+          process.stderr.write(`fuzz: input ${i} hangs (still running after ${HANG_MS} ms)\n`);
           child.kill("SIGKILL");
           died(i + 1);
         }
@@ -133,6 +134,7 @@ if (process.env.COMPAT_FUZZ_CHILD === "1") {
           process.exit(2);
         }
         killed.push({ index: i, entry: "?", ops: [], stage: "crash", message: `process exited (${signal ?? code}) during this input` });
+        process.stderr.write(`fuzz: input ${i} crashed the fuzzing process (${signal ?? code})\n`);
         died(i + 1);
       });
     });

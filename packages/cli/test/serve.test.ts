@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { open, readdir, writeFile } from "node:fs/promises";
+import { mkdir, open, readdir, readFile, writeFile } from "node:fs/promises";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -139,6 +139,49 @@ describe("ollama-compat serve (real llama-server)", () => {
     s.child.kill("SIGINT");
     expect((await s.closed).code).toBe(130);
   });
+
+  it("8 simultaneous `serve` of the same model: one translation, all 8 serve chat, the entry byte-identical to a single run's", async () => {
+    const { root } = await store();
+    const tools = await findLlamaTools();
+    const cacheDir = await temp();
+    // Hold the entry's lock (as a live writer would) until all eight are past their cache
+    // lookup and waiting for it: then they race for it, whatever their start-up times.
+    const resolved = await new ModelStore(root).resolve("gemma3:1b");
+    const lock = join(cacheDir, "locks", `${new TranslationCache({ dir: cacheDir }).keyFor(resolved.modelDigest!, "text")}.lock`);
+    await mkdir(join(cacheDir, "locks"), { recursive: true });
+    await writeFile(lock, `${process.pid} test`);
+    const launches = Array.from({ length: 8 }, () =>
+      start(["serve", "gemma3:1b", "--models", root, "--cache-dir", cacheDir, "--llama-server", tools.server, "--", "--threads", "1", "--no-warmup"]),
+    );
+    for (const s of launches) await s.waitFor(/^ollama-compat: translating gemma3:1b/m, "stderr", 600_000);
+    await rm(lock);
+    const urls = await Promise.all(launches.map(async (s) => (await s.waitFor(/^http:\/\/127\.0\.0\.1:\d+$/m, "stdout", 600_000))[0]));
+    expect(new Set(urls).size).toBe(8);
+    for (const url of urls) {
+      const r = await fetch(`${url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ messages: [{ role: "user", content: "hi" }], max_tokens: 2, temperature: 0, grammar: "root ::= [ -~]*" }),
+      });
+      expect(r.status, await r.clone().text()).toBe(200);
+    }
+    // exactly one process translated; the seven others found its verified entry
+    const said = launches.map((s) => /^ollama-compat: (translated|cached) gemma3:1b -> (.+)$/m.exec(s.out.stderr));
+    expect(said.every((m) => m !== null), launches.map((s) => s.out.stderr.slice(0, 400)).join("\n---\n")).toBe(true);
+    expect(said.filter((m) => m![1] === "translated")).toHaveLength(1);
+    expect(said.filter((m) => m![1] === "cached")).toHaveLength(7);
+    const entry = said[0]![2]!;
+    expect(new Set(said.map((m) => m![2])).size).toBe(1);
+    expect(await readdir(join(cacheDir, "entries"))).toHaveLength(1);
+    expect(await readdir(join(cacheDir, "locks"))).toEqual([]);
+    expect(await readdir(join(cacheDir, "tmp"))).toEqual([]);
+    for (const s of launches) s.child.kill("SIGTERM");
+    for (const s of launches) expect((await s.closed).code).toBe(143);
+    // a single launch into an empty cache writes the same bytes
+    const single = await prepareModel(await new ModelStore(root).resolve("gemma3:1b"), { cache: new TranslationCache({ dir: await temp() }), clipView: null });
+    expect(single.cacheHit).toBe(false);
+    expect((await readFile(entry)).equals(await readFile(single.modelPath))).toBe(true);
+  }, 900_000);
 
   it("when llama-server dies, reports its exit and last log lines, exit 1", async () => {
     const { root } = await store();

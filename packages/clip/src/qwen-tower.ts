@@ -1,4 +1,4 @@
-import type { Translation } from "@compat/handlers";
+import { TranslationError, type Translation } from "@compat/handlers";
 import { split } from "@compat/tensor-ops";
 
 /**
@@ -59,4 +59,19 @@ export function splitPatchEmbedding(t: Translation, channels: number): void {
     });
   }
   t.dropTensor("v.patch_embed.weight");
+}
+
+/**
+ * `clip.vision.block_count`, which sizes the per-block `is_deepstack_layers` mask. A count
+ * past the tower's last block is a damaged header, not a model (a fuzzed 2^32-1 asked for a
+ * mask of four billion entries): a typed error instead of an allocation failure.
+ */
+export function visionBlockCount(t: Translation): number {
+  const blocks = t.getU32("clip.vision.block_count") ?? 0;
+  const present = t.blocksWithTensors(blocks, "v.blk.");
+  const end = present.length > 0 ? present[present.length - 1]! + 1 : 0;
+  if (blocks > end) {
+    throw new TranslationError("BAD_COUNT", `clip.vision.block_count is ${blocks} but the vision tower's blocks end at v.blk.${end - 1}`);
+  }
+  return blocks;
 }

@@ -1,16 +1,16 @@
 /**
- * What every fuzz input goes through: parse, and for the full pipeline detect, translate,
- * reads of the translated view, an atomic write to a temp path (re-read afterwards), and the
- * clip view when @compat/clip provides one. The outcome is "ok", "nothing" (not translated)
+ * What every fuzz input goes through: parse, and for the full pipeline the clip view, detect,
+ * and under both translation profiles the text translation and the clip-side translation,
+ * reads of each view, and an atomic write of the text view to a temp path (re-read afterwards). The outcome is "ok", "nothing" (not translated)
  * or the code of a typed error; anything else (a RangeError, a TypeError, a non-typed
  * rejection, an output that does not parse) is thrown as a FuzzFailure.
  */
 import { join } from "node:path";
 import { readdir, rm, stat } from "node:fs/promises";
 import { GgufError, bufferSource, parseGguf, readGguf, type GgufModel } from "@compat/gguf";
-import { TranslationError, detectHandlers, translateModel, type TranslatedView } from "@compat/handlers";
+import { TRANSLATION_PROFILES, TranslationError, detectHandlers, translateModel, type TranslatedView } from "@compat/handlers";
 import { TensorOpsError } from "@compat/tensor-ops";
-import { clipView } from "@compat/clip";
+import { clipHandlers, clipView } from "@compat/clip";
 import { Prng, hash32 } from "@compat/testkit";
 
 export class FuzzFailure extends Error {
@@ -92,19 +92,37 @@ async function pipeline(bytes: Uint8Array, name: string, opts: PipelineOptions):
   const clip = await loadClipView();
   if (clip) await stage("clipView", async () => void (await clip(model)));
   await stage("detect", () => detectHandlers(model));
-  const view: TranslatedView | null = await stage("translate", () => translateModel(model));
-  if (view === null) return "nothing";
-  const rng = new Prng(hash32(`view:${opts.index}`, opts.seed));
-  const size = await stage("layout", () => view.size);
+  // Both profiles, text side and clip side: each view is read over seeded ranges; the
+  // text view under the default profile is also written atomically and re-read.
+  let outcome: Outcome = "nothing";
+  for (const profile of TRANSLATION_PROFILES) {
+    const clipSide = await stage(`clipView:${profile}`, () => translateModel(model, { handlers: clipHandlers, profile }));
+    if (clipSide !== null) await readRanges(clipSide, `clip:${profile}`, opts);
+    const view: TranslatedView | null = await stage(`translate:${profile}`, () => translateModel(model, { profile }));
+    if (view === null) continue;
+    await readRanges(view, profile, opts);
+    if (profile === "native") await writeAndReread(view, opts);
+    outcome = "ok";
+  }
+  return outcome;
+}
+
+async function readRanges(view: TranslatedView, label: string, opts: PipelineOptions): Promise<void> {
+  const rng = new Prng(hash32(`view:${label}:${opts.index}`, opts.seed));
+  const size = await stage(`layout:${label}`, () => view.size);
   const ranges: Array<[number, number]> = [
     [0, Math.min(size, 4096)],
     [Math.max(0, size - 100), 200],
   ];
   for (let i = 0; i < 3; i++) ranges.push([rng.int(size + 1), rng.int(1 << 16)]);
   for (const [at, n] of ranges) {
-    const got = await stage("view.read", () => view.read(at, n));
-    if (got.length !== Math.max(0, Math.min(at + n, size) - at)) throw new FuzzFailure("view.read", new Error(`read(${at}, ${n}) gave ${got.length} bytes of a ${size}-byte view`));
+    const got = await stage(`view.read:${label}`, () => view.read(at, n));
+    if (got.length !== Math.max(0, Math.min(at + n, size) - at)) throw new FuzzFailure(`view.read:${label}`, new Error(`read(${at}, ${n}) gave ${got.length} bytes of a ${size}-byte view`));
   }
+}
+
+async function writeAndReread(view: TranslatedView, opts: PipelineOptions): Promise<void> {
+  const size = await stage("layout", () => view.size);
   const out = join(opts.tmpDir, `${opts.index}.gguf`);
   try {
     await stage("writeTo", () => view.writeTo(out));
@@ -119,5 +137,4 @@ async function pipeline(bytes: Uint8Array, name: string, opts: PipelineOptions):
     await rm(out, { force: true });
     if (left.length > 0) throw new FuzzFailure("writeTo", new Error(`temp files left: ${left.join(", ")}`));
   }
-  return "ok";
 }

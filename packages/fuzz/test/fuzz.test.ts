@@ -8,7 +8,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildFuzzCorpus, fullPipeline, fuzzInput, loadClipView, parseOnly, runFuzz, scanHeader, type CorpusEntry } from "@compat/fuzz";
-import { generateFixture } from "@compat/testkit";
+import { allFixtureVariants, generateFixture } from "@compat/testkit";
 
 let corpusOnce: Promise<CorpusEntry[]> | undefined;
 const corpus = () => (corpusOnce ??= buildFuzzCorpus());
@@ -16,6 +16,8 @@ const corpus = () => (corpusOnce ??= buildFuzzCorpus());
 /** Inputs that once failed, as (seed, index) recipes of the fuzzer; each must now end in a result or a typed error. */
 const REGRESSIONS: ReadonlyArray<{ seed: number; index: number; found: string }> = [
   { seed: 1, index: 167140, found: "hang: gemma4/moe-mixed with gemma4.block_count = 2^31 (handler looped over the count)" },
+  { seed: 4, index: 43308, found: "out of memory: qwen3vlmoe/30b-a3b with qwen3vlmoe.vision.block_count = 2^32-1 (clip handler sized a mask by the count)" },
+  { seed: 5, index: 173378, found: "RangeError: mistral3/small-3.1 with mistral3.embedding_length = 2^31-1 (clip handler sized the [IMG_BREAK] zero row by it)" },
 ];
 
 describe("fuzz", () => {
@@ -58,6 +60,17 @@ describe("fuzz", () => {
     const exported = typeof (clip as Record<string, unknown>).clipView === "function";
     expect((await loadClipView()) !== null).toBe(exported);
   });
+
+  it("seeds the corpus from every fixture arch/variant in both layouts, vision ones with their tower (Ollama) and mmproj (native)", async () => {
+    const names = new Set((await corpus()).map((e) => e.name));
+    const variants = allFixtureVariants();
+    expect(variants.filter((v) => v.vision).length).toBeGreaterThan(0);
+    for (const { arch, variant, vision } of variants) {
+      expect(names.has(`${arch}/${variant}/ollama`)).toBe(true);
+      expect(names.has(`${arch}/${variant}/native`)).toBe(true);
+      if (vision) expect(names.has(`${arch}/${variant}/native/mmproj`), `${arch}/${variant}`).toBe(true);
+    }
+  }, 120_000);
 
   it("the header scanner finds every record of a fixture", async () => {
     const f = generateFixture("gemma3", { seed: 1, layout: "ollama", variant: "1b" });

@@ -1,5 +1,5 @@
 import { NumberArray, BigIntArray, checkScalar, ggufArray, isNumberItemType, valueTypeName, type ArrayInput } from "./arrays";
-import { GgufError } from "./errors";
+import { GgufError, type GgufErrorDetails } from "./errors";
 import { tensorByteSize } from "./ggml-types";
 import { GGUF_DEFAULT_ALIGNMENT, GgufKeys } from "./keys";
 import { GgufValueType, type ByteSource, type GgufArray, type GgufKv, type GgufTensor, type GgufValue } from "./types";
@@ -21,6 +21,8 @@ export interface GgufModelInit extends CreateModelOptions {
   dataOffset?: number;
   /** See GgufModel.padEmptyHeader. Default true. */
   padEmptyHeader?: boolean;
+  /** Where each KV read from a file starts in it (for errors; an edited KV has none). */
+  kvOffsets?: WeakMap<GgufKv, number>;
 }
 
 const INTEGER_TYPES = new Set<number>([
@@ -34,9 +36,9 @@ const INTEGER_TYPES = new Set<number>([
   GgufValueType.INT64,
 ]);
 
-function toSafeNumber(key: string, v: bigint): number {
+function toSafeNumber(key: string, v: bigint, where: GgufErrorDetails): number {
   if (v > BigInt(Number.MAX_SAFE_INTEGER) || v < BigInt(Number.MIN_SAFE_INTEGER)) {
-    throw new GgufError("KV_TYPE", `value of "${key}" (${v}) does not fit in a JS number`, { expected: "|value| <= 2^53-1" });
+    throw new GgufError("KV_TYPE", `value of "${key}" (${v}) does not fit in a JS number`, { ...where, expected: "|value| <= 2^53-1" });
   }
   return Number(v);
 }
@@ -62,6 +64,7 @@ export class GgufModel implements Iterable<GgufKv> {
   padEmptyHeader: boolean;
   private readonly entries = new Map<string, GgufKv>();
   private readonly owned: ByteSource[];
+  private readonly kvOffsets: WeakMap<GgufKv, number>;
 
   constructor(init: GgufModelInit = {}) {
     this.version = init.version ?? 3;
@@ -71,6 +74,7 @@ export class GgufModel implements Iterable<GgufKv> {
     this.dataOffset = init.dataOffset ?? 0;
     this.padEmptyHeader = init.padEmptyHeader ?? true;
     this.owned = init.ownedSources ?? [];
+    this.kvOffsets = init.kvOffsets ?? new WeakMap();
     for (const kv of init.kvs ?? []) {
       if (this.entries.has(kv.key)) throw new GgufError("DUPLICATE_KEY", `duplicate metadata key "${kv.key}"`);
       this.entries.set(kv.key, kv);
@@ -119,15 +123,21 @@ export class GgufModel implements Iterable<GgufKv> {
     return this.entries.get(key);
   }
 
+  /** For errors: the file this model was read from and, for a KV as read from it, the KV's offset. */
+  private where(kv?: GgufKv): GgufErrorDetails {
+    const offset = kv === undefined ? undefined : this.kvOffsets.get(kv);
+    return { ...(this.source !== undefined ? { source: this.source.name } : {}), ...(offset !== undefined ? { offset } : {}) };
+  }
+
   private require(key: string, expected: string): GgufKv {
     const kv = this.entries.get(key);
-    if (kv === undefined) throw new GgufError("KV_MISSING", `metadata key "${key}" is missing`, { expected });
+    if (kv === undefined) throw new GgufError("KV_MISSING", `metadata key "${key}" is missing`, { ...this.where(), expected });
     return kv;
   }
 
   private mismatch(kv: GgufKv, expected: string): never {
     const actual = kv.type === GgufValueType.ARRAY ? `ARRAY of ${valueTypeName((kv.value as GgufArray).itemType)}` : valueTypeName(kv.type);
-    throw new GgufError("KV_TYPE", `metadata key "${kv.key}" has type ${actual}`, { expected });
+    throw new GgufError("KV_TYPE", `metadata key "${kv.key}" has type ${actual}`, { ...this.where(kv), expected });
   }
 
   getString(key: string, fallback?: string): string {
@@ -150,7 +160,7 @@ export class GgufModel implements Iterable<GgufKv> {
     if (kv === undefined && fallback !== undefined) return fallback;
     const v = kv ?? this.require(key, "a numeric type");
     if (isNumberItemType(v.type)) return v.value as number;
-    if (v.type === GgufValueType.UINT64 || v.type === GgufValueType.INT64) return toSafeNumber(key, v.value as bigint);
+    if (v.type === GgufValueType.UINT64 || v.type === GgufValueType.INT64) return toSafeNumber(key, v.value as bigint, this.where(v));
     return this.mismatch(v, "a numeric type");
   }
 
@@ -230,7 +240,7 @@ export class GgufModel implements Iterable<GgufKv> {
     if (v.type !== GgufValueType.ARRAY) this.mismatch(v, "numeric ARRAY");
     const arr = v.value as GgufArray;
     if (arr instanceof NumberArray) return arr.toArray();
-    if (arr instanceof BigIntArray) return arr.toArray().map((b) => toSafeNumber(key, b));
+    if (arr instanceof BigIntArray) return arr.toArray().map((b) => toSafeNumber(key, b, this.where(v)));
     return this.mismatch(v, "numeric ARRAY");
   }
 
@@ -331,7 +341,7 @@ export class GgufModel implements Iterable<GgufKv> {
   /** The tensor named `name`; throws TENSOR_MISSING if there is none. */
   tensor(name: string): GgufTensor {
     const t = this.findTensor(name);
-    if (t === undefined) throw new GgufError("TENSOR_MISSING", `no tensor named "${name}"`);
+    if (t === undefined) throw new GgufError("TENSOR_MISSING", `no tensor named "${name}"`, this.where());
     return t;
   }
 
@@ -349,7 +359,7 @@ export class GgufModel implements Iterable<GgufKv> {
   /** Remove a tensor and return it; throws TENSOR_MISSING if absent. */
   dropTensor(name: string): GgufTensor {
     const i = this.indexOf(name);
-    if (i < 0) throw new GgufError("TENSOR_MISSING", `no tensor named "${name}"`);
+    if (i < 0) throw new GgufError("TENSOR_MISSING", `no tensor named "${name}"`, this.where());
     const map = this.nameIndex();
     const dropped = this.tensors.splice(i, 1)[0]!;
     map.delete(name);
@@ -393,7 +403,7 @@ export class GgufModel implements Iterable<GgufKv> {
 
   private indexOfRequired(name: string): number {
     const i = this.indexOf(name);
-    if (i < 0) throw new GgufError("TENSOR_MISSING", `no tensor named "${name}"`);
+    if (i < 0) throw new GgufError("TENSOR_MISSING", `no tensor named "${name}"`, this.where());
     return i;
   }
 
@@ -407,6 +417,7 @@ export class GgufModel implements Iterable<GgufKv> {
       ...(this.source !== undefined ? { source: this.source } : {}),
       dataOffset: this.dataOffset,
       padEmptyHeader: this.padEmptyHeader,
+      kvOffsets: this.kvOffsets,
     });
   }
 }

@@ -56,6 +56,8 @@ export interface ParsedHeader {
   version: number;
   littleEndian: boolean;
   kvs: GgufKv[];
+  /** Where each KV (by index in `kvs`) starts in the file: the offset of its key. */
+  kvOffsets: number[];
   tensors: ParsedTensorInfo[];
   alignment: number;
   /** End of the tensor info section. */
@@ -124,6 +126,7 @@ export class Parser {
   private nKv = 0;
   private nTensors = 0;
   private readonly kvs: GgufKv[] = [];
+  private readonly kvOffsets: number[] = [];
   private readonly seenKeys = new Set<string>();
   private readonly tensors: ParsedTensorInfo[] = [];
   private readonly seenNames = new Set<string>();
@@ -462,6 +465,7 @@ export class Parser {
       version: this.version,
       littleEndian: this.le,
       kvs: this.kvs,
+      kvOffsets: this.kvOffsets,
       tensors: this.tensors,
       alignment: this.alignment,
       headerEnd,
@@ -519,18 +523,21 @@ export class Parser {
     else this.fail("BAD_VALUE_TYPE", `key "${key}" has unknown value type ${type}`, typeAt, "a GGUF value type 0..12");
     this.seenKeys.add(key);
     this.kvs.push({ key, type, value });
+    this.kvOffsets.push(this.base + keyAt); // absolute: the buffer may start past the file's start
     this.nestedArrays += this.nestedInKv;
   }
 
   private checkAlignment(): void {
-    const alignKv = this.kvs.find((kv) => kv.key === GgufKeys.ALIGNMENT);
-    if (alignKv === undefined) return;
+    const i = this.kvs.findIndex((kv) => kv.key === GgufKeys.ALIGNMENT);
+    if (i < 0) return;
+    const alignKv = this.kvs[i]!;
+    const at = this.kvOffsets[i]!;
     if (alignKv.type !== GgufValueType.UINT32) {
-      this.failAt("BAD_ALIGNMENT", `general.alignment has type ${valueTypeName(alignKv.type)}`, 0, "UINT32");
+      this.failAt("BAD_ALIGNMENT", `general.alignment has type ${valueTypeName(alignKv.type)}`, at, "UINT32");
     }
     const alignment = alignKv.value as number;
     if (alignment === 0 || (alignment & (alignment - 1)) !== 0) {
-      this.failAt("BAD_ALIGNMENT", `general.alignment is ${alignment}`, 0, "a power of two");
+      this.failAt("BAD_ALIGNMENT", `general.alignment is ${alignment}`, at, "a power of two");
     }
     this.alignment = alignment;
   }

@@ -33,6 +33,7 @@ function buildModel(h: ParsedHeader, source: ByteSource, owned: ByteSource[], si
     version: h.version,
     littleEndian: h.littleEndian,
     kvs: h.kvs,
+    kvOffsets: new WeakMap(h.kvs.map((kv, i) => [kv, h.kvOffsets[i]!])),
     tensors,
     source,
     dataOffset: h.dataOffset,

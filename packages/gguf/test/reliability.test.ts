@@ -4,8 +4,9 @@ import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { GgmlType, GgufError, GgufModel, readGguf, writeGguf, type ByteSource } from "@compat/gguf";
+import { GgmlType, GgufError, GgufModel, parseGguf, readGguf, writeGguf, type ByteSource } from "@compat/gguf";
 import { COPY_CHUNK } from "../src/tensor-data";
+import { RawGguf } from "./helpers/raw";
 
 let dir: string;
 beforeAll(async () => {
@@ -102,5 +103,58 @@ describe("tensor lookups", () => {
     m.tensors = m.tensors.filter((t) => t.name !== "blk.7.weight");
     expect(m.hasTensor("blk.7.weight")).toBe(false);
     expect(m.findTensor("blk.8.weight")).toBe(m.tensors[7]);
+  });
+});
+
+describe("typed access errors name the file and the key's offset", () => {
+  // header (24 bytes), then "general.name" = "x" (8 + 12 + 4 + 8 + 1 = 33 bytes), then general.architecture as a UINT32
+  const bytes = new RawGguf().header(0, 2).kvStr("general.name", "x").kvU32("general.architecture", 7).build();
+  const keyAt = 24 + 33;
+
+  const expectNamed = (f: () => unknown, source: string, offset?: number) => {
+    let err: unknown;
+    try {
+      f();
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(GgufError);
+    const g = err as GgufError;
+    expect(g.code).toBe("KV_TYPE");
+    expect(g.source).toBe(source);
+    expect(g.offset).toBe(offset);
+    expect(g.message).toContain(source);
+  };
+
+  it("parseGguf and readGguf: KV_TYPE on general.architecture gives the file and where its KV starts", async () => {
+    expect(new TextDecoder().decode(bytes.subarray(keyAt + 8, keyAt + 8 + 20))).toBe("general.architecture");
+    const parsed = parseGguf(bytes, "mem.gguf");
+    expectNamed(() => parsed.getString("general.architecture"), "mem.gguf", keyAt);
+    const path = join(dir, "wrong-arch-type.gguf");
+    await writeFile(path, bytes);
+    const read = await readGguf(path);
+    try {
+      expectNamed(() => read.getString("general.architecture"), path, keyAt);
+      expectNamed(() => read.getString("general.architecture", "fallback"), path, keyAt);
+      expectNamed(() => read.getBool("general.name"), path, 24);
+      // a copy (as the translators edit) still names the file; a KV set since has no offset in it
+      const copy = read.clone();
+      expectNamed(() => copy.getString("general.architecture"), path, keyAt);
+      copy.setU32("general.name", 1);
+      expectNamed(() => copy.getString("general.name"), path, undefined);
+    } finally {
+      await read.close();
+    }
+  });
+
+  it("a missing key or tensor names the file too", () => {
+    const parsed = parseGguf(bytes, "mem.gguf");
+    expect(() => parsed.getU32("nope")).toThrow(/^mem\.gguf: metadata key "nope" is missing/);
+    expect(() => parsed.tensor("nope")).toThrow(/^mem\.gguf: no tensor named "nope"/);
+  });
+
+  it("a general.alignment of the wrong type is reported at its KV, not at offset 0", () => {
+    const bad = new RawGguf().header(0, 2).kvStr("general.name", "x").str("general.alignment").i32(10).u64(32).build();
+    expect(() => parseGguf(bad, "align.gguf")).toThrow(expect.objectContaining({ code: "BAD_ALIGNMENT", offset: keyAt, source: "align.gguf" }));
   });
 });

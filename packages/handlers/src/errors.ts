@@ -13,7 +13,9 @@ export type TranslationErrorCode =
   /** A Q/K tensor's rows do not split into the given heads. */
   | "QK_HEADS"
   /** A translation profile name nobody knows. */
-  | "UNKNOWN_PROFILE";
+  | "UNKNOWN_PROFILE"
+  /** A count in the metadata that the tensors present contradict (a damaged or hostile header). */
+  | "BAD_COUNT";
 
 /** A translation could not be carried out (bad source layout, a failed op, a missing input). */
 export class TranslationError extends Error {

@@ -108,6 +108,8 @@ export class TranslationCache {
     const headerSha256 = sha256(view.layout.header);
     const expect = { size: view.size, headerSha256 };
 
+    // Whatever writers killed earlier left behind goes first, hit or miss.
+    await this.sweepLeftovers();
     const found = await this.verified(key, expect);
     if (found) return found;
 
@@ -172,7 +174,7 @@ export class TranslationCache {
     const removed: string[] = [];
     for (const e of all) {
       if (total <= this.maxBytes) break;
-      if (e.key === keep || (await exists(this.lockPath(e.key)))) continue;
+      if (e.key === keep || (await this.lockedByLive(e.key))) continue;
       await rm(this.entryDir(e.key), { recursive: true, force: true });
       total -= e.size;
       removed.push(e.key);
@@ -214,7 +216,6 @@ export class TranslationCache {
   private async write(key: string, view: TranslatedView, meta: EntryMeta, opts: ObtainOptions): Promise<void> {
     const tmpBase = join(this.dir, "tmp");
     await mkdir(tmpBase, { recursive: true });
-    await this.sweepStaging(tmpBase);
     const staging = join(tmpBase, `${key}.${process.pid}.${randomBytes(4).toString("hex")}`);
     await mkdir(staging);
     try {
@@ -236,12 +237,36 @@ export class TranslationCache {
     }
   }
 
-  /** Staging directories of writers that died (their pid is gone). */
-  private async sweepStaging(tmpBase: string): Promise<void> {
+  /**
+   * What killed writers left: their staging directories (`tmp/<key>.<pid>.<hex>`), their
+   * lock files (a writer killed after its rename, before its unlock, would otherwise keep
+   * its entry from ever being evicted) and their digest memo temp files. Only files of
+   * processes that are gone are touched.
+   */
+  private async sweepLeftovers(): Promise<void> {
+    const tmpBase = join(this.dir, "tmp");
     for (const name of await readdir(tmpBase).catch(() => [] as string[])) {
-      const pid = Number(name.split(".")[1]);
-      if (Number.isInteger(pid) && pid !== process.pid && !alive(pid)) await rm(join(tmpBase, name), { recursive: true, force: true });
+      if (dead(Number(name.split(".")[1]))) await rm(join(tmpBase, name), { recursive: true, force: true });
     }
+    for (const name of await readdir(join(this.dir, "locks")).catch(() => [] as string[])) {
+      if (name.endsWith(".lock")) await this.removeStaleLock(join(this.dir, "locks", name));
+    }
+    for (const name of await readdir(this.dir).catch(() => [] as string[])) {
+      const m = /^digests\.json\.(\d+)\.tmp$/.exec(name);
+      if (m && dead(Number(m[1]))) await rm(join(this.dir, name), { force: true });
+    }
+  }
+
+  /** Removes a lock file whose owner process is gone; true if it did. */
+  private async removeStaleLock(path: string): Promise<boolean> {
+    const owner = Number((await readFile(path, "utf8").catch(() => "")).split(" ")[0]);
+    if (!dead(owner)) return false;
+    await rm(path, { force: true });
+    return true;
+  }
+
+  private async lockedByLive(key: string): Promise<boolean> {
+    return (await exists(this.lockPath(key))) && !(await this.removeStaleLock(this.lockPath(key)));
   }
 
   private lockPath(key: string): string {
@@ -264,11 +289,8 @@ export class TranslationCache {
       } catch (e) {
         if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
       }
+      if (await this.removeStaleLock(path)) continue;
       const owner = Number((await readFile(path, "utf8").catch(() => "")).split(" ")[0]);
-      if (Number.isInteger(owner) && owner > 0 && !alive(owner)) {
-        await rm(path, { force: true });
-        continue;
-      }
       if (Date.now() > deadline) {
         throw new BridgeError("CACHE_LOCK_TIMEOUT", `cache entry ${key} is locked by pid ${owner} for more than ${this.lockTimeoutMs} ms (${path})`, { path });
       }
@@ -301,6 +323,11 @@ export class TranslationCache {
 
 function sha256(bytes: Uint8Array): string {
   return createHash("sha256").update(bytes).digest("hex");
+}
+
+/** A pid (from a file name or lock) of a process that no longer exists; not ours, not garbage. */
+function dead(pid: number): boolean {
+  return Number.isInteger(pid) && pid > 0 && pid !== process.pid && !alive(pid);
 }
 
 function alive(pid: number): boolean {

@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { open, readdir, readFile, stat, writeFile, mkdir } from "node:fs/promises";
+import { open, readdir, readFile, rm, stat, writeFile, mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { readGguf } from "@compat/gguf";
@@ -107,32 +107,53 @@ describe("translation cache", () => {
     const store = await gemmaStore([4]);
     const dir = await temp();
     const model = await store.resolve("gemma3:s4");
-    const results = await Promise.all([0, 1, 2].map(() => prepareModel(model, { cache: new TranslationCache({ dir }), ...noClip })));
-    expect(results.map((r) => r.cacheHit).sort()).toEqual([false, true, true]);
+    const results = await Promise.all(Array.from({ length: 8 }, () => prepareModel(model, { cache: new TranslationCache({ dir }), ...noClip })));
+    expect(results.map((r) => r.cacheHit).sort()).toEqual([false, ...Array<boolean>(7).fill(true)]);
     expect(new Set(results.map((r) => r.modelPath)).size).toBe(1);
     expect(await listDir(join(dir, "locks"))).toEqual([]);
     expect(await listDir(join(dir, "tmp"))).toEqual([]);
   });
 
-  it("concurrent launches in separate processes translate once", async () => {
+  it("8 launches in separate processes: one translation, all succeed, the entry byte-identical to a single run's", async () => {
     const store = await gemmaStore([11]);
     const dir = await temp();
     const script = fileURLToPath(new URL("./prepare-child.ts", import.meta.url));
     const tsx = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
-    const runs = await Promise.all(
-      [0, 1, 2].map(
+    // Hold the entry's lock (as a live writer would) until all eight are past their cache
+    // lookup and waiting for it: then they race for it, whatever their start-up times.
+    const lock = join(dir, "locks", `${new TranslationCache({ dir }).keyFor((await store.resolve("gemma3:s11")).modelDigest!, "text")}.lock`);
+    await mkdir(join(dir, "locks"), { recursive: true });
+    await writeFile(lock, `${process.pid} test`);
+    let waiting = 0;
+    const runs = Promise.all(
+      Array.from(
+        { length: 8 },
         () =>
           new Promise<{ hit: boolean; path: string }>((resolve, reject) => {
-            const child = spawn(process.execPath, ["--import", tsx, script, store.root, "gemma3:s11", dir], { stdio: ["ignore", "pipe", "inherit"] });
+            const child = spawn(process.execPath, ["--import", tsx, script, store.root, "gemma3:s11", dir], { stdio: ["ignore", "pipe", "pipe"] });
             let out = "";
+            let err = "";
             child.stdout.on("data", (d) => (out += d));
-            child.on("close", (code) => (code === 0 ? resolve(JSON.parse(out) as { hit: boolean; path: string }) : reject(new Error(`exit ${code}`))));
+            child.stderr.on("data", (d) => {
+              if (!err.includes("translating") && (err += d).includes("translating")) waiting++;
+            });
+            child.on("close", (code) => (code === 0 ? resolve(JSON.parse(out) as { hit: boolean; path: string }) : reject(new Error(`exit ${code}: ${err}`))));
           }),
       ),
     );
-    expect(runs.filter((r) => !r.hit)).toHaveLength(1);
-    expect(new Set(runs.map((r) => r.path)).size).toBe(1);
+    while (waiting < 8) await new Promise((r) => setTimeout(r, 50));
+    await rm(lock);
+    const done = await runs;
+    expect(done).toHaveLength(8);
+    expect(done.filter((r) => !r.hit)).toHaveLength(1);
+    expect(new Set(done.map((r) => r.path)).size).toBe(1);
     expect(await listDir(join(dir, "locks"))).toEqual([]);
+    expect(await listDir(join(dir, "tmp"))).toEqual([]);
+    expect(await listDir(join(dir, "entries"))).toHaveLength(1);
+    // the same bytes as one launch alone into an empty cache
+    const single = await prepareModel(await store.resolve("gemma3:s11"), { cache: new TranslationCache({ dir: await temp() }), ...noClip });
+    expect(single.cacheHit).toBe(false);
+    expect((await readFile(done[0]!.path)).equals(await readFile(single.modelPath))).toBe(true);
   });
 
   it("an entry is verified before use: a damaged one is written again", async () => {
@@ -176,6 +197,38 @@ describe("translation cache", () => {
     expect(left).toContain((await store.resolve("gemma3:s6")).modelPath);
     expect(left).toContain((await store.resolve("gemma3:s8")).modelPath);
     expect(existsSync(s8.modelPath)).toBe(true);
+  });
+
+  it("a writer killed after its rename, before its unlock: the next launch (a cache hit) removes the dead lock, and the entry can be evicted again", async () => {
+    const store = await gemmaStore([13, 14]);
+    const dir = await temp();
+    const s13 = await store.resolve("gemma3:s13");
+    const first = await prepareModel(s13, { cache: new TranslationCache({ dir }), ...noClip });
+    // what a SIGKILLed writer leaves: its lock on the finished entry, a staging directory, a digest memo temp file
+    const deadPid = await new Promise<number>((resolve) => {
+      const c = spawn(process.execPath, ["-e", ""], { stdio: "ignore" });
+      c.on("exit", () => resolve(c.pid!));
+    });
+    const key = new TranslationCache({ dir }).keyFor(s13.modelDigest!, "text");
+    await writeFile(join(dir, "locks", `${key}.lock`), `${deadPid} 0123456789ab`);
+    await mkdir(join(dir, "tmp", `${key}.${deadPid}.00000000`), { recursive: true });
+    await writeFile(join(dir, "tmp", `${key}.${deadPid}.00000000`, ".model.gguf.tmp"), "partial");
+    await writeFile(join(dir, `digests.json.${deadPid}.tmp`), "{");
+    // a live process's lock is left alone
+    const liveKey = "f".repeat(40);
+    await writeFile(join(dir, "locks", `${liveKey}.lock`), `${process.pid} 0123456789ab`);
+
+    const hit = await prepareModel(s13, { cache: new TranslationCache({ dir }), ...noClip });
+    expect(hit.cacheHit).toBe(true);
+    expect(await listDir(join(dir, "locks"))).toEqual([`${liveKey}.lock`]);
+    expect(await listDir(join(dir, "tmp"))).toEqual([]);
+    expect((await listDir(dir)).filter((n) => n.endsWith(".tmp"))).toEqual([]);
+
+    // and the entry is evictable: a second model with room for one entry replaces it
+    const size = (await stat(first.modelPath)).size;
+    await new Promise((r) => setTimeout(r, 20));
+    await prepareModel(await store.resolve("gemma3:s14"), { cache: new TranslationCache({ dir, maxBytes: size + size / 2 }), ...noClip });
+    expect(existsSync(first.modelPath)).toBe(false);
   });
 
   it("stopped mid-write (abort): typed error, no entry, no staging file, no lock left", async () => {

@@ -1,5 +1,5 @@
 import { GgmlType, GgufValueType } from "@compat/gguf";
-import { type Handler, type Translation } from "@compat/handlers";
+import { TranslationError, type Handler, type Translation } from "@compat/handlers";
 import { zeros } from "@compat/tensor-ops";
 import { asMmproj, embeddedVision } from "../tower";
 
@@ -77,8 +77,14 @@ export const mistral3Clip: Handler = {
  */
 function addImageBreak(t: Translation): void {
   const embd = t.tensor("token_embd.weight");
-  const width = t.getU32("mistral3.embedding_length") ?? embd?.shape[0];
+  // The row is as wide as the text embedding (else the projector's output). The key must
+  // agree: a hostile mistral3.embedding_length of 2^31-1 once sized an 8 GiB zero row.
+  const declared = t.getU32("mistral3.embedding_length");
+  const width = embd?.shape[0] ?? t.tensor("mm.linear_2.weight")?.shape[1];
   if (width === undefined || width === 0) return;
+  if (declared !== undefined && declared !== width) {
+    throw new TranslationError("BAD_COUNT", `mistral3.embedding_length is ${declared} but the text embedding is ${width} wide`);
+  }
   const id = tokenId(t, "[IMG_BREAK]");
   if (embd !== undefined && id !== undefined) {
     t.rowAsF32Tensor(IMG_BREAK, "token_embd.weight", id);

@@ -1,6 +1,6 @@
 import { GgufValueType } from "@compat/gguf";
 import { type Translation } from "@compat/handlers";
-import { mergeVisionQkv, splitPatchEmbedding } from "../qwen-tower";
+import { mergeVisionQkv, splitPatchEmbedding, visionBlockCount } from "../qwen-tower";
 import { asMmproj } from "../tower";
 
 /** Ollama's names, mapped to clip.cpp's (substring, first occurrence, in this order). */
@@ -63,7 +63,7 @@ export function applyQwen35Clip(t: Translation, arch: "qwen35" | "qwen35moe"): v
   t.injectF32Array("clip.vision.image_mean", [0.5, 0.5, 0.5]);
   t.injectF32Array("clip.vision.image_std", [0.5, 0.5, 0.5]);
   // no DeepStack: one false per block, as llama.cpp's converter writes it
-  const blocks = t.getU32("clip.vision.block_count") ?? 0;
+  const blocks = visionBlockCount(t);
   if (!t.has("clip.vision.is_deepstack_layers") && blocks > 0) {
     t.setArray("clip.vision.is_deepstack_layers", GgufValueType.BOOL, Array.from({ length: blocks }, () => false));
   }

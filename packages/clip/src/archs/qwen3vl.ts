@@ -1,6 +1,6 @@
 import { GgufValueType } from "@compat/gguf";
 import { detect, type Handler } from "@compat/handlers";
-import { mergeVisionQkv, splitPatchEmbedding } from "../qwen-tower";
+import { mergeVisionQkv, splitPatchEmbedding, visionBlockCount } from "../qwen-tower";
 import { asMmproj, embeddedVision } from "../tower";
 
 /** Ollama's names for the merger, patch bias and position embedding, mapped to clip.cpp's. */
@@ -68,7 +68,7 @@ export const qwen3vlClip: Handler = {
     t.injectU32("clip.vision.image_max_pixels", 16777216);
     t.injectF32Array("clip.vision.image_mean", [0.5, 0.5, 0.5]);
     t.injectF32Array("clip.vision.image_std", [0.5, 0.5, 0.5]);
-    const blocks = t.getU32("clip.vision.block_count") ?? 0;
+    const blocks = visionBlockCount(t);
     const deepstack = t.getIntArray(`${a}.vision.deepstack_visual_indexes`) ?? [];
     if (!t.has("clip.vision.is_deepstack_layers") && blocks > 0) {
       const mask = Array.from({ length: blocks }, (_, i) => deepstack.includes(i));
