@@ -1,11 +1,10 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdir, open, readdir, readFile, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { GgmlType, layoutGguf } from "@compat/gguf";
-import { findLlamaTools, generateFixture, generateFixtureFiles } from "@compat/testkit";
+import { findLlamaTools, generateFixture, generateFixtureFiles, writeWithZeroTail } from "@compat/testkit";
 import { buildOllamaStore, ModelStore, prepareModel, TranslationCache } from "@compat/server-bridge";
 import { bin, exited, tsx } from "./helpers";
 
@@ -232,21 +231,8 @@ describe("ollama-compat serve (real llama-server)", () => {
     const root = await temp();
     const fixtures = await temp();
     const f = generateFixture("gemma3", { seed: 3, layout: "ollama", variant: "1b" });
-    const big = 768 * 2 ** 20;
-    const zeros = { name: "<zeros>", size: big, read: async (_o: number, n: number) => new Uint8Array(n) };
-    f.text.addTensor({ name: "zz_padding.weight", type: GgmlType.F32, shape: [big / 4], data: { kind: "range", source: zeros, offset: 0, length: big } });
-    const layout = layoutGguf(f.text);
     const path = join(fixtures, "big.gguf");
-    await writeFile(path, layout.header);
-    // tensor bytes: the small ones for real, the big one as a hole
-    const fh = await open(path, "r+");
-    for (const [i, t] of f.text.tensors.entries()) {
-      if (t.name === "zz_padding.weight" || t.data.kind === "computed") continue;
-      const bytes = t.data.kind === "bytes" ? t.data.bytes : await t.data.source.read(t.data.offset, t.data.length);
-      await fh.write(bytes, 0, bytes.length, layout.dataOffset + layout.tensorOffsets[i]!);
-    }
-    await fh.truncate(layout.totalSize);
-    await fh.close();
+    await writeWithZeroTail(f.text, path, 768 * 2 ** 20);
     await buildOllamaStore(root, [{ name: "big:1", model: path }]);
     const cacheDir = await temp();
     const s = start(["serve", "big:1", "--models", root, "--cache-dir", cacheDir, "--llama-server", (await findLlamaTools()).server]);

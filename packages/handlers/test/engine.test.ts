@@ -1,23 +1,16 @@
 import { readFile, readdir } from "node:fs/promises";
 import { join } from "node:path";
-import { GgmlType, GgufModel, GgufValueType, bufferSource, layoutGguf, parseGguf, readGguf, serializeGguf, type ByteSource } from "@compat/gguf";
+import { GgmlType, GgufModel, bufferSource, layoutGguf, parseGguf, readGguf, serializeGguf, type ByteSource } from "@compat/gguf";
 import { Translation, translate, translateModel, type Handler } from "@compat/handlers";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { addF32, onDisk, tempDir } from "./helpers";
+import { addF32, ollamaGemma3Start, onDisk, tempDir } from "./helpers";
 
 const dir = tempDir();
 
 /** A tiny gemma3 file with Ollama's 4B-style quirks: vision tensors inline, no rms eps. */
 function ollamaGemma3(): GgufModel {
-  const m = GgufModel.create();
-  m.setString("general.architecture", "gemma3");
-  m.setU32("gemma3.context_length", 131072);
-  m.setU32("gemma3.mm.tokens_per_image", 256);
-  m.setArray("tokenizer.ggml.tokens", GgufValueType.STRING, ["<pad>", "<eos>", "a", "b", "<image_soft_token>"]);
-  m.setArray("tokenizer.ggml.scores", GgufValueType.FLOAT32, [0, 0, -1, -2, 0]);
-  m.setArray("tokenizer.ggml.token_type", GgufValueType.INT32, [3, 3, 1, 1, 4]);
-  addF32(m, "token_embd.weight", [8, 4], 1);
+  const m = ollamaGemma3Start();
   addF32(m, "mm.mm_input_projection.weight", [8, 8], 2);
   addF32(m, "v.patch_embd.weight", [4, 4], 3);
   addF32(m, "output_norm.weight", [8], 4);

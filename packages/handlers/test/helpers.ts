@@ -1,7 +1,7 @@
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { GgmlType, GgufModel, readGguf, serializeGguf } from "@compat/gguf";
+import { GgmlType, GgufModel, GgufValueType, readGguf, serializeGguf } from "@compat/gguf";
 import { afterAll } from "vitest";
 
 /** A temp dir per test file, removed afterwards. */
@@ -23,6 +23,22 @@ export function f32Bytes(n: number, seed = 0): Uint8Array {
 export function addF32(m: GgufModel, name: string, shape: number[], seed = 0): void {
   const n = shape.reduce((a, b) => a * b, 1);
   m.addTensor({ name, type: GgmlType.F32, shape, data: { kind: "bytes", bytes: f32Bytes(n, seed) } });
+}
+
+/**
+ * The opening of a tiny gemma3 file with Ollama's 4B-style quirks (no rms eps, vision
+ * inline): its keys and an [8, 4] token embedding. Callers add the tensors they need.
+ */
+export function ollamaGemma3Start(): GgufModel {
+  const m = GgufModel.create();
+  m.setString("general.architecture", "gemma3");
+  m.setU32("gemma3.context_length", 131072);
+  m.setU32("gemma3.mm.tokens_per_image", 256);
+  m.setArray("tokenizer.ggml.tokens", GgufValueType.STRING, ["<pad>", "<eos>", "a", "b", "<image_soft_token>"]);
+  m.setArray("tokenizer.ggml.scores", GgufValueType.FLOAT32, [0, 0, -1, -2, 0]);
+  m.setArray("tokenizer.ggml.token_type", GgufValueType.INT32, [3, 3, 1, 1, 4]);
+  addF32(m, "token_embd.weight", [8, 4], 1);
+  return m;
 }
 
 /** Writes a model to disk and reads it back, so tensors are byte ranges of a real file. */

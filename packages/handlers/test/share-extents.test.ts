@@ -9,20 +9,13 @@ import { translate, type TranslatedView } from "@compat/handlers";
 import { generateFixture, runLoaderInSubprocess, writeFixture } from "@compat/testkit";
 import { kernelRangeCopier } from "@compat/tensor-ops";
 import { describe, expect, it } from "vitest";
-import { addF32, onDisk, tempDir } from "./helpers";
+import { addF32, ollamaGemma3Start, onDisk, tempDir } from "./helpers";
 
 const dir = tempDir();
 
 /** Ollama-style gemma3 with inline vision tensors and a few MiB of text weights (a block-odd header). */
 function bigOllamaGemma3(): GgufModel {
-  const m = GgufModel.create();
-  m.setString("general.architecture", "gemma3");
-  m.setU32("gemma3.context_length", 131072);
-  m.setU32("gemma3.mm.tokens_per_image", 256);
-  m.setArray("tokenizer.ggml.tokens", GgufValueType.STRING, ["<pad>", "<eos>", "a", "b", "<image_soft_token>"]);
-  m.setArray("tokenizer.ggml.scores", GgufValueType.FLOAT32, [0, 0, -1, -2, 0]);
-  m.setArray("tokenizer.ggml.token_type", GgufValueType.INT32, [3, 3, 1, 1, 4]);
-  addF32(m, "token_embd.weight", [8, 4], 1);
+  const m = ollamaGemma3Start();
   addF32(m, "v.patch_embd.weight", [1024, 3], 3);
   addF32(m, "blk.0.ffn_up.weight", [1024, 1024], 5);
   // removed tensors of whole blocks keep the copied ones in step (the data section has one shift; a range

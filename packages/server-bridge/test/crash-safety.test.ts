@@ -7,13 +7,12 @@
 // COMPAT_CRASH_RUNS sets the number of kills (default 50).
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
-import { mkdtemp, open, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { GgmlType, layoutGguf } from "@compat/gguf";
-import { Prng, fileDigest, generateFixture, guardSource } from "@compat/testkit";
+import { Prng, fileDigest, generateFixture, guardSource, writeWithZeroTail } from "@compat/testkit";
 import { buildOllamaStore, ModelStore } from "@compat/server-bridge";
 
 const script = fileURLToPath(new URL("./prepare-child.ts", import.meta.url));
@@ -33,19 +32,7 @@ afterAll(async () => {
 /** An Ollama gemma3 file with a 64 MiB zero tensor appended (a hole on disk), so the cache write takes a while. */
 async function bigGemma(path: string): Promise<void> {
   const f = generateFixture("gemma3", { seed: 5, layout: "ollama", variant: "1b" });
-  const big = 64 * 2 ** 20;
-  const zeros = { name: "<zeros>", size: big, read: async (_o: number, n: number) => new Uint8Array(n) };
-  f.text.addTensor({ name: "zz_padding.weight", type: GgmlType.F32, shape: [big / 4], data: { kind: "range", source: zeros, offset: 0, length: big } });
-  const layout = layoutGguf(f.text);
-  await writeFile(path, layout.header);
-  const fh = await open(path, "r+");
-  for (const [i, t] of f.text.tensors.entries()) {
-    if (t.name === "zz_padding.weight" || t.data.kind === "computed") continue;
-    const bytes = t.data.kind === "bytes" ? t.data.bytes : await t.data.source.read(t.data.offset, t.data.length);
-    await fh.write(bytes, 0, bytes.length, layout.dataOffset + layout.tensorOffsets[i]!);
-  }
-  await fh.truncate(layout.totalSize);
-  await fh.close();
+  await writeWithZeroTail(f.text, path, 64 * 2 ** 20);
 }
 
 function prepare(root: string, cacheDir: string) {
