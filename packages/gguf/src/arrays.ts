@@ -182,6 +182,69 @@ export interface RawStrings {
 }
 
 /**
+ * A string array's region as the parser leaves it: checked (every length fits, the bytes
+ * are UTF-8) but not indexed. Walking 762k length prefixes once is the whole cost of a lazy
+ * parse, so item offsets are found again only when an item is read, and only up to it.
+ */
+export class ParsedStrings implements RawStrings {
+  private starts_: Uint32Array | undefined;
+  private lengths_: Uint32Array | undefined;
+  /** Items [0, indexed) are located; the next prefix starts at region offset `next`. */
+  private indexed = 0;
+  private next = 0;
+
+  constructor(
+    readonly region: Uint8Array,
+    readonly count: number,
+    readonly littleEndian: boolean,
+  ) {}
+
+  get starts(): Uint32Array {
+    this.indexUpTo(this.count);
+    return this.starts_!;
+  }
+
+  get lengths(): Uint32Array {
+    this.indexUpTo(this.count);
+    return this.lengths_!;
+  }
+
+  /** Byte offset of item i's bytes in `region`. */
+  startOf(i: number): number {
+    this.indexUpTo(i + 1);
+    return this.starts_![i]!;
+  }
+
+  lengthOf(i: number): number {
+    this.indexUpTo(i + 1);
+    return this.lengths_![i]!;
+  }
+
+  /** Locate items up to (not including) k. The parser has checked every prefix already. */
+  indexUpTo(k: number): void {
+    const starts = (this.starts_ ??= new Uint32Array(this.count));
+    const lengths = (this.lengths_ ??= new Uint32Array(this.count));
+    if (k <= this.indexed) return;
+    const r = this.region;
+    const dv = new DataView(r.buffer, r.byteOffset, r.byteLength);
+    const loAt = this.littleEndian ? 0 : 4;
+    let p = this.next;
+    for (let i = this.indexed; i < k; i++) {
+      const n = dv.getUint32(p + loAt, this.littleEndian);
+      starts[i] = p + 8;
+      lengths[i] = n;
+      p += 8 + n;
+    }
+    this.indexed = k;
+    this.next = p;
+  }
+}
+
+const itemCount = (raw: RawStrings): number => (raw instanceof ParsedStrings ? raw.count : raw.starts.length);
+const itemStart = (raw: RawStrings, i: number): number => (raw instanceof ParsedStrings ? raw.startOf(i) : raw.starts[i]!);
+const itemLength = (raw: RawStrings, i: number): number => (raw instanceof ParsedStrings ? raw.lengthOf(i) : raw.lengths[i]!);
+
+/**
  * STRING items. Parsed arrays stay as raw bytes and decode an item on first access,
  * so a 262k-token vocabulary costs nothing until used and rewrites as one memcpy.
  */
@@ -203,7 +266,7 @@ export class StringArray implements GgufArray {
       const raw = source as RawStrings;
       this.raw = raw;
       this.decoded = undefined;
-      this.length = raw.starts.length;
+      this.length = itemCount(raw);
     }
   }
 
@@ -236,9 +299,9 @@ export class StringArray implements GgufArray {
 
   private decodeAt(i: number): string {
     const raw = this.raw!;
-    const start = raw.starts[i]!;
+    const start = itemStart(raw, i);
     this.decode ??= sliceDecoder(raw.region);
-    return this.decode(start, start + raw.lengths[i]!);
+    return this.decode(start, start + itemLength(raw, i));
   }
 
   toArray(): string[] {
@@ -261,9 +324,10 @@ export class StringArray implements GgufArray {
   head(n: number): StringArray {
     const k = Math.max(0, Math.min(n, this.length));
     if (this.raw === undefined) return new StringArray((this.decoded as string[]).slice(0, k));
-    const { region, starts, lengths, littleEndian } = this.raw;
-    const end = k === 0 ? 0 : starts[k - 1]! + lengths[k - 1]!;
-    const out = new StringArray({ region: region.subarray(0, end), starts: starts.subarray(0, k), lengths: lengths.subarray(0, k), littleEndian });
+    const raw = this.raw;
+    const end = k === 0 ? 0 : itemStart(raw, k - 1) + itemLength(raw, k - 1);
+    const region = raw.region.subarray(0, end);
+    const out = new StringArray(raw instanceof ParsedStrings ? new ParsedStrings(region, k, raw.littleEndian) : { region, starts: raw.starts.subarray(0, k), lengths: raw.lengths.subarray(0, k), littleEndian: raw.littleEndian });
     if (this.decoded !== undefined) out.decoded = this.decoded.slice(0, k);
     return out;
   }
@@ -272,8 +336,8 @@ export class StringArray implements GgufArray {
   bytesAt(i: number): Uint8Array {
     if (i < 0 || i >= this.length) outOfRange(i, this.length);
     if (this.raw !== undefined) {
-      const start = this.raw.starts[i]!;
-      return this.raw.region.subarray(start, start + this.raw.lengths[i]!);
+      const start = itemStart(this.raw, i);
+      return this.raw.region.subarray(start, start + itemLength(this.raw, i));
     }
     return encodeUtf8(this.decoded![i]!);
   }

@@ -5,6 +5,7 @@ import {
   BoolArray,
   NestedArray,
   NumberArray,
+  ParsedStrings,
   StringArray,
   isNumberItemType,
   typedArrayView,
@@ -34,11 +35,20 @@ export const MAX_NESTED_ARRAYS = 1 << 16;
 /** GGML_MAX_DIMS */
 export const MAX_DIMS = 4;
 
-const GGUF_MAGIC = 0x46554747; // "GGUF" read as little-endian u32
+const GGUF_MAGIC = 0x46554747;
+/** Bytes one call of the string walk covers. */
+const SCAN_WINDOW = 1 << 16; // "GGUF" read as little-endian u32
 
 /** Thrown (internally) when the parser needs bytes beyond the current buffer. */
 export class NeedMoreBytes {
-  constructor(readonly minEnd: number) {}
+  /**
+   * `minEnd`: the file must be read up to here for parsing to move on at all.
+   * `expectedEnd`: where the item being read probably ends (a whole string array), for sizing buffers.
+   */
+  constructor(
+    readonly minEnd: number,
+    readonly expectedEnd = minEnd,
+  ) {}
 }
 
 export interface ParsedTensorInfo {
@@ -94,14 +104,14 @@ export function swapBytes(bytes: Uint8Array, size: number): void {
 interface StringScan {
   n: number;
   regionStart: number;
-  starts: Uint32Array;
-  lengths: Uint32Array;
-  /** Next item to scan and where it starts. */
+  /** Next item to scan and where its length prefix starts. */
   i: number;
   p: number;
   /** Start of the current not-yet-validated UTF-8 run, and its first item. */
   segStart: number;
   segFirst: number;
+  /** Where item segFirst's length prefix is (segStart is there or just after it). */
+  segFirstPrefix: number;
 }
 
 /**
@@ -156,6 +166,7 @@ export class Parser {
         st.regionStart += shift;
         st.p += shift;
         st.segStart += shift;
+        st.segFirstPrefix += shift;
       }
     }
     this.base = base;
@@ -340,8 +351,9 @@ export class Parser {
   }
 
   /**
-   * String arrays (vocabularies, merges) are the bulk of a header. Walk the length prefixes,
-   * record where each string lives, and validate UTF-8 with one native call per run of strings.
+   * String arrays (vocabularies, merges) are the bulk of a header. Walk the length prefixes
+   * (checking each, recording nothing: items are located again when read) and validate UTF-8
+   * with one native call per run of strings.
    * If the buffer ends mid-array the progress is kept, and the next attempt continues there.
    */
   stringArray(n: number): StringArray {
@@ -349,59 +361,74 @@ export class Parser {
     this.pendingStrings = undefined;
     if (st === undefined || st.regionStart !== this.pos || st.n !== n) {
       const p = this.pos;
-      st = { n, regionStart: p, starts: new Uint32Array(n), lengths: new Uint32Array(n), i: 0, p, segStart: p, segFirst: 0 };
+      st = { n, regionStart: p, i: 0, p, segStart: p, segFirst: 0, segFirstPrefix: p };
     }
     this.scanStrings(st);
     if (st.i < n) {
       // Validate what is complete now (the next attempt continues after it): with stepped
       // reads this check also runs while the following bytes are being read.
-      this.checkUtf8Run(st.segStart, st.p, st.segFirst, st.i, st.starts, st.lengths, st.regionStart);
-      st.segStart = st.p;
+      this.checkUtf8Run(st, st.p, st.i);
+      st.segStart = st.segFirstPrefix = st.p;
       st.segFirst = st.i;
       this.pendingStrings = st;
       this.moreForStrings(st);
     }
-    this.checkUtf8Run(st.segStart, st.p, st.segFirst, n, st.starts, st.lengths, st.regionStart);
+    this.checkUtf8Run(st, st.p, n);
     this.pos = st.p;
-    return new StringArray({ region: this.bytes.subarray(st.regionStart, st.p), starts: st.starts, lengths: st.lengths, littleEndian: this.le });
+    return new StringArray(new ParsedStrings(this.bytes.subarray(st.regionStart, st.p), n, this.le));
   }
 
   /**
-   * The hot loop: advance over every string fully inside the buffer. Never throws for "need
-   * more". Two DataView loads per item and two stores: nothing is allocated per item.
+   * Advance over every string fully inside the buffer. Never throws for "need more".
+   * Short items go through walkShortItems in windows; this handles what stops it.
    */
   private scanStrings(st: StringScan): void {
-    const dv = this.dv;
-    const le = this.le;
     const end = this.end;
-    // Relative end of the file: a length may not run past it.
-    const fileEnd = this.limits.fileSize - this.base;
-    const { n, starts, lengths, regionStart } = st;
-    const loAt = le ? 0 : 4;
-    const hiAt = le ? 4 : 0;
-    let p = st.p;
-    let i = st.i;
-    while (i < n && p + 8 <= end) {
-      const lo = dv.getUint32(p + loAt, le);
-      const s = p + 8;
-      if (dv.getUint32(p + hiAt, le) !== 0 || lo > MAX_STRING_LENGTH || lo > fileEnd - s) {
-        this.fail("STRING_TOO_LONG", `string ${i} of array has length ${dv.getBigUint64(p, le)} past the end of the file`, p, `at most ${Math.min(MAX_STRING_LENGTH, fileEnd - s)} bytes`);
-      }
-      const e = s + lo;
-      if (e > end) break;
-      if (lo >= 0x80) {
-        // This prefix has a byte >= 0x80, so it cannot sit inside a validated UTF-8 run.
-        this.checkUtf8Run(st.segStart, p, st.segFirst, i, starts, lengths, regionStart);
-        st.segStart = s;
-        st.segFirst = i;
-      }
-      starts[i] = s - regionStart;
-      lengths[i] = lo;
-      p = e;
-      i++;
+    while (st.i < st.n && st.p + 8 <= end) {
+      const from = st.p;
+      // Relative positions: parser positions may be held as doubles, and small integers keep
+      // the walk's arithmetic in integer registers (2.5x faster).
+      const span = Math.min(end - from, SCAN_WINDOW);
+      const dv = new DataView(this.bytes.buffer, this.bytes.byteOffset + from, span);
+      const q = this.le ? walkShortItemsLE(dv, 0, st.i, st.n, span) : walkShortItemsBE(dv, 0, st.i, st.n, span);
+      st.p = from + q;
+      st.i = walkedTo;
+      if (st.i < st.n && q + 8 > span && span < end - from) continue; // the window ended, not the buffer
+      if (st.i >= st.n || st.p + 8 > end) break;
+      if (!this.longItem(st)) break;
     }
-    st.p = p;
-    st.i = i;
+  }
+
+  /**
+   * The item at st.p stopped the walk: long (its prefix has a byte >= 0x80), bad, or not
+   * wholly in the buffer. Checks it and steps over it if it is there; false if it is cut.
+   */
+  private longItem(st: StringScan): boolean {
+    const p = st.p;
+    const i = st.i;
+    const lo = this.dv.getUint32(this.le ? p : p + 4, this.le);
+    const hi = this.dv.getUint32(this.le ? p + 4 : p, this.le);
+    const room = this.limits.fileSize - this.base - (p + 8);
+    if (hi !== 0 || lo > MAX_STRING_LENGTH || lo > room) this.badStringLength(p, i);
+    if (p + 8 + lo > this.end) return false;
+    // A prefix with a byte >= 0x80 cannot sit inside a validated UTF-8 run.
+    if (lo >= 0x80) this.splitUtf8Run(st, p, i);
+    st.p = p + 8 + lo;
+    st.i = i + 1;
+    return true;
+  }
+
+  private badStringLength(p: number, i: number): never {
+    const room = this.limits.fileSize - this.base - (p + 8);
+    return this.fail("STRING_TOO_LONG", `string ${i} of array has length ${this.dv.getBigUint64(p, this.le)} past the end of the file`, p, `at most ${Math.min(MAX_STRING_LENGTH, room)} bytes`);
+  }
+
+  /** Validate the run before item i's prefix (at p) and start the next run at item i's bytes. */
+  private splitUtf8Run(st: StringScan, p: number, i: number): void {
+    this.checkUtf8Run(st, p, i);
+    st.segStart = p + 8;
+    st.segFirst = i;
+    st.segFirstPrefix = p;
   }
 
   /** Out of buffer inside a string array: ask for enough to finish it, judging by the items so far. */
@@ -415,18 +442,23 @@ export class Parser {
       this.fail("TRUNCATED", "file ends inside string array", p, `${need} more bytes, file has ${Math.max(0, fileSize - abs)}`);
     }
     const avg = Math.max(8, (p + need - st.regionStart) / (st.i + 1));
-    throw new NeedMoreBytes(Math.min(fileSize, Math.max(abs + need, Math.ceil(abs + (st.n - st.i) * avg * 1.1))));
+    throw new NeedMoreBytes(abs + need, Math.min(fileSize, Math.max(abs + need, Math.ceil(abs + (st.n - st.i) * avg * 1.1))));
   }
 
   /**
-   * Validate bytes[from, to): strings separated by ASCII-only length prefixes. Because every
-   * string is bounded by ASCII bytes or the run's ends, the run is valid iff each string is.
+   * Validate the current run, bytes[st.segStart, to): items segFirst..last-1 separated by
+   * ASCII-only length prefixes. Because every string is bounded by ASCII bytes or the run's
+   * ends, the run is valid iff each string is; when it is not, the walk finds which one.
    */
-  private checkUtf8Run(from: number, to: number, first: number, last: number, starts: Uint32Array, lengths: Uint32Array, base: number): void {
+  private checkUtf8Run(st: StringScan, to: number, last: number): void {
+    const from = st.segStart;
     if (isValidUtf8(this.bytes, from, to)) return;
-    for (let i = first; i < last; i++) {
-      const s = base + starts[i]!;
-      if (!isValidUtf8(this.bytes, s, s + lengths[i]!)) this.fail("INVALID_UTF8", `string ${i} of array is not valid UTF-8`, s);
+    let p = st.segFirstPrefix;
+    for (let i = st.segFirst; i < last; i++) {
+      const len = this.dv.getUint32(this.le ? p : p + 4, this.le);
+      const s = p + 8;
+      if (!isValidUtf8(this.bytes, s, s + len)) this.fail("INVALID_UTF8", `string ${i} of array is not valid UTF-8`, s);
+      p = s + len;
     }
     this.fail("INVALID_UTF8", "string array is not valid UTF-8", from);
   }
@@ -581,6 +613,41 @@ export class Parser {
     this.seenNames.add(name);
     this.tensors.push({ name, type, shape, offset, byteSize, infoOffset });
   }
+}
+
+/** Item index the last walkShortItems call stopped at (it returns the position). */
+let walkedTo = 0;
+
+/**
+ * The hot loop of a header parse: step over string items [i, n) from position q while each
+ * is short (length < 0x80, so its prefix is ASCII and cannot break a UTF-8 run) and wholly
+ * inside [0, stop). Stops before any other item for the caller to look at. It is this small,
+ * and runs over a window per call, so that the engine optimizes it within a few calls: a
+ * cold process walks most of a vocabulary before a large function would be compiled.
+ */
+function walkShortItemsLE(dv: DataView, q: number, i: number, n: number, stop: number): number {
+  while (i < n && q + 8 <= stop) {
+    const len = dv.getUint32(q, true);
+    const next = q + 8 + len;
+    if (len >= 0x80 || next > stop || dv.getUint32(q + 4, true) !== 0) break;
+    q = next;
+    i++;
+  }
+  walkedTo = i;
+  return q;
+}
+
+/** walkShortItemsLE for big-endian files. */
+function walkShortItemsBE(dv: DataView, q: number, i: number, n: number, stop: number): number {
+  while (i < n && q + 8 <= stop) {
+    const len = dv.getUint32(q + 4, false);
+    const next = q + 8 + len;
+    if (len >= 0x80 || next > stop || dv.getUint32(q, false) !== 0) break;
+    q = next;
+    i++;
+  }
+  walkedTo = i;
+  return q;
 }
 
 /**

@@ -4,6 +4,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { GgufModel, GgufValueType, parseGguf, serializeGguf } from "@compat/gguf";
+import type { StringArray } from "@compat/gguf/advanced";
 import { decodeUtf8, sliceDecoder } from "../src/utf8";
 
 const item = fc.oneof(
@@ -17,7 +18,7 @@ const item = fc.oneof(
 async function parsed(items: string[], littleEndian: boolean) {
   const m = GgufModel.create({ littleEndian });
   m.setArray("k", GgufValueType.STRING, items);
-  return parseGguf(await serializeGguf(m)).getArray("k");
+  return parseGguf(await serializeGguf(m)).getArray("k") as StringArray;
 }
 
 describe("decoding parsed string arrays", () => {
@@ -27,6 +28,13 @@ describe("decoding parsed string arrays", () => {
         expect((await parsed(items, le)).toArray()).toEqual(items);
         const fresh = await parsed(items, le);
         expect(Array.from({ length: items.length }, (_, i) => fresh.at(i))).toEqual(items);
+        // items are located on demand: any access order, heads and raw bytes agree
+        const backwards = await parsed(items, le);
+        expect(Array.from({ length: items.length }, (_, i) => backwards.at(items.length - 1 - i)).reverse()).toEqual(items);
+        const k = items.length >> 1;
+        expect((await parsed(items, le)).head(k).toArray()).toEqual(items.slice(0, k));
+        const raw = await parsed(items, le);
+        expect(Array.from({ length: items.length }, (_, i) => Buffer.from(raw.bytesAt(i)).toString())).toEqual(items);
         const { region, starts, lengths } = (fresh as unknown as { raw: { region: Uint8Array; starts: Uint32Array; lengths: Uint32Array } }).raw;
         const node = sliceDecoder(region);
         expect(Array.from(starts, (s, i) => node(s, s + lengths[i]!))).toEqual(items);

@@ -70,4 +70,28 @@ describe("stepped header reads", () => {
     await expect(readGguf(source, { initialChunk: 4096 })).rejects.toMatchObject({ name: "GgufError", code: direct.code, offset: direct.offset });
     expect(inFlight()).toBe(0);
   });
+
+  it("report a bad UTF-8 item with the same error wherever the reads and runs are cut", async () => {
+    const bytes = await bigHeader();
+    const merges = parseGguf(bytes).getArray("tokenizer.ggml.merges") as unknown as { raw: { region: Uint8Array; starts: Uint32Array } };
+    const regionAt = merges.raw.region.byteOffset - bytes.byteOffset;
+    for (const item of [0, 1, 17_000, 39_999]) {
+      const bad = bytes.slice();
+      bad[regionAt + merges.raw.starts[item]!] = 0xff; // never valid in UTF-8
+      const direct = (() => {
+        try {
+          parseGguf(bad);
+        } catch (e) {
+          return e as { code: string; offset: number };
+        }
+        throw new Error("expected a parse error");
+      })();
+      expect(direct).toMatchObject({ code: "INVALID_UTF8", offset: regionAt + merges.raw.starts[item]! });
+      for (const initialChunk of [64, 4096, 700_001]) {
+        const { source, inFlight } = recording(bad);
+        await expect(readGguf(source, { initialChunk })).rejects.toMatchObject({ code: "INVALID_UTF8", offset: direct.offset });
+        expect(inFlight()).toBe(0);
+      }
+    }
+  });
 });
