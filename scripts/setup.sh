@@ -11,4 +11,4 @@ npm ci --no-audit --no-fund
 npm run build
 LLAMA_BIN=$(bash scripts/build-llama-tools.sh)
 export LLAMA_BIN
-LLAMA_SERVER="$LLAMA_BIN/llama-server" node packages/cli/dist/bin.js demo "$@"
+LLAMA_SERVER="$LLAMA_BIN/llama-server" node packages/cli/dist/bin.cjs demo "$@"

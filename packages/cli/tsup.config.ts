@@ -10,8 +10,8 @@ const define = { __CLI_VERSION__: JSON.stringify(version) };
 export default [
   // The library (@compat/cli): ESM + CJS + types, sibling packages external, as every package.
   packageBuild({ entry: ["src/index.ts"], clean: false, define }),
-  // dist/bin.js: the small ESM loader of dist/cli.cjs (src/bin.ts); only Node built-ins outside it.
-  packageBuild({ entry: ["src/bin.ts"], format: ["esm"], dts: false, clean: false, splitting: false }),
+  // dist/bin.cjs: the small CommonJS loader of dist/cli.cjs (src/bin.ts); only Node built-ins outside it.
+  packageBuild({ entry: ["src/bin.ts"], format: ["cjs"], dts: false, clean: false, splitting: false }),
   // dist/cli.cjs: the command line in one CommonJS file with its dependencies inlined, so the
   // binary resolves no modules and V8 can use a code cache for all of it (src/bin.ts). Each
   // command's modules stay lazy: esbuild initialises a dynamically imported module on first use.

@@ -23,7 +23,7 @@ import { writeManyTensors, writeVisionBlob, writeVocabHeader } from "./files";
 const ROOT = new URL("../..", import.meta.url).pathname;
 const RUNS = Number(process.env.BENCH_RUNS ?? 5);
 const BLOB_MIB = Number(process.env.BENCH_BLOB_MIB ?? 2048);
-const CLI = join(ROOT, "packages/cli/dist/bin.js");
+const CLI = join(ROOT, "packages/cli/dist/bin.cjs");
 const PRELOAD = join(ROOT, "scripts/bench/preload.cjs");
 const dir = process.env.BENCH_DIR ?? join(tmpdir(), "ollama-compat-bench");
 mkdirSync(dir, { recursive: true });

@@ -1,5 +1,5 @@
 /**
- * Build step after tsup: writes dist/cli.cjs.cache, the V8 code cache dist/bin.js hands to V8
+ * Build step after tsup: writes dist/cli.cjs.cache, the V8 code cache dist/bin.cjs hands to V8
  * with dist/cli.cjs. The bundle is loaded exactly as the binary loads it (src/bundle-loader.ts),
  * then the common commands run in this process on a tiny Ollama-style gemma3 file (--help,
  * inspect, detect, translate --dry-run and a real translate), so the cache holds the functions

@@ -3,7 +3,7 @@ import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { Script } from "node:vm";
 
-/** dist/cli.cjs (the command line in one CommonJS bundle) and its V8 code cache, beside dist/bin.js. */
+/** dist/cli.cjs (the command line in one CommonJS bundle) and its V8 code cache, beside dist/bin.cjs. */
 export const CLI_BUNDLE = "cli.cjs";
 export const CODE_CACHE = "cli.cjs.cache";
 

@@ -3,7 +3,7 @@ import { constants } from "node:os";
 import { pendingTempFiles } from "@compat/gguf";
 import { runCli } from "./cli";
 
-/** The command line's own entry (dist/cli.cjs, loaded by bin.js); runCli is exported for the build's code-cache warm-up. */
+/** The command line's own entry (dist/cli.cjs, loaded by bin.cjs); runCli is exported for the build's code-cache warm-up. */
 export { runCli };
 
 /** Runs the command on process.argv: signal cleanup, quiet EPIPE, the exit code. */

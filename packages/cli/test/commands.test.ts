@@ -1,5 +1,5 @@
 /**
- * The whole command as a user runs it: the BUILT binary (dist/bin.js, built here when
+ * The whole command as a user runs it: the BUILT binary (dist/bin.cjs, built here when
  * missing) in its own process, against testkit fixtures and a fake Ollama store on disk;
  * the progress bar through a real pseudo-terminal (util-linux `script`); llama.cpp's
  * own llama-server for verify, export and demo.
@@ -25,9 +25,9 @@ interface V8Script {
 }
 
 const pkg = fileURLToPath(new URL("..", import.meta.url));
-const bin = join(pkg, "dist", "bin.js");
+const bin = join(pkg, "dist", "bin.cjs");
 
-/** Runs the built binary (dist/bin.js) in its own process. */
+/** Runs the built binary (dist/bin.cjs) in its own process. */
 function cli(args: string[], env: Record<string, string | undefined> = {}): Promise<Run> {
   return runToEnd(spawn(process.execPath, [bin, ...args], { env: { ...process.env, NO_COLOR: undefined, ...env }, stdio: ["ignore", "pipe", "pipe"] }));
 }
