@@ -7,6 +7,7 @@
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync, truncateSync } from "node:fs";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { SourceMap, type SourceMapPayload } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -112,12 +113,23 @@ describe("conventions", () => {
   });
 
   it("--help and inspect load no handler, clip or server code: every command's dependencies are imported when it runs", async () => {
-    // dist/cli.cjs inlines every dependency, each module under a `// <path>` line, and esbuild
-    // initialises a dynamically imported module on its first use. V8's coverage of real runs
-    // shows which modules' functions ran at all.
+    // dist/cli.cjs inlines every dependency (minified) and esbuild initialises a dynamically
+    // imported module on its first use. V8's coverage of real runs shows which functions ran at
+    // all; the bundle's source map names the source file each one comes from.
     const bundle = join(pkg, "dist", "cli.cjs");
     const source = readFileSync(bundle, "utf8");
-    const sections = [...source.matchAll(/^\/\/ (\S+)$/gm)].map((m) => ({ path: m[1]!, start: m.index! }));
+    const map = new SourceMap(JSON.parse(readFileSync(`${bundle}.map`, "utf8")) as SourceMapPayload);
+    const lineStarts = [0, ...Array.from(source.matchAll(/\n/g), (m) => m.index! + 1)];
+    const lineColumn = (at: number): [number, number] => {
+      let lo = 0;
+      let hi = lineStarts.length - 1;
+      while (lo < hi) {
+        const mid = (lo + hi + 1) >> 1;
+        if (lineStarts[mid]! <= at) lo = mid;
+        else hi = mid - 1;
+      }
+      return [lo, at - lineStarts[lo]!];
+    };
     const ran = async (args: string[]): Promise<string[]> => {
       const cov = await mkdtemp(join(dir, "coverage-"));
       expect((await cli(args, { NODE_V8_COVERAGE: cov })).code, args.join(" ")).toBe(0);
@@ -130,16 +142,18 @@ describe("conventions", () => {
       for (const fn of script.functions) {
         const at = fn.ranges[0]!.startOffset - offset;
         if (fn.ranges[0]!.count === 0 || at < 0) continue;
-        const section = sections.filter((s) => s.start <= at).pop();
-        if (section !== undefined) paths.add(section.path);
+        const entry = map.findEntry(...lineColumn(at));
+        const original = "originalSource" in entry ? entry.originalSource : undefined;
+        if (original !== undefined) paths.add(original);
       }
       return [...paths];
     };
-    const packagesRun = (paths: string[]) => [...new Set(paths.filter((p) => p.startsWith("../")).map((p) => p.split("/")[1]!))].sort();
+    // the packages' own sources sit at ../../<package>/src/… from dist/
+    const packagesRun = (paths: string[]) => [...new Set(paths.filter((p) => p.startsWith("../../") && !p.includes("node_modules")).map((p) => p.split("/")[2]!))].sort();
     expect(packagesRun(await ran(["--help"]))).toEqual(["gguf"]);
     const inspect = await ran(["inspect", ollama]);
     expect(packagesRun(inspect)).toEqual(["gguf"]);
-    expect(inspect).toContain("src/commands/inspect.ts");
+    expect(inspect).toContain("../src/commands/inspect.ts");
     // and the check sees a command's dependencies when they do run
     expect(packagesRun(await ran(["detect", vision]))).toEqual(expect.arrayContaining(["clip", "gguf", "handlers"]));
   });
