@@ -1,6 +1,6 @@
 import { GgufError } from "./errors";
 import { GgufValueType, type GgufArray, type GgufValue } from "./types";
-import { encodeUtf8, sliceDecoder } from "./utf8";
+import { decodeItems, encodeUtf8, sliceDecoder } from "./utf8";
 
 export type NumberTypedArray =
   | Uint8Array
@@ -309,9 +309,7 @@ export class StringArray implements GgufArray {
     if (this.decoded === undefined) {
       // Decode everything in one pass and keep it as the cache.
       const { region, starts, lengths } = this.raw;
-      const decode = (this.decode ??= sliceDecoder(region));
-      const all: string[] = [];
-      for (let i = 0; i < this.length; i++) all.push(decode(starts[i]!, starts[i]! + lengths[i]!));
+      const all = decodeItems(region, starts, lengths);
       this.decoded = all;
       return all.slice();
     }
