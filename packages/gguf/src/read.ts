@@ -71,12 +71,16 @@ export function parseGguf(bytes: Uint8Array | ArrayBuffer, name = "<buffer>", op
 }
 
 /**
- * A zeroed header buffer. Zeroed, so that room never read shows no stale memory through a
- * view's `.buffer`; and zeroing at allocation is free where it matters most: a large buffer
- * in a new process is fresh pages from the kernel, and pages never read are never touched
- * (filling the unread tail afterwards cost a short-lived CLI run about 3 ms of page faults).
+ * A header buffer, not zeroed: every byte is read into or zeroed before the buffer is handed
+ * out. Zeroing at allocation costs a memset of the whole buffer once memory is recycled, and
+ * buffers are sized to end near the header (see readFromSource), so little is left to zero.
  */
-const headerBuffer = (n: number): Uint8Array => new Uint8Array(n);
+function headerBuffer(n: number): Uint8Array {
+  const B = (globalThis as { Buffer?: { allocUnsafeSlow(n: number): Uint8Array } }).Buffer;
+  if (B === undefined) return new Uint8Array(n);
+  const b = B.allocUnsafeSlow(n);
+  return new Uint8Array(b.buffer, b.byteOffset, b.length);
+}
 
 /** Bytes per read once the header is known to be large. */
 const READ_STEP = 1 << 20;
@@ -198,8 +202,12 @@ async function readFromSource(source: ByteSource, owned: ByteSource[], opts: Rea
         if (!(e instanceof NeedMoreBytes)) throw e;
         const { minEnd, expectedEnd } = e;
         if (minEnd > sb.cap || (expectedEnd > sb.cap && sb.issued === sb.cap)) {
-          // Grow geometrically so a big vocabulary costs a handful of buffers, never past EOF.
-          sb.grow(parser.resumeAt(), Math.min(size, Math.max(sb.cap * 2, Math.ceil(expectedEnd * 1.25))));
+          // Size the next buffer to end near what the parser expects: the unread end is zeroed at
+          // the end, and touching memory is what a short run pays for. It starts at the entry
+          // being parsed, so only that entry is copied, and at least doubles that entry's bytes,
+          // so a run of low estimates still costs linear time.
+          const keep = parser.resumeAt();
+          sb.grow(keep, Math.min(size, Math.max(minEnd, expectedEnd + READ_AHEAD, keep + 2 * (sb.filled - keep))));
         }
         const target = Math.max(minEnd, expectedEnd + READ_AHEAD);
         // As many steps as it takes to reach minEnd (at least one: minEnd is past what was parsed).
