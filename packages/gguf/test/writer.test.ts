@@ -156,6 +156,55 @@ describe("writeGguf copyRange hook (in-kernel copies of untouched file ranges)",
   });
 });
 
+describe("write-behind flushes", () => {
+  it("keep running while a copier that finishes on the calling thread copies a long range", async () => {
+    const { readGguf } = await import("@compat/gguf");
+    const { open: openHandle } = await import("node:fs/promises");
+    const { closeSync, openSync, ftruncateSync } = await import("node:fs");
+    const dir = await mkdtemp(join(tmpdir(), "gguf-behind-"));
+    // the flushes go through FileHandle#datasync: count the calls on the prototype
+    const probe = await openHandle(join(dir, "probe"), "w");
+    const proto = Object.getPrototypeOf(probe) as { datasync(): Promise<void> };
+    await probe.close();
+    const original = proto.datasync;
+    let flushes = 0;
+    proto.datasync = function (this: unknown) {
+      flushes++;
+      return original.call(this);
+    };
+    try {
+      // a 320 MiB tensor over a sparse source: five write-behind stretches
+      const size = 320 * 1024 * 1024;
+      const data = join(dir, "zeros.bin");
+      const fd = openSync(data, "w");
+      ftruncateSync(fd, size);
+      closeSync(fd);
+      const src = GgufModel.create();
+      src.setString("general.architecture", "x");
+      const { fileSource } = await import("@compat/gguf");
+      src.addTensor({ name: "big", type: GgmlType.I8, shape: [size], data: { kind: "range", source: await fileSource(data), offset: 0, length: size } });
+      await writeGguf(src, join(dir, "src.gguf"));
+      const m = await readGguf(join(dir, "src.gguf"));
+      m.setString("general.name", "edited");
+      flushes = 0;
+      // like the native copy_file_range binding: it blocks this thread for the copy's duration
+      // (40 ms a piece here) and is done before it returns, leaving no I/O on the thread pool
+      const copyRange = (_srcFd: number, _srcOffset: number, dstFd: number, dstOffset: number, length: number) => {
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 40);
+        ftruncateSync(dstFd, dstOffset + length);
+        return Promise.resolve(true);
+      };
+      await writeGguf(m, join(dir, "out.gguf"), { copyRange });
+      await m.close();
+      // one flush at a time; without turns of the event loop the first one is never seen to end
+      expect(flushes).toBeGreaterThanOrEqual(2);
+    } finally {
+      proto.datasync = original;
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 /** A copier doing with read/write what copy_file_range does, recording each length. */
 function kernelLikeCopier(calls: number[]) {
   return async (srcFd: number, srcOffset: number, dstFd: number, dstOffset: number, length: number): Promise<boolean> => {
