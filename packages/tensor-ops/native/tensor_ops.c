@@ -516,6 +516,67 @@ static napi_value clone_range_js(napi_env env, napi_callback_info info) {
     return result;
 }
 
+/*
+ * resampleGrid(src: Float32Array, dst: Float32Array, e, sh, sw, dh, dw) -> true.
+ * Bilinear, align-corners resample of a position grid [e, sh*sw] into [e, dh*dw], in the order
+ * src/layout/arith.ts (and Ollama's loader) uses: coordinates in double, weights and blends in
+ * float. Float products and sums are correctly rounded like JS's fround of the double result
+ * (a double holds them exactly or rounds innocuously: 53 >= 2*24+2), and -ffp-contract=off keeps
+ * the compiler from fusing them, so the output is bit-identical to the JS kernel.
+ */
+static double align_corners(int64_t t, int64_t to, int64_t from) {
+    return to <= 1 ? 0.0 : (double) (t * (from - 1)) / (double) (to - 1);
+}
+
+static void resample_grid(const float *src, float *dst, int64_t e, int64_t sh, int64_t sw, int64_t dh, int64_t dw) {
+    for (int64_t y = 0; y < dh; y++) {
+        const double sy = align_corners(y, dh, sh);
+        const int64_t y0 = (int64_t) sy /* floor: sy >= 0 */, y1 = y0 + 1 < sh ? y0 + 1 : sh - 1;
+        const float wy = (float) (sy - (double) y0), wy1 = (float) (1.0 - (double) wy);
+        for (int64_t x = 0; x < dw; x++) {
+            const double sx = align_corners(x, dw, sw);
+            const int64_t x0 = (int64_t) sx, x1 = x0 + 1 < sw ? x0 + 1 : sw - 1;
+            const float wx = (float) (sx - (double) x0), wx1 = (float) (1.0 - (double) wx);
+            const float *p00 = src + (y0 * sw + x0) * e, *p01 = src + (y0 * sw + x1) * e;
+            const float *p10 = src + (y1 * sw + x0) * e, *p11 = src + (y1 * sw + x1) * e;
+            float *o = dst + (y * dw + x) * e;
+            for (int64_t k = 0; k < e; k++) {
+                const float top = p00[k] * wx1 + p01[k] * wx;
+                const float bottom = p10[k] * wx1 + p11[k] * wx;
+                o[k] = top * wy1 + bottom * wy;
+            }
+        }
+    }
+}
+
+static napi_value resample_grid_js(napi_env env, napi_callback_info info) {
+    size_t argc = 7;
+    napi_value argv[7], result;
+    double d[5];
+    CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+    if (argc < 7) { napi_throw_type_error(env, NULL, "resampleGrid(src, dst, e, sh, sw, dh, dw)"); return NULL; }
+    for (int i = 0; i < 5; i++) {
+        if (napi_get_value_double(env, argv[2 + i], &d[i]) != napi_ok || !(d[i] >= 1) || d[i] > 2147483647.0 || d[i] != (double) (int64_t) d[i]) {
+            napi_throw_range_error(env, NULL, "resampleGrid: sizes must be positive integers");
+            return NULL;
+        }
+    }
+    napi_typedarray_type st, dt;
+    size_t slen, dlen, soff, doff;
+    void *sdata, *ddata;
+    napi_value sbuf, dbuf;
+    CHECK(napi_get_typedarray_info(env, argv[0], &st, &slen, &sdata, &sbuf, &soff));
+    CHECK(napi_get_typedarray_info(env, argv[1], &dt, &dlen, &ddata, &dbuf, &doff));
+    const int64_t e = (int64_t) d[0], sh = (int64_t) d[1], sw = (int64_t) d[2], dh = (int64_t) d[3], dw = (int64_t) d[4];
+    if (st != napi_float32_array || dt != napi_float32_array || (int64_t) slen != e * sh * sw || (int64_t) dlen != e * dh * dw) {
+        napi_throw_range_error(env, NULL, "resampleGrid: Float32Arrays of e*sh*sw and e*dh*dw values expected");
+        return NULL;
+    }
+    resample_grid((const float *) sdata, (float *) ddata, e, sh, sw, dh, dw);
+    CHECK(napi_get_boolean(env, 1, &result));
+    return result;
+}
+
 static napi_value init(napi_env env, napi_value exports) {
     select_kernels(1);
     napi_property_descriptor props[] = {
@@ -525,6 +586,7 @@ static napi_value init(napi_env env, napi_value exports) {
         {"setIsa", NULL, set_isa, NULL, NULL, NULL, napi_default, NULL},
         {"copyFileRange", NULL, copy_file_range_js, NULL, NULL, NULL, napi_default, NULL},
         {"cloneRange", NULL, clone_range_js, NULL, NULL, NULL, napi_default, NULL},
+        {"resampleGrid", NULL, resample_grid_js, NULL, NULL, NULL, napi_default, NULL},
     };
     CHECK(napi_define_properties(env, exports, sizeof props / sizeof props[0], props));
     return exports;

@@ -26,6 +26,8 @@ export interface NativeAddon {
   copyFileRange?(fdIn: number, offIn: number, fdOut: number, offOut: number, length: number): number;
   /** FICLONERANGE: 0 or -errno (absent in older builds). */
   cloneRange?(fdIn: number, offIn: number, fdOut: number, offOut: number, length: number): number;
+  /** Bilinear align-corners position-grid resample, bit-identical to the JS kernel (absent in older builds). */
+  resampleGrid?(src: Float32Array, dst: Float32Array, embedding: number, srcHeight: number, srcWidth: number, dstHeight: number, dstWidth: number): boolean;
 }
 
 let loaded: NativeAddon | null | undefined;

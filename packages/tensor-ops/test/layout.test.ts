@@ -15,6 +15,7 @@ import {
   permute,
   permuteQK,
   resamplePositionGrid,
+  setBackend,
   split,
   stack,
   TensorOpsError,
@@ -230,7 +231,51 @@ describe("addScalar", () => {
   });
 });
 
+/** The blend written out per value (four neighbours, Ollama's order): the oracle for the row-sharing implementation. */
+function resampleDirect(src: Float32Array, e: number, sh: number, sw: number, dh: number, dw: number): Float32Array {
+  const at = (t: number, to: number, from: number) => (to <= 1 ? 0 : (t * (from - 1)) / (to - 1));
+  const f = Math.fround;
+  const out = new Float32Array(e * dh * dw);
+  for (let y = 0; y < dh; y++) {
+    const sy = at(y, dh, sh);
+    const y0 = Math.floor(sy);
+    const y1 = Math.min(y0 + 1, sh - 1);
+    const wy = f(sy - y0);
+    const wy1 = f(1 - wy);
+    for (let x = 0; x < dw; x++) {
+      const sx = at(x, dw, sw);
+      const x0 = Math.floor(sx);
+      const x1 = Math.min(x0 + 1, sw - 1);
+      const wx = f(sx - x0);
+      const wx1 = f(1 - wx);
+      for (let k = 0; k < e; k++) {
+        const v = (yy: number, xx: number) => src[(yy * sw + xx) * e + k]!;
+        const top = f(f(v(y0, x0) * wx1) + f(v(y0, x1) * wx));
+        const bottom = f(f(v(y1, x0) * wx1) + f(v(y1, x1) * wx));
+        out[(y * dw + x) * e + k] = f(top * wy1) + f(bottom * wy);
+      }
+    }
+  }
+  return out;
+}
+
 describe("resamplePositionGrid", () => {
+  it.each(["js", "auto"] as const)("property: gives the bits of the four-neighbour blend for any grid and sizes (fast-check, %s backend)", (backend) => {
+    setBackend(backend);
+    fc.assert(
+      fc.property(
+        fc.record({ e: fc.integer({ min: 1, max: 5 }), sh: fc.integer({ min: 1, max: 9 }), sw: fc.integer({ min: 1, max: 9 }), dh: fc.integer({ min: 1, max: 14 }), dw: fc.integer({ min: 1, max: 14 }) }),
+        fc.integer(),
+        ({ e, sh, sw, dh, dw }, seed) => {
+          const src = Float32Array.from({ length: e * sh * sw }, (_, i) => Math.sin(seed + i * 12.9898) * 1000);
+          const got = resamplePositionGrid(src, { embedding: e, srcHeight: sh, srcWidth: sw, dstHeight: dh, dstWidth: dw });
+          expect(new Uint32Array(got.buffer)).toEqual(new Uint32Array(resampleDirect(src, e, sh, sw, dh, dw).buffer));
+        },
+      ),
+      { numRuns: 500 },
+    );
+    setBackend("auto");
+  });
   it("is the identity when the size does not change", () => {
     const src = Float32Array.from({ length: 3 * 4 * 4 }, (_, i) => Math.sin(i));
     expect(resamplePositionGrid(src, { embedding: 3, srcHeight: 4, srcWidth: 4, dstHeight: 4, dstWidth: 4 })).toEqual(src);

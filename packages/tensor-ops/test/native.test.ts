@@ -2,7 +2,7 @@
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { beforeAll, describe, expect, it } from "vitest";
-import { activeBackend, backendInfo, GgmlTypeId as T, setBackend, toF32Into, toF32IntoJs, blockLayout } from "../src/index";
+import { activeBackend, backendInfo, GgmlTypeId as T, resamplePositionGrid, setBackend, toF32Into, toF32IntoJs, blockLayout } from "../src/index";
 import { nativeAddon, reloadNative } from "../src/native";
 import { randomBlocks } from "./support/blocks";
 import { bytesOf } from "./support/vectors";
@@ -65,4 +65,30 @@ describe.each(["auto", "scalar"] as const)("native kernels (%s ISA) are bit-iden
       nativeAddon()?.setIsa("auto");
     });
   }
+});
+
+describe("native position-grid resample", () => {
+  const sizes = [
+    { embedding: 1024, srcHeight: 16, srcWidth: 16, dstHeight: 24, dstWidth: 24 },
+    { embedding: 37, srcHeight: 9, srcWidth: 7, dstHeight: 13, dstWidth: 11 },
+    { embedding: 5, srcHeight: 12, srcWidth: 12, dstHeight: 5, dstWidth: 8 },
+    { embedding: 3, srcHeight: 1, srcWidth: 6, dstHeight: 1, dstWidth: 1 },
+  ];
+  for (const o of sizes) {
+    it(`gives the JS kernel's bits: ${o.embedding} x ${o.srcHeight}x${o.srcWidth} -> ${o.dstHeight}x${o.dstWidth}`, (ctx) => {
+      if (!available || nativeAddon()?.resampleGrid === undefined) ctx.skip();
+      const grid = Float32Array.from({ length: o.embedding * o.srcHeight * o.srcWidth }, (_, i) => Math.sin(i * 0.37) * 100 + (i % 7) * 1e-3);
+      setBackend("js");
+      const js = resamplePositionGrid(grid, o);
+      setBackend("auto");
+      const native = resamplePositionGrid(grid, o);
+      expect(Buffer.from(bytesOf(native)).equals(Buffer.from(bytesOf(js)))).toBe(true);
+    });
+  }
+  it("refuses arrays of the wrong size instead of reading past them", (ctx) => {
+    const addon = nativeAddon();
+    if (!available || addon?.resampleGrid === undefined) ctx.skip();
+    expect(() => addon!.resampleGrid!(new Float32Array(3), new Float32Array(4), 1, 2, 2, 2, 2)).toThrow(RangeError);
+    expect(() => addon!.resampleGrid!(new Float32Array(4), new Float32Array(4), 1, 2, 2, 0, 2)).toThrow(RangeError);
+  });
 });

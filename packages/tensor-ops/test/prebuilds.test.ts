@@ -16,7 +16,7 @@ import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { blockLayout, GgmlTypeId as T, toF32IntoJs } from "../src/index";
+import { blockLayout, GgmlTypeId as T, resamplePositionGrid, setBackend, toF32IntoJs } from "../src/index";
 import { parseElf, parsePe } from "./support/binfmt";
 import { randomBlocks } from "./support/blocks";
 import { bytesOf } from "./support/vectors";
@@ -161,7 +161,7 @@ const nativeCases: [number, () => Uint8Array][] = [
 
 describe("prebuilds run on their platform's Node (emulated)", () => {
   for (const e of emulated) {
-    it(`${e.name}: the package loads ${e.prebuild}, reports native, and every native kernel equals JS on both ISAs`, (ctx) => {
+    it(`${e.name}: the package loads ${e.prebuild}, reports native, and every native kernel (conversions on both ISAs, the grid resample) equals JS`, (ctx) => {
       if (!existsSync(join(pkgDir, "prebuilds", e.prebuild)) || !existsSync(join(pkgDir, "dist/index.cjs")) || !e.ready()) ctx.skip(); // needs scripts/foreign-nodes.sh
       const dir = mkdtempSync(join(tmpdir(), "tensor-ops-foreign-"));
       try {
@@ -175,6 +175,10 @@ describe("prebuilds run on their platform's Node (emulated)", () => {
         });
         writeFileSync(join(dir, "cases.json"), JSON.stringify(cases));
         writeFileSync(join(dir, "cases.bin"), Buffer.concat(inputs.map((i) => i.bytes)));
+        const gridSpec = { embedding: 37, srcHeight: 9, srcWidth: 7, dstHeight: 13, dstWidth: 11 };
+        const grid = Float32Array.from({ length: 37 * 9 * 7 }, (_, i) => Math.sin(i * 0.37) * 100);
+        writeFileSync(join(dir, "grid.json"), JSON.stringify(gridSpec));
+        writeFileSync(join(dir, "grid.bin"), bytesOf(grid));
         const [cmd, args] = e.command([fileURLToPath(new URL("./support/foreign-native.cjs", import.meta.url)), dir]);
         const r = spawnSync(cmd, args, { env: { ...process.env, ...e.env, PREBUILDS_ONLY: "1", COMPAT_TENSOR_OPS: "" }, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], timeout: 300_000 });
         expect(r.status, `${r.stdout}\n${r.stderr}`).toBe(0);
@@ -196,6 +200,10 @@ describe("prebuilds run on their platform's Node (emulated)", () => {
           }
         }
         expect(at).toBe(out.byteLength);
+        setBackend("js");
+        const resampled = bytesOf(resamplePositionGrid(grid, gridSpec));
+        setBackend("auto");
+        expect(Buffer.from(resampled).equals(readFileSync(join(dir, "grid-out.bin"))), "position-grid resample").toBe(true);
       } finally {
         rmSync(dir, { recursive: true, force: true });
       }

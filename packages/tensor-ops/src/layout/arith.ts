@@ -4,6 +4,7 @@
  */
 import { ArgumentError, ByteLengthError, ShapeError, UnsupportedTypeError } from "../errors";
 import { f32BitsToBf16Bits, f32BitsToF16Bits, f16Table, u16View, u32View } from "../half";
+import { nativeAddon } from "../native";
 import { GgmlTypeId, typeName } from "../types";
 
 const fround = Math.fround;
@@ -59,7 +60,8 @@ function alignCorners(t: number, targetSide: number, sourceSide: number): number
 /**
  * Bilinear, align-corners resample of a position-embedding grid laid out as ggml
  * [embedding, height*width] (position index y*width + x). Coordinates are computed in double and
- * the blend in f32, in the order Ollama's loader uses, so results match it bit for bit.
+ * the blend in f32, in the order Ollama's loader uses, so results match it bit for bit. The native
+ * addon's kernel, when loaded, gives the same bits.
  */
 export function resamplePositionGrid(src: Float32Array, options: ResampleOptions): Float32Array {
   const { embedding: e, srcHeight: sh, srcWidth: sw, dstHeight: dh, dstWidth: dw } = options;
@@ -68,29 +70,51 @@ export function resamplePositionGrid(src: Float32Array, options: ResampleOptions
   }
   if (src.length !== e * sh * sw) throw new ShapeError(`grid has ${src.length} values, expected ${e}*${sh}*${sw}`);
   const out = new Float32Array(e * dh * dw);
+  if (nativeAddon()?.resampleGrid?.(src, out, e, sh, sw, dh, dw) === true) return out;
+  // Blend along x once per source row, then each output row blends two of those rows along y.
+  // The x blend does not depend on y, so sharing it between the output rows that use the same
+  // source row gives the same bits as blending all four neighbours per value (about 2x faster).
+  const x0s = new Int32Array(dw);
+  const x1s = new Int32Array(dw);
+  const wxs = new Float32Array(dw);
+  for (let x = 0; x < dw; x++) {
+    const sx = alignCorners(x, dw, sw);
+    x0s[x] = Math.floor(sx);
+    x1s[x] = Math.min(x0s[x]! + 1, sw - 1);
+    wxs[x] = sx - x0s[x]!;
+  }
+  const blendRow = (r: number, into: Float32Array): void => {
+    for (let x = 0; x < dw; x++) {
+      const wx = wxs[x]!;
+      const wx1 = fround(1 - wx);
+      const p0 = (r * sw + x0s[x]!) * e;
+      const p1 = (r * sw + x1s[x]!) * e;
+      const o = x * e;
+      for (let k = 0; k < e; k++) into[o + k] = fround((src[p0 + k] as number) * wx1) + fround((src[p1 + k] as number) * wx);
+    }
+  };
+  // Two rows held: an output row needs rows y0 and y1, and the next one mostly the same pair.
+  const rows = [new Float32Array(dw * e), new Float32Array(dw * e)];
+  const held = [-1, -1];
+  const rowAt = (r: number, keep: number): Float32Array => {
+    if (held[0] === r) return rows[0]!;
+    if (held[1] === r) return rows[1]!;
+    const slot = held[0] === keep ? 1 : 0;
+    blendRow(r, rows[slot]!);
+    held[slot] = r;
+    return rows[slot]!;
+  };
+  const n = dw * e;
   for (let y = 0; y < dh; y++) {
     const sy = alignCorners(y, dh, sh);
     const y0 = Math.floor(sy);
     const y1 = Math.min(y0 + 1, sh - 1);
     const wy = fround(sy - y0);
     const wy1 = fround(1 - wy);
-    for (let x = 0; x < dw; x++) {
-      const sx = alignCorners(x, dw, sw);
-      const x0 = Math.floor(sx);
-      const x1 = Math.min(x0 + 1, sw - 1);
-      const wx = fround(sx - x0);
-      const wx1 = fround(1 - wx);
-      const p00 = (y0 * sw + x0) * e;
-      const p01 = (y0 * sw + x1) * e;
-      const p10 = (y1 * sw + x0) * e;
-      const p11 = (y1 * sw + x1) * e;
-      const o = (y * dw + x) * e;
-      for (let k = 0; k < e; k++) {
-        const top = fround(fround((src[p00 + k] as number) * wx1) + fround((src[p01 + k] as number) * wx));
-        const bottom = fround(fround((src[p10 + k] as number) * wx1) + fround((src[p11 + k] as number) * wx));
-        out[o + k] = fround(top * wy1) + fround(bottom * wy);
-      }
-    }
+    const top = rowAt(y0, y1);
+    const bottom = rowAt(y1, y0);
+    const o = y * n;
+    for (let i = 0; i < n; i++) out[o + i] = fround((top[i] as number) * wy1) + fround((bottom[i] as number) * wy);
   }
   return out;
 }

@@ -1,7 +1,8 @@
 // Runs under a Node of another platform (linux-arm64 under qemu-user, win32-x64 under Wine), with
 // PREBUILDS_ONLY=1 so node-gyp-build ignores this machine's build/Release: loads the package as
 // built here (dist/index.cjs finds its addon in prebuilds/ by itself), converts the inputs in
-// <dir>/cases.json + cases.bin with each instruction set, and writes <dir>/out.json + out.bin.
+// <dir>/cases.json + cases.bin with each instruction set, and writes <dir>/out.json + out.bin;
+// resamples the grid in <dir>/grid.json + grid.bin into <dir>/grid-out.bin.
 "use strict";
 const fs = require("node:fs");
 const path = require("node:path");
@@ -26,6 +27,12 @@ for (const want of ["auto", "scalar"]) {
 }
 addon.setIsa("auto");
 fs.writeFileSync(path.join(dir, "out.bin"), Buffer.concat(chunks));
+// The position-grid resample, through the package as a user calls it (the addon's kernel).
+const gridSpec = JSON.parse(fs.readFileSync(path.join(dir, "grid.json"), "utf8"));
+const gridBytes = fs.readFileSync(path.join(dir, "grid.bin"));
+const grid = new Float32Array(gridBytes.buffer.slice(gridBytes.byteOffset, gridBytes.byteOffset + gridBytes.byteLength));
+const resampled = ops.resamplePositionGrid(grid, gridSpec);
+fs.writeFileSync(path.join(dir, "grid-out.bin"), Buffer.from(resampled.buffer, resampled.byteOffset, resampled.byteLength));
 fs.writeFileSync(
   path.join(dir, "out.json"),
   JSON.stringify({ platform: process.platform, arch: process.arch, backend: info.backend, nativeTypes: info.nativeTypes, isas, addon: require("node-gyp-build").resolve(path.join(__dirname, "../..")) }),
