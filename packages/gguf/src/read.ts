@@ -91,8 +91,8 @@ const READ_STEP = 1 << 20;
  */
 const READS_IN_FLIGHT = 4;
 /**
- * How far past the parser's estimate of the current item's end reads go ahead: enough to
- * cover the small entries after a vocabulary, little enough that reads past the header end
+ * At most how far past the parser's estimate of the current item's end reads go ahead: enough
+ * to cover the small entries after a vocabulary, little enough that reads past the header end
  * (waited for before returning) cost next to nothing.
  */
 const READ_AHEAD = 256 << 10;
@@ -183,12 +183,11 @@ class SteppedBuffer {
 async function readFromSource(source: ByteSource, owned: ByteSource[], opts: ReadOptions): Promise<GgufModel> {
   const size = source.size;
   const first = Math.min(size, Math.max(64, opts.initialChunk ?? 1 << 20));
-  const sb = new SteppedBuffer(source, headerBuffer(Math.min(size, 2 * first)), 0, 0);
+  const sb = new SteppedBuffer(source, headerBuffer(first), 0, 0);
   try {
-    // The first step, and the next one at once: a model's header (its vocabulary) is nearly
-    // always longer than a step, and that read then runs while the first step is parsed.
+    // Only the first step: nothing past it is read before the parser asks (a small header's
+    // file is read no further than this step).
     sb.readAhead(first, first);
-    sb.readAhead(2 * first, first);
     await sb.next();
     const parser = new Parser(sb.buf.subarray(0, sb.filled), { name: source.name, fileSize: size, sizeKnown: true });
     for (;;) {
@@ -201,15 +200,18 @@ async function readFromSource(source: ByteSource, owned: ByteSource[], opts: Rea
       } catch (e) {
         if (!(e instanceof NeedMoreBytes)) throw e;
         const { minEnd, expectedEnd } = e;
+        // Reads go a little past the parser's estimate, never more than what was read so far:
+        // a small header read from a small first step is read no further than it needs.
+        const ahead = Math.min(READ_AHEAD, sb.filled);
         if (minEnd > sb.cap || (expectedEnd > sb.cap && sb.issued === sb.cap)) {
           // Size the next buffer to end near what the parser expects: the unread end is zeroed at
           // the end, and touching memory is what a short run pays for. It starts at the entry
           // being parsed, so only that entry is copied, and at least doubles that entry's bytes,
           // so a run of low estimates still costs linear time.
           const keep = parser.resumeAt();
-          sb.grow(keep, Math.min(size, Math.max(minEnd, expectedEnd + READ_AHEAD, keep + 2 * (sb.filled - keep))));
+          sb.grow(keep, Math.min(size, Math.max(minEnd, expectedEnd + ahead, keep + 2 * (sb.filled - keep))));
         }
-        const target = Math.max(minEnd, expectedEnd + READ_AHEAD);
+        const target = Math.max(minEnd, expectedEnd + ahead);
         // As many steps as it takes to reach minEnd (at least one: minEnd is past what was parsed).
         do {
           sb.readAhead(target);
