@@ -112,6 +112,12 @@ interface StringScan {
   segFirst: number;
   /** Where item segFirst's length prefix is (segStart is there or just after it). */
   segFirstPrefix: number;
+  /**
+   * Invalid UTF-8 found in the part of the current run read so far, thrown when the run ends.
+   * A parse of the whole buffer validates a run only at its end, so a bad length later in the
+   * same run is reported first; holding the error keeps every way of reading the file in step.
+   */
+  invalid?: GgufError;
 }
 
 /**
@@ -366,8 +372,15 @@ export class Parser {
     this.scanStrings(st);
     if (st.i < n) {
       // Validate what is complete now (the next attempt continues after it): with stepped
-      // reads this check also runs while the following bytes are being read.
-      this.checkUtf8Run(st, st.p, st.i);
+      // reads this check also runs while the following bytes are being read. Its error waits
+      // for the run's end while more of the file can still come (see StringScan.invalid).
+      const more = this.base + this.end < this.limits.fileSize;
+      try {
+        this.checkUtf8Run(st, st.p, st.i);
+      } catch (e) {
+        if (!(more && e instanceof GgufError)) throw e;
+        st.invalid ??= e;
+      }
       st.segStart = st.segFirstPrefix = st.p;
       st.segFirst = st.i;
       this.pendingStrings = st;
@@ -451,6 +464,7 @@ export class Parser {
    * ends, the run is valid iff each string is; when it is not, the walk finds which one.
    */
   private checkUtf8Run(st: StringScan, to: number, last: number): void {
+    if (st.invalid !== undefined) throw st.invalid;
     const from = st.segStart;
     if (isValidUtf8(this.bytes, from, to)) return;
     let p = st.segFirstPrefix;

@@ -94,4 +94,32 @@ describe("stepped header reads", () => {
       }
     }
   });
+
+  it("report the error a whole-buffer parse reports when a run has bad UTF-8 and a later item a bad length", async () => {
+    // A parse of the whole buffer validates a run of short items when the run ends, so the bad
+    // length of a later item in the same run is found first; a read cut between them must agree.
+    for (const littleEndian of [true, false]) {
+      const m = GgufModel.create({ littleEndian });
+      m.setArray("k", GgufValueType.STRING, Array.from({ length: 40 }, (_, i) => `item${i}`));
+      const bytes = await serializeGguf(m);
+      const arr = parseGguf(bytes).getArray("k") as unknown as { raw: { region: Uint8Array; starts: Uint32Array } };
+      const regionAt = arr.raw.region.byteOffset - bytes.byteOffset;
+      const bad = bytes.slice();
+      bad[regionAt + arr.raw.starts[1]!] = 0xff; // item 1: not UTF-8
+      const prefix = regionAt + arr.raw.starts[30]! - 8; // item 30: a length with a high word
+      bad[littleEndian ? prefix + 7 : prefix] = 1;
+      const direct = (() => {
+        try {
+          parseGguf(bad);
+        } catch (e) {
+          return e as { code: string; offset: number };
+        }
+        throw new Error("expected a parse error");
+      })();
+      expect(direct).toMatchObject({ code: "STRING_TOO_LONG", offset: prefix });
+      for (const initialChunk of [64, 100, 200, 300]) {
+        await expect(readGguf({ ...bufferSource(bad) }, { initialChunk })).rejects.toMatchObject({ code: "STRING_TOO_LONG", offset: prefix });
+      }
+    }
+  });
 });
