@@ -4,7 +4,7 @@
  * Medians of repeated runs; ratios are taken between medians measured in this same run.
  * Files are generated here (sparse where the data bytes do not matter, real bytes where they do).
  * BENCH_BLOB_MIB (default 2048) sizes the vision blob, BENCH_RUNS (default 5) the repeats,
- * BENCH_DIR (default <tmpdir>/ollama-compat-bench) where the files go, BENCH_REFLINK_DIR (optional, an
+ * BENCH_DIR (default <tmpdir>/ollama-compat-bench) where the files go, BENCH_VERBOSE=1 prints every run's time, BENCH_REFLINK_DIR (optional, an
  * XFS or Btrfs mount) adds the metadata rewrite on a filesystem that shares extents. Sections (header, process,
  * translate, ops): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
  */
@@ -56,6 +56,7 @@ async function race(fns: Array<() => Promise<unknown> | unknown>, runs = RUNS): 
       const t0 = performance.now();
       await f();
       times[i]!.push(performance.now() - t0);
+      if (process.env.BENCH_VERBOSE) console.error(`    run ${r} candidate ${i}: ${(performance.now() - t0).toFixed(0)} ms`);
     }
   }
   return times.map(median);
