@@ -166,6 +166,8 @@ class SteppedBuffer {
    * buffer and are copied over as they are awaited, so growing never waits for the disk.
    */
   grow(keep: number, end: number): void {
+    // Entries already parsed keep viewing the old buffer: its room no read will reach is zeroed.
+    this.buf.fill(0, this.issued - this.base);
     const next = headerBuffer(end - keep);
     next.set(this.buf.subarray(keep - this.base, this.filled - this.base), 0);
     this.buf = next;
@@ -195,7 +197,7 @@ async function readFromSource(source: ByteSource, owned: ByteSource[], opts: Rea
         const h = parser.header();
         await sb.drain();
         // Room never read stays zero: views of this buffer must not show stale memory.
-        // zeroed at allocation
+        sb.buf.fill(0, sb.filled - sb.base);
         return buildModel(h, source, owned);
       } catch (e) {
         if (!(e instanceof NeedMoreBytes)) throw e;

@@ -34,6 +34,23 @@ function recording(bytes: Uint8Array): { source: ByteSource; reads: Array<[numbe
   return { source, reads, inFlight: () => pending };
 }
 
+/** Where each item's bytes start in the file, for the string array under `key`. */
+function itemOffsets(bytes: Uint8Array, key: string): number[] {
+  const { raw } = parseGguf(bytes).getArray(key) as unknown as { raw: { region: Uint8Array; starts: Uint32Array } };
+  const regionAt = raw.region.byteOffset - bytes.byteOffset;
+  return Array.from(raw.starts, (s) => regionAt + s);
+}
+
+/** The error a parse of the whole buffer throws. */
+function wholeParseError(bytes: Uint8Array): { code: string; offset: number } {
+  try {
+    parseGguf(bytes);
+  } catch (e) {
+    return e as { code: string; offset: number };
+  }
+  throw new Error("expected a parse error");
+}
+
 describe("stepped header reads", () => {
   it("give the same model as parsing the whole buffer, for any first chunk", async () => {
     const bytes = await bigHeader();
@@ -53,19 +70,10 @@ describe("stepped header reads", () => {
   it("reject a header cut short with the same error as a whole-buffer parse, with no read left in flight", async () => {
     const bytes = await bigHeader();
     // Corrupt one merge's length far into the header: found while later steps are being read.
-    const m = parseGguf(bytes);
-    const merges = m.getArray("tokenizer.ggml.merges") as unknown as { raw: { region: Uint8Array; starts: Uint32Array } };
-    const at = merges.raw.region.byteOffset - bytes.byteOffset + merges.raw.starts[30_000]! - 8;
+    const at = itemOffsets(bytes, "tokenizer.ggml.merges")[30_000]! - 8;
     const bad = bytes.slice();
     new DataView(bad.buffer).setUint32(at + 4, 7, true);
-    const direct = (() => {
-      try {
-        parseGguf(bad);
-      } catch (e) {
-        return e as { code: string; offset: number };
-      }
-      throw new Error("expected a parse error");
-    })();
+    const direct = wholeParseError(bad);
     const { source, inFlight } = recording(bad);
     await expect(readGguf(source, { initialChunk: 4096 })).rejects.toMatchObject({ name: "GgufError", code: direct.code, offset: direct.offset });
     expect(inFlight()).toBe(0);
@@ -73,20 +81,12 @@ describe("stepped header reads", () => {
 
   it("report a bad UTF-8 item with the same error wherever the reads and runs are cut", async () => {
     const bytes = await bigHeader();
-    const merges = parseGguf(bytes).getArray("tokenizer.ggml.merges") as unknown as { raw: { region: Uint8Array; starts: Uint32Array } };
-    const regionAt = merges.raw.region.byteOffset - bytes.byteOffset;
+    const merges = itemOffsets(bytes, "tokenizer.ggml.merges");
     for (const item of [0, 1, 17_000, 39_999]) {
       const bad = bytes.slice();
-      bad[regionAt + merges.raw.starts[item]!] = 0xff; // never valid in UTF-8
-      const direct = (() => {
-        try {
-          parseGguf(bad);
-        } catch (e) {
-          return e as { code: string; offset: number };
-        }
-        throw new Error("expected a parse error");
-      })();
-      expect(direct).toMatchObject({ code: "INVALID_UTF8", offset: regionAt + merges.raw.starts[item]! });
+      bad[merges[item]!] = 0xff; // never valid in UTF-8
+      const direct = wholeParseError(bad);
+      expect(direct).toMatchObject({ code: "INVALID_UTF8", offset: merges[item]! });
       for (const initialChunk of [64, 4096, 700_001]) {
         const { source, inFlight } = recording(bad);
         await expect(readGguf(source, { initialChunk })).rejects.toMatchObject({ code: "INVALID_UTF8", offset: direct.offset });
@@ -102,20 +102,12 @@ describe("stepped header reads", () => {
       const m = GgufModel.create({ littleEndian });
       m.setArray("k", GgufValueType.STRING, Array.from({ length: 40 }, (_, i) => `item${i}`));
       const bytes = await serializeGguf(m);
-      const arr = parseGguf(bytes).getArray("k") as unknown as { raw: { region: Uint8Array; starts: Uint32Array } };
-      const regionAt = arr.raw.region.byteOffset - bytes.byteOffset;
+      const items = itemOffsets(bytes, "k");
       const bad = bytes.slice();
-      bad[regionAt + arr.raw.starts[1]!] = 0xff; // item 1: not UTF-8
-      const prefix = regionAt + arr.raw.starts[30]! - 8; // item 30: a length with a high word
+      bad[items[1]!] = 0xff; // item 1: not UTF-8
+      const prefix = items[30]! - 8; // item 30: a length with a high word
       bad[littleEndian ? prefix + 7 : prefix] = 1;
-      const direct = (() => {
-        try {
-          parseGguf(bad);
-        } catch (e) {
-          return e as { code: string; offset: number };
-        }
-        throw new Error("expected a parse error");
-      })();
+      const direct = wholeParseError(bad);
       expect(direct).toMatchObject({ code: "STRING_TOO_LONG", offset: prefix });
       for (const initialChunk of [64, 100, 200, 300]) {
         await expect(readGguf({ ...bufferSource(bad) }, { initialChunk })).rejects.toMatchObject({ code: "STRING_TOO_LONG", offset: prefix });
