@@ -35,9 +35,9 @@ export const MAX_NESTED_ARRAYS = 1 << 16;
 /** GGML_MAX_DIMS */
 export const MAX_DIMS = 4;
 
-const GGUF_MAGIC = 0x46554747;
+const GGUF_MAGIC = 0x46554747; // "GGUF" read as little-endian u32
 /** Bytes one call of the string walk covers. */
-const SCAN_WINDOW = 1 << 16; // "GGUF" read as little-endian u32
+const SCAN_WINDOW = 1 << 16;
 
 /** Thrown (internally) when the parser needs bytes beyond the current buffer. */
 export class NeedMoreBytes {
