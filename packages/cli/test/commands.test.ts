@@ -5,7 +5,7 @@
  * own llama-server for verify, export and demo.
  */
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync, truncateSync } from "node:fs";
+import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync, truncateSync, writeFileSync } from "node:fs";
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { SourceMap, type SourceMapPayload } from "node:module";
 import { tmpdir } from "node:os";
@@ -446,6 +446,32 @@ describe("demo (real llama-server)", () => {
     expect(r.stdout).toMatch(/demo: ok/);
     expect(existsSync(join(dir, "no-store"))).toBe(false);
   }, 300_000);
+
+  // llama.cpp logs from a worker thread that is not flushed at exit: a llama-server that fails
+  // at once can print nothing at all (seen in CI). The exit is still its verdict on the file.
+  it("a llama-server that exits 1 and prints nothing (its log lost at exit) still counts as refusing the Ollama file", async () => {
+    const silent = join(dir, "silent-llama-server");
+    writeFileSync(silent, "#!/bin/sh\nexit 1\n", { mode: 0o755 });
+    const r = await cli(["demo", "--llama-server", silent]);
+    expect(r.stdout).toMatch(/^llama-server refused it: exited with code 1 before it was ready \(its log was lost at exit\)$/m);
+    expect(r.stdout).toMatch(/Ollama-format, supported \(gemma3\)/);
+    // the translation is served by the same silent stand-in, so step 5 fails, saying why
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/^ollama-compat: demo: llama-server did not start: .*exited \(1\) before it was ready/m);
+  });
+
+  it("when llama-server's log is lost once, a second try reports llama.cpp's reason", async () => {
+    const flaky = join(dir, "flaky-llama-server");
+    const count = join(dir, "flaky-count");
+    // first start: silent exit; later starts: the error line llama.cpp prints for this file
+    writeFileSync(
+      flaky,
+      `#!/bin/sh\nif [ -e "${count}" ]; then echo "llama_model_load: error loading model: key not found in model: x" >&2; else touch "${count}"; fi\nexit 1\n`,
+      { mode: 0o755 },
+    );
+    const r = await cli(["demo", "--llama-server", flaky]);
+    expect(r.stdout).toMatch(/^llama-server refused it: llama_model_load: error loading model: key not found in model: x$/m);
+  });
 
   it("without llama-server: one line saying so, exit 1, nothing built", async () => {
     const r = await cli(["demo", "--llama-server", join(dir, "no-llama-server")]);

@@ -129,7 +129,9 @@ export async function waitHealthy(child: LlamaChild, url: string, timeoutMs: num
       if (/couldn't bind|address already in use/i.test(tail)) {
         throw new BridgeError("PORT_IN_USE", `${what} could not bind its port (${url}):\n${tail}`, { url, exitCode: e.code, lastLines: e.lastLines });
       }
-      throw new BridgeError("SERVER_START_FAILED", `${what} exited (${e.code ?? e.signal}) before it was ready:\n${tail}`, {
+      // llama.cpp logs from a worker thread that is not flushed at exit, so a fast failure can print nothing
+      const said = tail || "(no output: llama.cpp's asynchronous logger can lose its last lines when the process exits at once)";
+      throw new BridgeError("SERVER_START_FAILED", `${what} exited (${e.code ?? e.signal}) before it was ready:\n${said}`, {
         exitCode: e.code,
         signal: e.signal,
         lastLines: e.lastLines,

@@ -1,7 +1,7 @@
 import { mkdir, mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { findLlamaTool, launch, type RunningServer } from "@compat/server-bridge";
+import { BridgeError, findLlamaTool, launch, type RunningServer } from "@compat/server-bridge";
 import { humanBytes } from "../format";
 import { ExitCode, paint, type CliIo } from "../io";
 import { imageAnswer, llamaErrorText, textAnswer } from "../llama-check";
@@ -75,15 +75,26 @@ export async function demoCommand(opts: { llamaServer?: string; keep?: string },
 
 const SMALL = ["--ctx-size", "1024", "--parallel", "1", "--threads", "2", "--no-warmup"];
 
-/** Starts llama-server on `args` and stops it again: null when it came up, else llama.cpp's error line. */
+/**
+ * Starts llama-server on `args` and stops it again: null when it came up, else llama.cpp's
+ * error line. llama.cpp logs from a worker thread that is not flushed at exit, so a fast
+ * failure can print nothing; one more try usually gets the reason, and if not, the exit
+ * itself is the verdict.
+ */
 async function tryLoad(args: string[], io: CliIo, llamaServer: string | undefined): Promise<string | null> {
-  try {
-    const server = await launch([...args, ...SMALL], { env: io.env, llamaServer, startTimeoutMs: 300_000 });
-    await server.stop();
-    return null;
-  } catch (e) {
-    const lines = (e as { details?: { lastLines?: string[] } }).details?.lastLines ?? [];
-    if (lines.length === 0) throw e; // no llama-server at all: the caller's error
-    return llamaErrorText(lines);
+  let exit = "";
+  for (let attempt = 1; attempt <= 2; attempt++) {
+    try {
+      const server = await launch([...args, ...SMALL], { env: io.env, llamaServer, startTimeoutMs: 300_000 });
+      await server.stop();
+      return null;
+    } catch (e) {
+      // a failed spawn, a busy port…: the caller's error, not llama.cpp's verdict on the file
+      if (!(e instanceof BridgeError) || e.code !== "SERVER_START_FAILED" || (e.details.exitCode === null && e.details.signal === null)) throw e;
+      const lines = (e.details.lastLines as string[] | undefined) ?? [];
+      if (lines.length > 0) return llamaErrorText(lines);
+      exit = String(e.details.exitCode ?? e.details.signal);
+    }
   }
+  return `exited with code ${exit} before it was ready (its log was lost at exit)`;
 }
