@@ -25,10 +25,12 @@ beforeAll(async () => {
   await fh.truncate(size);
   await fh.close();
   const model = await readGguf(small);
-  model.addTensor({ name: "zz.padding", type: GgmlType.I8, shape: [size], data: { kind: "range", source: await fileSource(sparse), offset: 0, length: size } });
+  const zeros = await fileSource(sparse);
+  model.addTensor({ name: "zz.padding", type: GgmlType.I8, shape: [size], data: { kind: "range", source: zeros, offset: 0, length: size } });
   big = join(dir, "big-ollama.gguf");
   await writeGguf(model, big);
   await model.close();
+  await zeros.close?.(); // an added tensor's source is the caller's to close
   await rm(sparse);
 });
 afterAll(async () => {

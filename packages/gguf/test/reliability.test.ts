@@ -60,7 +60,9 @@ describe("atomic writes under failure", () => {
       expect(left).not.toContain(staleName);
       expect(left).toContain(liveName);
       expect(left).toContain(otherName);
-      expect((await readGguf(out)).tensors.map((t) => t.name)).toEqual(["big"]);
+      const written = await readGguf(out);
+      expect(written.tensors.map((t) => t.name)).toEqual(["big"]);
+      await written.close();
     } finally {
       alive.kill();
     }

@@ -182,8 +182,10 @@ describe("write-behind flushes", () => {
       const src = GgufModel.create();
       src.setString("general.architecture", "x");
       const { fileSource } = await import("@compat/gguf");
-      src.addTensor({ name: "big", type: GgmlType.I8, shape: [size], data: { kind: "range", source: await fileSource(data), offset: 0, length: size } });
+      const zeros = await fileSource(data);
+      src.addTensor({ name: "big", type: GgmlType.I8, shape: [size], data: { kind: "range", source: zeros, offset: 0, length: size } });
       await writeGguf(src, join(dir, "src.gguf"));
+      await zeros.close?.();
       const m = await readGguf(join(dir, "src.gguf"));
       m.setString("general.name", "edited");
       flushes = 0;

@@ -4,7 +4,7 @@ import { GgmlType, GgufModel, bufferSource, layoutGguf, parseGguf, readGguf, ser
 import { Translation, translate, translateModel, type Handler } from "@compat/handlers";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { addF32, ollamaGemma3Start, onDisk, tempDir } from "./helpers";
+import { addF32, ollamaGemma3Start, onDisk, tempDir, writeOnDisk } from "./helpers";
 
 const dir = tempDir();
 
@@ -104,7 +104,7 @@ describe("TranslatedView", () => {
     const copier = kernelRangeCopier();
     const m = ollamaGemma3();
     addF32(m, "blk.0.ffn_up.weight", [256, 1024], 5); // 1 MiB untouched range
-    const { path } = await onDisk(await dir(), "gemma3-kcopy.gguf", m);
+    const { path } = await writeOnDisk(await dir(), "gemma3-kcopy.gguf", m);
     const view = (await translate(path))!;
     const copied: number[] = [];
     const counting = copier && (async (...a: Parameters<typeof copier>) => (copied.push(a[4]), copier(...a)));
@@ -117,7 +117,7 @@ describe("TranslatedView", () => {
   });
 
   it("serves any byte range of the file it writes, and writes atomically", async () => {
-    const { path, bytes: srcBytes } = await onDisk(await dir(), "gemma3-ollama.gguf", ollamaGemma3());
+    const { path, bytes: srcBytes } = await writeOnDisk(await dir(), "gemma3-ollama.gguf", ollamaGemma3());
     const view = (await translate(path))!;
     const outPath = join(await dir(), "gemma3-out.gguf");
     await view.writeTo(outPath);

@@ -41,10 +41,16 @@ export function ollamaGemma3Start(): GgufModel {
   return m;
 }
 
-/** Writes a model to disk and reads it back, so tensors are byte ranges of a real file. */
-export async function onDisk(dir: string, name: string, m: GgufModel): Promise<{ path: string; model: GgufModel; bytes: Uint8Array }> {
+/** Writes a model to disk: its path and bytes. */
+export async function writeOnDisk(dir: string, name: string, m: GgufModel): Promise<{ path: string; bytes: Uint8Array }> {
   const path = join(dir, name);
   const bytes = await serializeGguf(m);
   await writeFile(path, bytes);
-  return { path, model: await readGguf(path), bytes: new Uint8Array(await readFile(path)) };
+  return { path, bytes: new Uint8Array(await readFile(path)) };
+}
+
+/** Writes a model to disk and reads it back, so tensors are byte ranges of a real file. The caller closes `model`. */
+export async function onDisk(dir: string, name: string, m: GgufModel): Promise<{ path: string; model: GgufModel; bytes: Uint8Array }> {
+  const written = await writeOnDisk(dir, name, m);
+  return { ...written, model: await readGguf(written.path) };
 }

@@ -9,7 +9,7 @@ import { translate, type TranslatedView } from "@compat/handlers";
 import { generateFixture, runLoaderInSubprocess, writeFixture } from "@compat/testkit";
 import { kernelRangeCopier } from "@compat/tensor-ops";
 import { describe, expect, it } from "vitest";
-import { addF32, ollamaGemma3Start, onDisk, tempDir } from "./helpers";
+import { addF32, ollamaGemma3Start, tempDir, writeOnDisk } from "./helpers";
 
 const dir = tempDir();
 
@@ -60,7 +60,7 @@ describe("translated files keep the source's block offsets (shared extents)", ()
   });
 
   it("keeps block offsets with tensors removed around the copied ones", async () => {
-    const { path } = await onDisk(await dir(), "gemma3-big.gguf", bigOllamaGemma3());
+    const { path } = await writeOnDisk(await dir(), "gemma3-big.gguf", bigOllamaGemma3());
     const view = (await translate(path))!;
     expect(expectBlockOffsetsKept(view)).toBe((1024 * 1024 + 1024 * 512) * 4);
     await view.close();
@@ -73,7 +73,7 @@ describe.skipIf(reflinkDir === undefined || kernelRangeCopier() === undefined)("
   it("the translated file shares the source's extents: free space drops by the header, not the data", async () => {
     const d = await mkdtemp(join(reflinkDir!, "compat-share-"));
     try {
-      const { path: made } = await onDisk(await dir(), "gemma3-big.gguf", bigOllamaGemma3());
+      const { path: made } = await writeOnDisk(await dir(), "gemma3-big.gguf", bigOllamaGemma3());
       const src = join(d, "src.gguf");
       await copyFile(made, src); // across filesystems: a real copy onto the reflink mount
       const view = (await translate(src))!;
