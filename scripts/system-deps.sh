@@ -2,7 +2,8 @@
 # Debian packages the tests and builds need beyond Node: Chromium (browser tests), clang + lld (the
 # WASM kernels), the cross compilers for @compat/tensor-ops' prebuilt addons (linux-arm64 glibc,
 # linux-x64 musl, win32-x64), and qemu-user + Wine with arm64 runtime libraries to run those
-# prebuilds under a Node of their platform (packages/tensor-ops/scripts/foreign-nodes.sh).
+# prebuilds under a Node of their platform (packages/tensor-ops/scripts/foreign-nodes.sh), and
+# xfsprogs for the reflink filesystem of the shared-extent tests (scripts/reflink-fs.sh).
 # Installs what is missing; needs root and apt-get.
 set -euo pipefail
 # "command-or-file package" pairs
@@ -16,6 +17,7 @@ needs=(
   "qemu-aarch64 qemu-user"
   "/usr/aarch64-linux-gnu/lib/libstdc++.so.6 libstdc++6-arm64-cross"
   "/usr/lib/wine/wine64 wine64"
+  "mkfs.xfs xfsprogs"
 )
 missing=()
 for pair in "${needs[@]}"; do
