@@ -93,6 +93,22 @@ export async function launch(
   }
 }
 
+/**
+ * llama.cpp's log can be lost when it exits at once (its logger is not flushed at exit), so a
+ * port taken under llama-server may show as an exit with no output: if the port is held now,
+ * that is PORT_IN_USE (which an automatic launch retries), else the error as it was.
+ */
+async function silentBindFailure(e: unknown, host: string, port: number, what: string): Promise<unknown> {
+  if (!(e instanceof BridgeError) || e.code !== "SERVER_START_FAILED" || (e.details.lastLines as string[] | undefined)?.length) return e;
+  try {
+    await checkPortFree(host, port);
+    return e;
+  } catch (taken) {
+    if (!(taken instanceof BridgeError)) return e;
+    return new BridgeError("PORT_IN_USE", `${what} exited without output, and port ${port} on ${host} is held by another process`, { ...e.details, host, port });
+  }
+}
+
 /** How many free ports an automatic launch tries before giving up. */
 const PORT_ATTEMPTS = 5;
 
@@ -116,7 +132,7 @@ async function launchOn(
     await waitHealthy(child, url, opts.startTimeoutMs ?? 10 * 60_000, what);
   } catch (e) {
     await child.stop();
-    throw e;
+    throw await silentBindFailure(e, host, port, what);
   } finally {
     opts.signal?.removeEventListener("abort", onAbort);
   }

@@ -160,6 +160,52 @@ describe("startServer (real llama-server)", () => {
     }
   });
 
+  it("a port taken under llama-server that then exits printing nothing (its log lost at exit): the launch retries on another port", async () => {
+    // First start: a stand-in takes the port it was given from another process and exits 1
+    // silently, as llama-server does when its asynchronous log is lost; later starts run the real one.
+    const dir = await temp();
+    const wrapper = join(dir, "llama-server");
+    const starts = join(dir, "starts");
+    const bound = join(dir, "bound");
+    const holder = `require("net").createServer().listen(Number(process.argv[1]), "127.0.0.1", () => require("fs").writeFileSync(${JSON.stringify(bound)}, "")); setTimeout(() => {}, 60000)`;
+    await writeFile(
+      wrapper,
+      `#!/bin/sh
+echo start >> "${starts}"
+if [ "$(wc -l < "${starts}")" -eq 1 ]; then
+  port=""; prev=""
+  for a in "$@"; do [ "$prev" = "--port" ] && port=$a; prev=$a; done
+  "${process.execPath}" -e '${holder}' "$port" >/dev/null 2>&1 &
+  echo $! > "${dir}/holder.pid"
+  while [ ! -e "${bound}" ]; do sleep 0.05; done
+  exit 1
+fi
+exec "${await llamaServerPath()}" "$@"
+`,
+      { mode: 0o755 },
+    );
+    try {
+      const store = await fixtureStore([{ name: "gemma3:1b", arch: "gemma3", variant: "1b" }]);
+      const server = await startServer({ model: "gemma3:1b", store, cache: { dir: await temp() }, llamaServer: wrapper, args: SMALL });
+      running.push(server);
+      expect((await readFile(starts, "utf8")).trim().split("\n")).toHaveLength(2);
+      expect((await fetch(`${server.url}/health`)).status).toBe(200);
+    } finally {
+      process.kill(Number(await readFile(join(dir, "holder.pid"), "utf8")));
+    }
+  });
+
+  it("a silent exit with its port free stays SERVER_START_FAILED, saying the output was lost", async () => {
+    const dir = await temp();
+    const silent = join(dir, "llama-server");
+    await writeFile(silent, "#!/bin/sh\nexit 1\n", { mode: 0o755 });
+    const store = await fixtureStore([{ name: "gemma3:1b", arch: "gemma3", variant: "1b" }]);
+    const e = await codeOf(startServer({ model: "gemma3:1b", store, cache: { dir: await temp() }, llamaServer: silent, args: SMALL }));
+    expect(e.code).toBe("SERVER_START_FAILED");
+    expect(e.details.exitCode).toBe(1);
+    expect(e.message).toMatch(/no output: llama\.cpp's asynchronous logger/);
+  });
+
   it("fault: a port already taken is PORT_IN_USE", async () => {
     const blocker = createServer();
     await new Promise<void>((r) => blocker.listen(0, "127.0.0.1", () => r()));
