@@ -1,4 +1,4 @@
-import { archKey, readGguf } from "@compat/gguf";
+import { archKey, GgufError, readGguf, type GgufModel } from "@compat/gguf";
 import { compatEnabled, translateModel, type TranslateOptions } from "@compat/handlers";
 import { TranslationCache, type CacheKind, type CacheOptions } from "./cache";
 import { projectorFor, type ClipViewFn } from "./projector";
@@ -45,7 +45,15 @@ export function asCache(c: TranslationCache | CacheOptions | undefined, env?: Re
 export async function prepareModel(resolved: ResolvedModel, opts: PrepareOptions = {}): Promise<PreparedModel> {
   const env = opts.env ?? process.env;
   const cache = asCache(opts.cache, env);
-  const source = await readGguf(resolved.modelPath);
+  let source: GgufModel;
+  try {
+    source = await readGguf(resolved.modelPath);
+  } catch (e) {
+    // The one check of ours gguf.cpp does not make (it keeps strings as raw bytes); anything
+    // else our reader refuses, llama.cpp refuses too, and the typed error says it better.
+    if (!(e instanceof GgufError) || e.code !== "INVALID_UTF8") throw e;
+    return unreadable(resolved, e, cache, opts, env);
+  }
   let closeSource = true;
   try {
     const architecture = source.getString("general.architecture", "");
@@ -77,23 +85,42 @@ export async function prepareModel(resolved: ResolvedModel, opts: PrepareOptions
         await view.close();
       }
     }
-    const projector = compatEnabled(env) || resolved.projectors.length > 0 ? await projectorFor(resolved, { clipView: opts.clipView, env, profile: cache.profile }) : null;
-    if (projector?.kind === "file") out.mmproj = projector.path;
-    else if (projector?.kind === "view") {
-      try {
-        const entry = await cache.obtain(projector.sourcePath, "mmproj", projector.view, {
-          sourceDigest: projector.sourceDigest,
-          signal: opts.signal,
-          onProgress: (written, total) => opts.onProgress?.({ file: projector.sourcePath, kind: "mmproj", written, total }),
-        });
-        opts.onStatus?.(`${entry.hit ? "cached" : "wrote"} projector of ${resolved.name} -> ${entry.path}`);
-        out.mmproj = entry.path;
-      } finally {
-        await projector.view.close();
-      }
-    }
+    if (compatEnabled(env) || resolved.projectors.length > 0) await attachProjector(out, resolved, cache, opts, env);
     return out;
   } finally {
     if (closeSource) await source.close();
+  }
+}
+
+/**
+ * The model file has a string that is not UTF-8: our reader refuses it, llama.cpp may load it,
+ * and a file we cannot read is not one we can recognise as Ollama's. llama-server gets it as
+ * it is and is the judge. A separate projector layer is still prepared; a tower embedded in
+ * the file is not looked for.
+ */
+async function unreadable(resolved: ResolvedModel, e: GgufError, cache: TranslationCache, opts: PrepareOptions, env: Record<string, string | undefined>): Promise<PreparedModel> {
+  opts.onStatus?.(`not translated: ${e.message}; llama-server reads ${resolved.name} as it is`);
+  // hasChatTemplate: unknown, so the bridge does not override whatever template the file carries
+  const out: PreparedModel = { resolved, modelPath: resolved.modelPath, translated: false, cacheHit: false, architecture: "", embedding: false, hasChatTemplate: true };
+  if (resolved.projectors.length > 0) await attachProjector(out, resolved, cache, opts, env);
+  return out;
+}
+
+/** Sets out.mmproj: the model's projector layer (translated when needed) or its embedded tower's view, written to the cache. */
+async function attachProjector(out: PreparedModel, resolved: ResolvedModel, cache: TranslationCache, opts: PrepareOptions, env: Record<string, string | undefined>): Promise<void> {
+  const projector = await projectorFor(resolved, { clipView: opts.clipView, env, profile: cache.profile });
+  if (projector?.kind === "file") out.mmproj = projector.path;
+  else if (projector?.kind === "view") {
+    try {
+      const entry = await cache.obtain(projector.sourcePath, "mmproj", projector.view, {
+        sourceDigest: projector.sourceDigest,
+        signal: opts.signal,
+        onProgress: (written, total) => opts.onProgress?.({ file: projector.sourcePath, kind: "mmproj", written, total }),
+      });
+      opts.onStatus?.(`${entry.hit ? "cached" : "wrote"} projector of ${resolved.name} -> ${entry.path}`);
+      out.mmproj = entry.path;
+    } finally {
+      await projector.view.close();
+    }
   }
 }

@@ -4,6 +4,7 @@ import { createServer } from "node:net";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { generateFixtureFiles } from "@compat/testkit";
+import { type GgufError, readGguf } from "@compat/gguf";
 import { BridgeError, buildOllamaStore, ModelStore, startServer, TranslationCache, type SingleServer } from "@compat/server-bridge";
 import { chat, chatContent, llamaServerPath, SMALL, tempDirs } from "./helpers";
 
@@ -54,6 +55,28 @@ describe("startServer (real llama-server)", () => {
 
     const exit = await server.stop();
     expect(exit.code === 0 || exit.signal === "SIGTERM").toBe(true);
+  });
+
+  it("a file llama.cpp reads but our reader refuses (a token that is not UTF-8) is served as it is", async () => {
+    // gguf.cpp keeps strings as raw bytes; our reader validates UTF-8. Such a file cannot be
+    // recognised as Ollama's, so the bridge hands it to llama-server untouched.
+    const dir = await temp();
+    const fx = await generateFixtureFiles("llama", { seed: 1, layout: "native" }, dir);
+    const bytes = await readFile(fx.text);
+    breakAToken(bytes);
+    await writeFile(fx.text, bytes);
+    expect(await readGguf(fx.text).then(() => "read", (e: GgufError) => e.code)).toBe("INVALID_UTF8");
+    const root = await temp();
+    await buildOllamaStore(root, [{ name: "odd-vocab", model: fx.text, params: { num_ctx: 512 } }]);
+    const status: string[] = [];
+    const server = await startServer({ model: "odd-vocab", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL, onStatus: (l) => status.push(l) });
+    running.push(server);
+    expect(server.model.translated).toBe(false);
+    expect(status.join("\n")).toMatch(/not translated: .*not valid UTF-8; llama-server reads odd-vocab:latest as it is/);
+    const r = await fetch(`${server.url}/completion`, { method: "POST", body: JSON.stringify({ prompt: "hello", n_predict: 4 }) });
+    expect(r.status).toBe(200);
+    expect(((await r.json()) as { tokens_predicted: number }).tokens_predicted).toBeGreaterThan(0);
+    expect((await readFile(server.model.modelPath)).equals(bytes)).toBe(true);
   });
 
   it("serves an embedding model with --embedding: /v1/embeddings answers vectors", async () => {
@@ -220,3 +243,17 @@ exec "${await llamaServerPath()}" "$@"
     }
   });
 });
+
+/** Turns the second byte of the first all-lowercase token of 3+ letters into 0xff (same length). */
+function breakAToken(b: Buffer): void {
+  const key = Buffer.from("tokenizer.ggml.tokens");
+  let p = b.indexOf(key) + key.length + 4 + 4 + 8; // value type, item type, count
+  for (;;) {
+    const len = Number(b.readBigUInt64LE(p));
+    if (len >= 3 && /^[a-z]+$/.test(b.subarray(p + 8, p + 8 + len).toString("latin1"))) {
+      b[p + 9] = 0xff;
+      return;
+    }
+    p += 8 + len;
+  }
+}
