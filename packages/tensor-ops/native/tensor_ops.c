@@ -442,6 +442,20 @@ static napi_value set_isa(napi_env env, napi_callback_info info) {
 }
 
 /*
+ * Reads argv[0..n) as whole numbers in [min, max] into out; on anything else throws a
+ * RangeError with `message` and returns 0.
+ */
+static int integer_args(napi_env env, napi_value *argv, int n, double min, double max, const char *message, double *out) {
+    for (int i = 0; i < n; i++) {
+        if (napi_get_value_double(env, argv[i], &out[i]) != napi_ok || !(out[i] >= min) || out[i] > max || out[i] != (double) (int64_t) out[i]) {
+            napi_throw_range_error(env, NULL, message);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/*
  * copyFileRange(fdIn, offIn, fdOut, offOut, length) -> bytes copied by the kernel (copy_file_range;
  * filesystems that support it share extents instead of copying). Copies until `length` or the end
  * of the input. Returns -errno when the kernel refuses before copying anything (ENOSYS, EXDEV,
@@ -454,12 +468,7 @@ static napi_value copy_file_range_js(napi_env env, napi_callback_info info) {
     double a[5];
     CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
     if (argc < 5) { napi_throw_type_error(env, NULL, "copyFileRange(fdIn, offIn, fdOut, offOut, length)"); return NULL; }
-    for (int i = 0; i < 5; i++) {
-        if (napi_get_value_double(env, argv[i], &a[i]) != napi_ok || !(a[i] >= 0) || a[i] > 9007199254740991.0 || a[i] != (double) (int64_t) a[i]) {
-            napi_throw_range_error(env, NULL, "copyFileRange: arguments must be non-negative integers");
-            return NULL;
-        }
-    }
+    if (!integer_args(env, argv, 5, 0, 9007199254740991.0, "copyFileRange: arguments must be non-negative integers", a)) return NULL;
 #if defined(__linux__)
     loff_t in_off = (loff_t) a[1], out_off = (loff_t) a[3];
     uint64_t left = (uint64_t) a[4], done = 0;
@@ -555,12 +564,7 @@ static napi_value resample_grid_js(napi_env env, napi_callback_info info) {
     double d[5];
     CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
     if (argc < 7) { napi_throw_type_error(env, NULL, "resampleGrid(src, dst, e, sh, sw, dh, dw)"); return NULL; }
-    for (int i = 0; i < 5; i++) {
-        if (napi_get_value_double(env, argv[2 + i], &d[i]) != napi_ok || !(d[i] >= 1) || d[i] > 2147483647.0 || d[i] != (double) (int64_t) d[i]) {
-            napi_throw_range_error(env, NULL, "resampleGrid: sizes must be positive integers");
-            return NULL;
-        }
-    }
+    if (!integer_args(env, argv + 2, 5, 1, 2147483647.0, "resampleGrid: sizes must be positive integers", d)) return NULL;
     napi_typedarray_type st, dt;
     size_t slen, dlen, soff, doff;
     void *sdata, *ddata;
