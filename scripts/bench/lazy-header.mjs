@@ -2,25 +2,13 @@
 // measured in the bench's own process, pick up the collection of the gigabytes the other
 // parsers leave behind. Alternates a lazy readGguf with a plain read of the header's bytes
 // and prints their medians as JSON.
-import { open } from "node:fs/promises";
-import { layoutGguf, readGguf } from "@compat/gguf";
+import { readGguf } from "@compat/gguf";
+import { headerLength, readHeaderBytes } from "./header-bytes.mjs";
 
 const [path, runsArg] = process.argv.slice(2);
 const runs = Number(runsArg ?? 31);
-const probe = await readGguf(path);
-const headerBytes = layoutGguf(probe).dataOffset;
-await probe.close();
-
-const readHeader = async () => {
-  const fh = await open(path, "r");
-  try {
-    const buf = new Uint8Array(headerBytes);
-    await fh.read(buf, 0, headerBytes, 0);
-    return buf;
-  } finally {
-    await fh.close();
-  }
-};
+const headerBytes = await headerLength(path);
+const readHeader = () => readHeaderBytes(path, headerBytes);
 const lazy = async () => (await readGguf(path)).close();
 
 const fns = [lazy, readHeader];

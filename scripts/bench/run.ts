@@ -10,15 +10,15 @@
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { open } from "node:fs/promises";
 import { cpus, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { gguf as hfGguf } from "@huggingface/gguf";
 import { ggufMetadata } from "hyllama";
 import { GgmlTypeId, addScalar, concat, interleaveExperts, resamplePositionGrid, toF32 } from "@compat/tensor-ops";
-import { layoutGguf, readGguf } from "@compat/gguf";
+import { readGguf } from "@compat/gguf";
 import { writeManyTensors, writeVisionBlob, writeVocabHeader } from "./files";
+import { headerLength, readHeaderBytes } from "./header-bytes.mjs";
 
 const ROOT = new URL("../..", import.meta.url).pathname;
 const RUNS = Number(process.env.BENCH_RUNS ?? 5);
@@ -123,19 +123,8 @@ int main(int argc, char **argv) {
 async function headerParse(): Promise<void> {
   const path = join(dir, "vocab.gguf");
   if (!existsSync(path)) await writeVocabHeader(path);
-  const probe = await readGguf(path);
-  const headerBytes = layoutGguf(probe).dataOffset;
-  await probe.close();
-  const readHeader = async (): Promise<Uint8Array> => {
-    const fh = await open(path, "r");
-    try {
-      const buf = new Uint8Array(headerBytes);
-      await fh.read(buf, 0, headerBytes, 0);
-      return buf;
-    } finally {
-      await fh.close();
-    }
-  };
+  const headerBytes = await headerLength(path);
+  const readHeader = () => readHeaderBytes(path, headerBytes);
   const decodedAll = async () => {
     const m = await readGguf(path);
     for (const key of ["tokenizer.ggml.tokens", "tokenizer.ggml.merges"]) m.getStringArray(key);
