@@ -5,13 +5,12 @@
 // source is never modified (its digest is checked after every scenario).
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, open, readdir, rm, truncate, unlink, stat } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, rm, truncate, unlink, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { GgmlType, fileSource, readGguf, writeGguf } from "@compat/gguf";
 import { Prng, fileDigest, generateFixture, guardSource, writeFixture, type SourceGuard } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bin, collect, exited, tsx } from "./helpers";
+import { bin, collect, exited, tsx, withZeroTensor } from "./helpers";
 
 const translate = (src: string, out: string, shell?: string) =>
   shell === undefined
@@ -39,24 +38,7 @@ let dir: string;
 let small: string;
 
 /** The Ollama-format llama fixture with a zero tensor of `size` bytes appended (sparse on disk). */
-async function withBigTensor(name: string, size: number): Promise<string> {
-  const sparse = join(dir, `${name}.zeros`);
-  const fh = await open(sparse, "w");
-  await fh.truncate(size);
-  await fh.close();
-  const model = await readGguf(small);
-  const zeros = await fileSource(sparse);
-  model.addTensor({ name: "zz.padding", type: GgmlType.I8, shape: [size], data: { kind: "range", source: zeros, offset: 0, length: size } });
-  const dense = join(dir, `${name}.dense`);
-  await writeGguf(model, dense);
-  await model.close();
-  await zeros.close?.();
-  const path = join(dir, `${name}.gguf`);
-  execFileSync("cp", ["--sparse=always", dense, path]);
-  await rm(dense);
-  await rm(sparse);
-  return path;
-}
+const withBigTensor = (name: string, size: number): Promise<string> => withZeroTensor(small, dir, name, size);
 
 /** A clean run's output: digest and size. */
 async function cleanRun(src: string): Promise<{ digest: string; size: number; writeMs: number }> {

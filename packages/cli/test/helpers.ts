@@ -1,7 +1,13 @@
-/** What the cli tests share: the binary from source (run through tsx), and a child process's output and exit. */
-import type { ChildProcess } from "node:child_process";
+/**
+ * What the cli tests share: the binary from source (run through tsx), a child process's
+ * output and exit, and a fixture made big enough for a translation to take a while.
+ */
+import { execFileSync, type ChildProcess } from "node:child_process";
+import { open, rm } from "node:fs/promises";
 import { createRequire } from "node:module";
+import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { GgmlType, fileSource, readGguf, writeGguf } from "@compat/gguf";
 
 /** src/bin.ts, run as `node --import <tsx> <bin> …`. */
 export const bin = fileURLToPath(new URL("../src/bin.ts", import.meta.url));
@@ -33,4 +39,33 @@ export function collect(s: NodeJS.ReadableStream | null): () => string {
 /** How the child ended. */
 export function exited(child: ChildProcess): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
   return new Promise((r) => child.on("close", (code, signal) => r({ code, signal })));
+}
+
+/**
+ * `small` (a GGUF) with a zero tensor of `size` bytes appended, written to `dir/name.gguf`.
+ * The zeros come from a sparse file; with `sparse` the output keeps its holes too, so a big
+ * one costs no disk (a translation still reads and writes every byte).
+ */
+export async function withZeroTensor(small: string, dir: string, name: string, size: number, { sparse = true } = {}): Promise<string> {
+  const zerosPath = join(dir, `${name}.zeros`);
+  const fh = await open(zerosPath, "w");
+  await fh.truncate(size);
+  await fh.close();
+  const model = await readGguf(small);
+  const zeros = await fileSource(zerosPath);
+  const path = join(dir, `${name}.gguf`);
+  const written = sparse ? join(dir, `${name}.dense`) : path;
+  try {
+    model.addTensor({ name: "zz.padding", type: GgmlType.I8, shape: [size], data: { kind: "range", source: zeros, offset: 0, length: size } });
+    await writeGguf(model, written);
+  } finally {
+    await model.close();
+    await zeros.close?.(); // an added tensor's source is the caller's to close
+  }
+  if (sparse) {
+    execFileSync("cp", ["--sparse=always", written, path]);
+    await rm(written);
+  }
+  await rm(zerosPath);
+  return path;
 }

@@ -1,12 +1,11 @@
 import { spawn } from "node:child_process";
 import { existsSync, openSync, closeSync } from "node:fs";
-import { mkdtemp, open, readdir, rm } from "node:fs/promises";
+import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { GgmlType, fileSource, readGguf, writeGguf } from "@compat/gguf";
 import { generateFixture, writeFixture } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { bin, collect, exited, tsx } from "./helpers";
+import { bin, collect, exited, tsx, withZeroTensor } from "./helpers";
 
 const node = (args: string[], stdout: "pipe" | number = "pipe") =>
   spawn(process.execPath, ["--import", tsx, bin, ...args], { stdio: ["ignore", stdout, "pipe"] });
@@ -18,20 +17,8 @@ let small: string;
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "compat-cli-signals-"));
   small = (await writeFixture(generateFixture("llama", { seed: 3, layout: "ollama", variant: "llama3-metadata-gap" }), dir)).text;
-  // The same Ollama-format file with a 512 MiB tensor appended (data from a sparse file), so a translation takes a while.
-  const sparse = join(dir, "zeros.bin");
-  const size = 512 * 1024 * 1024;
-  const fh = await open(sparse, "w");
-  await fh.truncate(size);
-  await fh.close();
-  const model = await readGguf(small);
-  const zeros = await fileSource(sparse);
-  model.addTensor({ name: "zz.padding", type: GgmlType.I8, shape: [size], data: { kind: "range", source: zeros, offset: 0, length: size } });
-  big = join(dir, "big-ollama.gguf");
-  await writeGguf(model, big);
-  await model.close();
-  await zeros.close?.(); // an added tensor's source is the caller's to close
-  await rm(sparse);
+  // The same Ollama-format file with a 512 MiB tensor appended, written out densely, so a translation takes a while.
+  big = await withZeroTensor(small, dir, "big-ollama", 512 * 1024 * 1024, { sparse: false });
 });
 afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
