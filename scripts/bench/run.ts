@@ -19,6 +19,7 @@ import { GgmlTypeId, addScalar, concat, interleaveExperts, resamplePositionGrid,
 import { readGguf } from "@compat/gguf";
 import { writeManyTensors, writeVisionBlob, writeVocabHeader } from "./files";
 import { headerLength, readHeaderBytes } from "./header-bytes.mjs";
+import { median, race as raceRuns } from "./race.mjs";
 
 const ROOT = new URL("../..", import.meta.url).pathname;
 const RUNS = Number(process.env.BENCH_RUNS ?? 5);
@@ -38,30 +39,13 @@ interface Row {
 }
 const rows: Row[] = [];
 const ms = (x: number) => (x >= 100 ? x.toFixed(0) : x.toFixed(1)) + " ms";
-function median(xs: number[]): number {
-  const s = xs.slice().sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-}
 function row(r: Row): void {
   rows.push(r);
   console.error(`  ${r.scenario}: ${r.ours} vs ${r.baseline} -> ${r.ratio.toFixed(2)} (${r.target}) ${r.pass ? "pass" : "FAIL"}`);
 }
 
 /** Alternates the candidates run by run (so drift from other load hits both), returns medians. */
-async function race(fns: Array<() => Promise<unknown> | unknown>, runs = RUNS, before?: () => void): Promise<number[]> {
-  for (const f of fns) await f(); // warm-up
-  const times: number[][] = fns.map(() => []);
-  for (let r = 0; r < runs; r++) {
-    for (const [i, f] of fns.entries()) {
-      before?.();
-      const t0 = performance.now();
-      await f();
-      times[i]!.push(performance.now() - t0);
-      if (process.env.BENCH_VERBOSE) console.error(`    run ${r} candidate ${i}: ${(performance.now() - t0).toFixed(0)} ms`);
-    }
-  }
-  return times.map(median);
-}
+const race = (fns: Array<() => Promise<unknown> | unknown>, runs = RUNS, before?: () => void): Promise<number[]> => raceRuns(fns, runs, before);
 
 interface ProcStats {
   maxRssKiB: number;
