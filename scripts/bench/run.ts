@@ -25,7 +25,6 @@ const ROOT = new URL("../..", import.meta.url).pathname;
 const RUNS = Number(process.env.BENCH_RUNS ?? 5);
 const BLOB_MIB = Number(process.env.BENCH_BLOB_MIB ?? 2048);
 const CLI = join(ROOT, "packages/cli/dist/bin.cjs");
-const PRELOAD = join(ROOT, "scripts/bench/preload.cjs");
 const dir = process.env.BENCH_DIR ?? join(tmpdir(), "ollama-compat-bench");
 mkdirSync(dir, { recursive: true });
 
@@ -52,18 +51,18 @@ const race = (fns: Array<() => Promise<unknown> | unknown>, runs = RUNS, before?
 interface ProcStats {
   maxRssKiB: number;
 }
-/** Runs a command; node commands get the stats preload. Returns stats from the last line it printed. */
+/**
+ * Runs a command under /usr/bin/time, for every candidate alike: a child's own
+ * getrusage maxRSS would count this process's memory too (a forked child starts with the
+ * parent's pages, and exec keeps that peak), hundreds of MiB after the header parsers.
+ */
 function run(cmd: string, args: string[], env: Record<string, string> = {}): ProcStats | undefined {
-  const isNode = cmd === process.execPath;
-  const full = isNode ? ["--require", PRELOAD, ...args] : args;
-  const r = spawnSync(isNode ? cmd : "/usr/bin/time", isNode ? full : ["-f", "BENCHRSS %M", cmd, ...full], {
+  const r = spawnSync("/usr/bin/time", ["-f", "BENCHRSS %M", cmd, ...args], {
     env: { ...process.env, ...env },
     encoding: "utf8",
     maxBuffer: 64 << 20,
   });
   if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed (${r.status}): ${r.stderr.slice(-2000)}`);
-  const m = /BENCHSTATS (.*)/.exec(r.stderr);
-  if (m) return JSON.parse(m[1]!) as ProcStats;
   const t = /BENCHRSS (\d+)/.exec(r.stderr);
   return t ? { maxRssKiB: Number(t[1]) } : undefined;
 }
