@@ -3,7 +3,8 @@
 # WASM kernels), the cross compilers for @compat/tensor-ops' prebuilt addons (linux-arm64 glibc,
 # linux-x64 musl, win32-x64), and qemu-user + Wine with arm64 runtime libraries to run those
 # prebuilds under a Node of their platform (packages/tensor-ops/scripts/foreign-nodes.sh), and
-# xfsprogs for the reflink filesystem of the shared-extent tests (scripts/reflink-fs.sh).
+# xfsprogs for the reflink filesystem of the shared-extent tests (scripts/reflink-fs.sh), and GNU
+# time, through which `npm run bench` runs every command it measures (peak RSS).
 # Installs what is missing; needs root and apt-get.
 set -euo pipefail
 # "command-or-file package" pairs
@@ -18,6 +19,7 @@ needs=(
   "/usr/aarch64-linux-gnu/lib/libstdc++.so.6 libstdc++6-arm64-cross"
   "/usr/lib/wine/wine64 wine64"
   "mkfs.xfs xfsprogs"
+  "/usr/bin/time time"
 )
 missing=()
 for pair in "${needs[@]}"; do
