@@ -18,7 +18,7 @@ import { GgufError, type GgufErrorCode } from "./errors";
 import { ggmlTypeInfo, isKnownGgmlType } from "./ggml-types";
 import { GGUF_DEFAULT_ALIGNMENT, GgufKeys } from "./keys";
 import { GgufValueType, type GgufArray, type GgufKv, type GgufValue } from "./types";
-import { decodeUtf8Strict, isValidUtf8 } from "./utf8";
+import { decodeUtf8Strict, isValidUtf8, nativeSlicer } from "./utf8";
 
 export const HOST_LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
@@ -130,6 +130,8 @@ interface StringScan {
  */
 export class Parser {
   private bytes!: Uint8Array;
+  /** Node's native slicer over `bytes` (undefined off Node), for keys, names and string values. */
+  private slice: ((start: number, end: number) => string) | undefined;
   private dv!: DataView;
   private end = 0;
   private base = 0;
@@ -177,6 +179,7 @@ export class Parser {
     }
     this.base = base;
     this.bytes = bytes;
+    this.slice = nativeSlicer(bytes);
     this.dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     this.end = bytes.length;
   }
@@ -247,7 +250,7 @@ export class Parser {
       this.fail("STRING_TOO_LONG", `${what} length ${len} runs past the end of the file`, at, `at most ${Math.min(MAX_STRING_LENGTH, this.remaining())} bytes`);
     }
     this.need(len, what);
-    const s = decodeUtf8Strict(this.bytes, this.pos, this.pos + len);
+    const s = decodeUtf8Strict(this.bytes, this.pos, this.pos + len, this.slice);
     if (s === undefined) this.fail("INVALID_UTF8", `${what} is not valid UTF-8`, this.pos);
     this.pos += len;
     return s;
@@ -595,7 +598,8 @@ export class Parser {
     const dimsAt = this.pos;
     const nDims = this.u32("dimension count");
     if (nDims > MAX_DIMS) this.fail("BAD_SHAPE", `tensor "${name}" has ${nDims} dimensions`, dimsAt, `at most ${MAX_DIMS}`);
-    const shape: number[] = [];
+    // Sized up front: an array grown by push keeps room for 17 elements, in every tensor info.
+    const shape = new Array<number>(nDims);
     let elements = 1;
     for (let d = 0; d < nDims; d++) {
       this.need(8, "dimension");
@@ -605,7 +609,7 @@ export class Parser {
       if (hi >= 0x80000000) this.fail("BAD_SHAPE", `tensor "${name}" dimension ${d} is negative`, p, "a non-negative size");
       if (hi > 0x1fffff) this.fail("SHAPE_OVERFLOW", `tensor "${name}" dimension ${d} is too large`, p, "at most 2^53-1");
       const dim = hi * 0x100000000 + lo;
-      shape.push(dim);
+      shape[d] = dim;
       elements *= dim;
       if (elements > Number.MAX_SAFE_INTEGER) {
         this.fail("SHAPE_OVERFLOW", `tensor "${name}" has more than 2^53-1 elements`, p, "a representable element count");
