@@ -1,8 +1,8 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { killAllSpawned, loadAndGenerate, runLoaderInSubprocess } from "@compat/testkit";
+import { CPU_BASELINE, killAllSpawned, loadAndGenerate, loadedCpuBackend, pinNodeLlamaCppCpuVariant, runLoaderInSubprocess } from "@compat/testkit";
 import { writeTinyLlama } from "./harness-tiny-llama";
 
 let dir: string;
@@ -18,6 +18,15 @@ afterAll(async () => {
 });
 
 describe("real llama.cpp loader (node-llama-cpp prebuilt)", () => {
+  it("runs the CPU variant of the suite's baseline on every host, not the one ggml scores best here", async () => {
+    const pinned = pinNodeLlamaCppCpuVariant();
+    if (process.platform !== "linux" || process.arch !== "x64") return expect(pinned).toBeUndefined();
+    expect(basename(pinned!)).toBe(`libggml-cpu-${CPU_BASELINE.nodeLlamaCppVariant}.so`);
+    expect(await loadedCpuBackend()).toBe(pinned);
+    // pinning again is a no-op: the folder is made once
+    expect(pinNodeLlamaCppCpuVariant()).toBe(pinned);
+  });
+
   it("loads a tiny llama GGUF in-process and greedily generates tokens", async () => {
     const first = await loadAndGenerate(valid, { maxTokens: 4 });
     expect(first).toMatchObject({ ok: true });

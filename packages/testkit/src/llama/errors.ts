@@ -7,6 +7,10 @@ export type TestkitErrorCode =
   | "NO_FIXTURE"
   /** Fixture options or a fixture definition that cannot be built (bad seed, counts, names). */
   | "BAD_FIXTURE"
+  /** The host lacks a CPU feature of the suite's baseline (CPU_BASELINE), or the prebuilt lacks its variant. */
+  | "CPU_BASELINE_UNSUPPORTED"
+  /** node-llama-cpp loaded another CPU variant than the pinned one. */
+  | "CPU_VARIANT_NOT_PINNED"
   /** The testkit's own package directory could not be found. */
   | "NO_PACKAGE_ROOT";
 

@@ -1,4 +1,7 @@
+import { basename } from "node:path";
 import { getLlama, LlamaLogLevel, type Llama } from "node-llama-cpp";
+import { pinNodeLlamaCppCpuVariant } from "./cpu-baseline";
+import { TestkitError } from "./errors";
 
 /** One captured llama.cpp log line. */
 export interface LlamaLogLine {
@@ -10,6 +13,7 @@ let llamaPromise: Promise<Llama> | undefined;
 let sink: LlamaLogLine[] | undefined;
 let queue: Promise<unknown> = Promise.resolve();
 let echo: ((line: LlamaLogLine) => void) | undefined;
+let cpuBackend: string | undefined;
 
 /**
  * Also hand every log line to `fn` as it arrives (the loader child uses this to
@@ -20,12 +24,23 @@ export function setLlamaLogEcho(fn: ((line: LlamaLogLine) => void) | undefined):
 }
 
 /**
- * The process-wide prebuilt llama.cpp (CPU only, never built from source).
+ * The process-wide prebuilt llama.cpp (CPU only, never built from source), on the
+ * CPU variant of the suite's baseline (see CPU_BASELINE), checked from ggml's own log.
  * Loading the native addon is slow-ish and its logger can only be set once, so
  * we create it once and route its log lines to whichever job is running.
  */
 export function sharedLlama(): Promise<Llama> {
-  llamaPromise ??= getLlama({
+  llamaPromise ??= startLlama().catch((error: unknown) => {
+    // a wrong CPU variant stays wrong: loading again would not change it (and the logger is set once)
+    if (!(error instanceof TestkitError && error.code === "CPU_VARIANT_NOT_PINNED")) llamaPromise = undefined;
+    throw error;
+  });
+  return llamaPromise;
+}
+
+async function startLlama(): Promise<Llama> {
+  const pinned = pinNodeLlamaCppCpuVariant();
+  const llama = await getLlama({
     gpu: false,
     build: "never",
     usePrebuiltBinaries: true,
@@ -33,14 +48,23 @@ export function sharedLlama(): Promise<Llama> {
     logLevel: LlamaLogLevel.debug,
     logger: (level, message) => {
       const line = { level, message: message.replace(/\n+$/, "") };
+      cpuBackend ??= /loaded CPU backend from (.+)$/.exec(line.message)?.[1];
       sink?.push(line);
       echo?.(line);
     },
-  }).catch((error: unknown) => {
-    llamaPromise = undefined;
-    throw error;
   });
-  return llamaPromise;
+  // node-llama-cpp hands log lines over in a later microtask: give the backend's line time to arrive
+  for (let i = 0; i < 100 && cpuBackend === undefined; i++) await new Promise((r) => setTimeout(r, 10));
+  if (pinned && (cpuBackend === undefined || basename(cpuBackend) !== basename(pinned))) {
+    throw new TestkitError("CPU_VARIANT_NOT_PINNED", `node-llama-cpp loaded ${cpuBackend ?? "no CPU backend it logged"}, not the pinned ${pinned}`);
+  }
+  return llama;
+}
+
+/** The CPU backend library ggml loaded for sharedLlama(), as its log named it. */
+export async function loadedCpuBackend(): Promise<string | undefined> {
+  await sharedLlama();
+  return cpuBackend;
 }
 
 /**
