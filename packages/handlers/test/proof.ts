@@ -5,6 +5,7 @@ import { readGguf, type GgufModel } from "@compat/gguf";
 import { translate, translateModel, type TranslatedView, type TranslationProfile } from "@compat/handlers";
 import {
   generateFixture,
+  logitDistance,
   runLoaderInSubprocess,
   PRINTABLE_ASCII_GRAMMAR,
   runMtmdCli,
@@ -18,6 +19,30 @@ import {
 } from "@compat/testkit";
 import { expect } from "vitest";
 import { compareWithNative, type TwinDifferences, type TwinOptions } from "./twin";
+
+/**
+ * Two files compute differently when they score next tokens further apart than this (in
+ * log-probability, see logitDistance). Rounding moves it by about 1e-5, and both files run on
+ * the same pinned CPU variant anyway; a test that claims a translation changed what a model
+ * computes asks for 1,000 times that, so the claim rests on the translation's bytes and keys,
+ * never on a near-tie between two greedy tokens.
+ */
+export const COMPUTES_DIFFERENTLY = 0.01;
+/** Below this, two files compute the same (what is left is float rounding, e.g. of a softmax over another vocabulary size). */
+export const SAME_COMPUTATION = 1e-4;
+
+/**
+ * How differently two GGUFs score the next token over `steps` greedy steps from `prompt`
+ * (each in a fresh loader process; the top 64 tokens of each step).
+ */
+export async function distributionDistance(a: string, b: string, steps = 4, prompt = "Hello"): Promise<number> {
+  const run = async (path: string) => {
+    const r = await runLoaderInSubprocess(path, { maxTokens: steps, prompt, topProbabilities: 64 });
+    if (!r.ok || !r.steps) throw new Error(`${path} did not generate: ${r.ok ? "no probabilities" : r.error}`);
+    return r.steps;
+  };
+  return logitDistance(await run(a), await run(b));
+}
 
 export interface HandlerProof {
   view: TranslatedView;

@@ -4,11 +4,11 @@ import { GgmlType, GgufModel, GgufValueType, readGguf, writeGguf } from "@compat
 import { translateModel } from "@compat/handlers";
 import { runLoaderInSubprocess } from "@compat/testkit";
 import { tempDir } from "../helpers";
-import { NO_DIFFERENCES, proveHandler } from "../proof";
+import { COMPUTES_DIFFERENTLY, distributionDistance, NO_DIFFERENCES, SAME_COMPUTATION, proveHandler } from "../proof";
 
 const dir = tempDir();
-/** The reference output's greedy tokens, for the native profile's comparison. */
-let referenceTokens: number[] | undefined;
+/** The reference profile's output, for the native profile's comparison. */
+let referenceOut: string | undefined;
 
 /** What the reference leaves as Ollama wrote it, and why llama.cpp still loads the result. */
 const gemma3nTwin = {
@@ -38,7 +38,7 @@ describe("gemma3n handler", () => {
     const p = await proveHandler(await dir(), "gemma3n", { seed: 5, twin: gemma3nTwin, nativeTwin: true, profile: "reference" });
     expect(p.view.report.handlers.map((h) => h.name)).toEqual(["gemma3n"]);
     expect(p.view.report.gapsKept.map((f) => f.name)).toEqual(["gemma3n-rope-freq-base-swa", "gemma3n-add-space-prefix"]);
-    referenceTokens = p.load.ok ? p.load.tokens : undefined;
+    referenceOut = p.outPath;
     const m = p.translatedModel;
     const rows = p.native.meta.hparams.n_vocab_per_layer as number;
     expect(rows).toBeLessThan(p.native.meta.hparams.n_vocab as number);
@@ -72,13 +72,15 @@ describe("gemma3n handler", () => {
       await writeGguf(patched, patchedPath);
       const run = await runLoaderInSubprocess(patchedPath, { maxTokens: 4 });
       expect(run.ok ? run.tokens : run.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
+      expect(await distributionDistance(patchedPath, p.twin!.paths.text)).toBeLessThan(SAME_COMPUTATION);
     } finally {
       await patched.close();
     }
-    expect(p.load.ok && nativeLoad.ok && p.load.tokens.join() !== nativeLoad.tokens.join()).toBe(true);
+    // and with the gaps open, the output computes something else than the twin
+    expect(await distributionDistance(p.outPath, p.twin!.paths.text)).toBeGreaterThan(COMPUTES_DIFFERENTLY);
   });
 
-  it("native profile (gemma3n-rope-freq-base-swa, gemma3n-add-space-prefix): both keys equal the twin's; real llama.cpp generates the twin's greedy tokens, the reference output does not", async () => {
+  it("native profile (gemma3n-rope-freq-base-swa, gemma3n-add-space-prefix): both keys equal the twin's; real llama.cpp generates the twin's greedy tokens, the reference output computes otherwise", async () => {
     const closed = gemma3nTwin.ignoreKeys.filter((k) => k !== "gemma3n.rope.freq_base_swa" && k !== "tokenizer.ggml.add_space_prefix");
     const p = await proveHandler(join(await dir(), "native-profile"), "gemma3n", { seed: 5, twin: { ...gemma3nTwin, ignoreKeys: closed }, nativeTwin: true });
     expect(p.view.report.fixes.map((f) => [f.handler, f.name])).toEqual([
@@ -92,8 +94,9 @@ describe("gemma3n handler", () => {
     if (!p.load.ok || !nativeLoad.ok) throw new Error("both files must generate");
     expect(p.load.tokens).toHaveLength(4);
     expect(p.load.tokens).toEqual(nativeLoad.tokens);
-    if (referenceTokens === undefined) throw new Error("run with the reference-profile test");
-    expect(referenceTokens).not.toEqual(nativeLoad.tokens);
+    if (referenceOut === undefined) throw new Error("run with the reference-profile test");
+    expect(await distributionDistance(p.outPath, p.twin!.paths.text)).toBeLessThan(SAME_COMPUTATION);
+    expect(await distributionDistance(referenceOut, p.twin!.paths.text)).toBeGreaterThan(COMPUTES_DIFFERENTLY);
   });
 
   it("EOS list: i32 and u32 lists gain 106 once, a missing one becomes [1, 106], other item types stay; tokenizer model and types", () => {

@@ -1,17 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { GgufValueType } from "@compat/gguf";
-import { runLoaderInSubprocess } from "@compat/testkit";
 import { tempDir } from "../helpers";
-import { NO_DIFFERENCES, proveHandler } from "../proof";
+import { COMPUTES_DIFFERENTLY, distributionDistance, NO_DIFFERENCES, SAME_COMPUTATION, proveHandler } from "../proof";
 
 const dir = tempDir();
 let referenceOut: string | undefined;
-
-/** Greedy ids of a longer run: the doubled YaRN scale shows after a few tokens on the tiny fixture. */
-async function greedy(path: string): Promise<number[] | string> {
-  const r = await runLoaderInSubprocess(path, { maxTokens: 12 });
-  return r.ok ? r.tokens : r.error;
-}
 
 const twin = {
   ignoreKeys: [
@@ -51,7 +44,7 @@ describe("olmo3 handler (OLMo 3 as Ollama converted it, arch olmo3)", () => {
     expect(p.sourceDigest.after).toBe(p.sourceDigest.before);
   });
 
-  it("native profile (olmo3-yarn-attn-factor-once): greedy tokens equal the native twin's in real llama.cpp, the reference's do not", async () => {
+  it("native profile (olmo3-yarn-attn-factor-once): greedy tokens equal the native twin's in real llama.cpp; the reference's scores differ", async () => {
     const p = await proveHandler(await dir(), "olmo3", { seed: 5, twin, nativeTwin: true });
     expect(p.view.report.fixes.map((f) => [f.handler, f.name])).toEqual([["olmo3", "olmo3-yarn-attn-factor-once"]]);
     expect(p.translatedModel.has("olmo2.rope.scaling.attn_factor")).toBe(false);
@@ -60,9 +53,9 @@ describe("olmo3 handler (OLMo 3 as Ollama converted it, arch olmo3)", () => {
     const twinLoad = p.twin!.load!;
     expect(twinLoad.ok ? twinLoad.tokens.length : twinLoad.error).toBe(4);
     expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(twinLoad.ok ? twinLoad.tokens : []);
-    const twinTokens = await greedy(p.twin!.paths.text);
-    expect(twinTokens).toHaveLength(12);
-    expect(await greedy(p.outPath)).toEqual(twinTokens);
-    expect(await greedy(referenceOut!)).not.toEqual(twinTokens);
+    // over 8 steps the output scores every next token as the twin does; the reference's doubled
+    // YaRN scale changes what the model computes, not only a near-tie between greedy tokens
+    expect(await distributionDistance(p.outPath, p.twin!.paths.text, 8)).toBeLessThan(SAME_COMPUTATION);
+    expect(await distributionDistance(referenceOut!, p.twin!.paths.text, 8)).toBeGreaterThan(COMPUTES_DIFFERENTLY);
   });
 });

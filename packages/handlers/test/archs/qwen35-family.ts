@@ -126,25 +126,37 @@ export async function expectMtpDrafts(model: string): Promise<void> {
   }
 }
 
+/** One draft step of the MTP head: the position, its chosen token and that token's probability. */
+export interface DraftStep {
+  pos: number;
+  token: number;
+  p: number;
+}
+
 /**
  * Asserts two draft lists agree (or not) on what both drafted: how many draft rounds a
- * completion runs varies from run to run, the tokens each round drafts do not.
+ * completion runs varies from run to run, the tokens each round drafts do not. Agreeing
+ * means the same chosen tokens. Disagreeing must show in what the head computes, not in a
+ * near-tie between two tokens: at some step the chosen token's probability moves by more
+ * than 0.05 (llama.cpp prints three decimals; rounding moves the third).
  */
-export function expectDraftsAgree(a: readonly string[], b: readonly string[], agree = true): void {
+export function expectDraftsAgree(a: readonly DraftStep[], b: readonly DraftStep[], agree = true): void {
   const n = Math.min(a.length, b.length);
   expect(n).toBeGreaterThanOrEqual(3);
-  if (agree) expect(a.slice(0, n)).toEqual(b.slice(0, n));
-  else expect(a.slice(0, n)).not.toEqual(b.slice(0, n));
+  const tokens = (d: readonly DraftStep[]) => d.slice(0, n).map((s) => `pos ${s.pos}: ${s.token}`);
+  if (agree) return expect(tokens(a)).toEqual(tokens(b));
+  const moved = a.slice(0, n).map((s, i) => Math.abs(s.p - b[i]!.p));
+  expect(Math.max(...moved), `largest change of a chosen draft token's probability (${tokens(a)} vs ${tokens(b)})`).toBeGreaterThan(0.05);
 }
 
 /**
  * What the MTP head drafts, as llama-server logs it with `--verbose` under
- * `--spec-type draft-mtp`: every draft step's chosen token (candidate 0). The lower
- * candidates are left out: near-ties among them can swap with last-bit differences the
- * twin comparison allows (e.g. the MoE's F16 vs F32 shared-expert gate). With toy
+ * `--spec-type draft-mtp`: every draft step's chosen token (candidate 0) and its probability.
+ * The lower candidates are left out: near-ties among them can swap with last-bit differences
+ * the twin comparison allows (e.g. the MoE's F16 vs F32 shared-expert gate). With toy
  * weights the trunk accepts no draft, so the drafts themselves show how the head computes.
  */
-export async function mtpDraftCandidates(model: string): Promise<string[]> {
+export async function mtpDraftCandidates(model: string): Promise<DraftStep[]> {
   const server = await startLlamaServer({ model, args: ["--spec-type", "draft-mtp", "--verbose"] });
   try {
     await serverCompletion(server, { prompt: "Hello", nPredict: 8 });
@@ -153,8 +165,8 @@ export async function mtpDraftCandidates(model: string): Promise<string[]> {
         .logs()
         .split("\n")
         .flatMap((line) => {
-          const m = /draft candidate\s+0, pos\s+(\d+):\s+(\d+) /.exec(line);
-          return m ? [`pos ${m[1]}: ${m[2]}`] : [];
+          const m = /draft candidate\s+0, pos\s+(\d+):\s+(\d+) \(\s*([\d.]+)\)/.exec(line);
+          return m ? [{ pos: Number(m[1]), token: Number(m[2]), p: Number(m[3]) }] : [];
         });
     // The verbose log reaches us through a pipe and can trail the HTTP answer: read it once it
     // has stopped growing (at most 5 s).

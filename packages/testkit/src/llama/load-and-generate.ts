@@ -10,7 +10,17 @@ export interface LoadAndGenerateOptions {
   embedding?: boolean;
   /** Context size to create. Default 128: fixtures are tiny and so are prompts. */
   contextSize?: number;
+  /**
+   * Also return, for every generated token, the `topProbabilities` most likely next tokens
+   * and their probabilities (softmax of the raw logits). A test that claims two files compute
+   * differently compares these (see probabilityDistance), not greedy tokens: an argmax can
+   * agree or differ on a near-tie, a distribution shows by how much the files differ.
+   */
+  topProbabilities?: number;
 }
+
+/** The most likely next tokens at one generation step, most likely first. */
+export type StepProbabilities = Array<[token: number, probability: number]>;
 
 export type LoadResult =
   | {
@@ -20,6 +30,8 @@ export type LoadResult =
       /** Detokenised `tokens` (empty with `embedding`). */
       text: string;
       embedding?: number[];
+      /** With `topProbabilities`: one entry per generated token. */
+      steps?: StepProbabilities[];
     }
   | {
       ok: false;
@@ -38,7 +50,7 @@ export type LoadResult =
  * emit them at random, and the raw greedy ids are what a test compares.
  */
 export function loadAndGenerate(path: string, options: LoadAndGenerateOptions = {}): Promise<LoadResult> {
-  const { prompt = "Hello", maxTokens = 4, embedding = false, contextSize = 128 } = options;
+  const { prompt = "Hello", maxTokens = 4, embedding = false, contextSize = 128, topProbabilities } = options;
   return withLlamaLogs<LoadResult>(async (llama, logs) => {
     const disposers: Array<() => Promise<void>> = [];
     try {
@@ -61,13 +73,21 @@ export function loadAndGenerate(path: string, options: LoadAndGenerateOptions = 
       if (bos != null && model.tokens.shouldPrependBosToken && input[0] !== bos) input.unshift(bos);
 
       const tokens: number[] = [];
-      if (maxTokens > 0) {
+      const steps: StepProbabilities[] = [];
+      if (maxTokens > 0 && topProbabilities) {
+        for await (const step of sequence.evaluateWithMetadata(input, { probabilities: true }, { temperature: 0 })) {
+          tokens.push(step.token);
+          steps.push([...step.probabilities.entries()].slice(0, topProbabilities));
+          if (tokens.length >= maxTokens) break;
+        }
+      } else if (maxTokens > 0) {
         for await (const token of sequence.evaluate(input, { temperature: 0 })) {
           tokens.push(token);
           if (tokens.length >= maxTokens) break;
         }
       }
-      return { ok: true, tokens, text: model.detokenize(tokens as Token[]) };
+      const text = model.detokenize(tokens as Token[]);
+      return topProbabilities ? { ok: true, tokens, text, steps } : { ok: true, tokens, text };
     } catch (error) {
       const message = error instanceof Error ? error.message : String(error);
       // llama.cpp's log lines reach JS asynchronously and can trail the exception: give the
@@ -82,4 +102,28 @@ export function loadAndGenerate(path: string, options: LoadAndGenerateOptions = 
       for (const dispose of disposers.reverse()) await dispose().catch(() => undefined);
     }
   });
+}
+
+/**
+ * How differently two runs score the next token: the largest change of a top token's
+ * log-probability over the steps both have, less the change common to all of them (so
+ * a different vocabulary size, which only renormalises, counts as no change). Only
+ * tokens in both sides' top lists count; with fewer than 8 in common the runs are
+ * unrelated and the distance is Infinity. Rounding moves it by about 1e-5; a change in
+ * what a model computes (weights, RoPE, attention scale, prompt tokens), by far more.
+ */
+export function logitDistance(a: readonly StepProbabilities[], b: readonly StepProbabilities[]): number {
+  let worst = 0;
+  for (let i = 0; i < Math.min(a.length, b.length); i++) {
+    const q = new Map(b[i]);
+    const shifts: number[] = [];
+    for (const [token, p] of a[i]!) {
+      const other = q.get(token);
+      if (other !== undefined && p > 0 && other > 0) shifts.push(Math.log(p) - Math.log(other));
+    }
+    if (shifts.length < 8) return Infinity;
+    const common = shifts.reduce((x, y) => x + y, 0) / shifts.length;
+    for (const s of shifts) worst = Math.max(worst, Math.abs(s - common));
+  }
+  return worst;
 }
