@@ -186,26 +186,28 @@ function buildProgram(io: CliIo, result: { code: number }): Command {
     .command("verify")
     .description("translate FILE into a temporary folder, load it in real llama.cpp (llama-server) and generate a few tokens (and one image answer for vision); pass or fail")
     .argument("<file>", "a GGUF file or a model reference")
+    .argument("[llama-server-args...]", "after --: passed to llama-server verbatim (e.g. -- --no-repack)")
     .option("--llama-server <path>", "llama-server binary (default: $LLAMA_SERVER, PATH, the tools build cache)")
     .option("--json", "print machine-readable output")
     .addOption(profileOption())
     .addHelpText(
       "after",
       footer(
-        ["ollama-compat verify gemma3:4b", "ollama-compat verify model.gguf --json"],
+        ["ollama-compat verify gemma3:4b", "ollama-compat verify model.gguf --json", "ollama-compat verify gemma3:4b -- --no-repack"],
         ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT", "LLAMA_SERVER"],
         "Exit codes: 0 pass, 1 fail (llama.cpp's error text is shown) or error, 2 usage, 3 not supported.",
       ),
     )
-    .action(async (file: string, opts) => set(await (await commands.verify()).verifyCommand(file, opts, io)));
+    .action(async (file: string, rest: string[], opts) => set(await (await commands.verify()).verifyCommand(file, opts, io, rest)));
 
   program
     .command("demo")
     .description("no Ollama store, no download: build a tiny Ollama-format vision model, detect it, translate it, and serve it with llama-server for one text and one image answer")
     .option("--llama-server <path>", "llama-server binary (default: $LLAMA_SERVER, PATH, the tools build cache)")
     .option("--keep <dir>", "write the demo's files into DIR and keep them")
-    .addHelpText("after", footer(["ollama-compat demo"], ["LLAMA_SERVER", "NO_COLOR"], "Exit codes: 0 every step worked, 1 a step failed (it is named), 2 usage."))
-    .action(async (opts) => set(await (await commands.demo()).demoCommand(opts, io)));
+    .argument("[llama-server-args...]", "after --: passed to llama-server verbatim (e.g. -- --no-repack)")
+    .addHelpText("after", footer(["ollama-compat demo", "ollama-compat demo -- --no-repack"], ["LLAMA_SERVER", "NO_COLOR"], "Exit codes: 0 every step worked, 1 a step failed (it is named), 2 usage."))
+    .action(async (rest: string[], opts) => set(await (await commands.demo()).demoCommand(opts, io, rest)));
 
   return program;
 }

@@ -1,4 +1,5 @@
-/** Requests that prove a running llama-server works: a few tokens, one image answer, one embedding. */
+/** Requests that prove a running llama-server works: a few tokens, one image answer, one embedding; and what to say when it did not start. */
+import { BridgeError } from "@compat/server-bridge";
 
 /** A 16x16 grey test image as PPM, a format llama.cpp's image loader (stb_image) reads. */
 export function testImage(side = 16): Buffer {
@@ -70,4 +71,21 @@ export function llamaErrorText(lines: readonly string[]): string {
   const clean = lines.map((l) => l.replace(/^\s*\d+\.\d+\.\d+\.\d+ [EWID] /, "").trim()).filter(Boolean);
   const first = clean.find((l) => /error|failed|exception|abort|invalid|missing|not found/i.test(l));
   return first ?? clean.slice(-3).join(" | ");
+}
+
+/**
+ * What to tell a user whose llama-server did not start: for a crash (killed by a signal of
+ * its own, see the bridge's SERVER_CRASHED), the signal, its likely cause and the command
+ * line that works around it (`again` is the user's command, e.g. "ollama-compat serve
+ * gemma3:4b"); else llama.cpp's own error line, or the error's first line.
+ */
+export function startFailureText(e: unknown, again: string): string {
+  if (e instanceof BridgeError && e.code === "SERVER_CRASHED") {
+    const around = e.details.workaround as string | undefined;
+    const first = e.message.split("\n")[0]!;
+    return around ? `${first} (run: ${again} -- ${around})` : first;
+  }
+  const lines = (e as { details?: { lastLines?: string[] } }).details?.lastLines ?? [];
+  if (lines.length > 0) return llamaErrorText(lines);
+  return e instanceof Error ? e.message.split("\n")[0]! : String(e);
 }

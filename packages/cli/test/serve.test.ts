@@ -194,6 +194,36 @@ describe("ollama-compat serve (real llama-server)", () => {
     expect(s.out.stderr).toMatch(/llama-server exited \(SIGKILL\); last lines:\n {2}\S/);
   });
 
+  it("llama-server killed by SIGSEGV at warm-up: serve, verify and demo name the likely cause and the way around it, exit 1", async () => {
+    // A stand-in dies as a native llama.cpp build did on an Intel host with AMX (see the
+    // bridge's SERVER_CRASHED): llama.cpp's last lines, then a signal of its own.
+    const { root } = await store();
+    const dir = await temp();
+    const crashing = join(dir, "llama-server");
+    await writeFile(crashing, "#!/bin/sh\necho 'common_init_from_params: warming up the model with an empty run'\nkill -SEGV $$\n", { mode: 0o755 });
+    const cause = /killed by SIGSEGV before it was ready: most likely its CPU backend's repacked weights/;
+    const serve = await run(["serve", "gemma3:1b", "--models", root, "--cache-dir", await temp(), "--llama-server", crashing]);
+    expect(serve.code).toBe(1);
+    expect(serve.stderr).toMatch(cause);
+    expect(serve.stderr).toContain("(run: ollama-compat serve gemma3:1b -- --no-repack)");
+    const verify = await run(["verify", "gemma3:1b", "--llama-server", crashing], { OLLAMA_MODELS: root });
+    expect(verify.code).toBe(1);
+    expect(verify.stdout).toMatch(cause);
+    expect(verify.stdout).toContain("(run: ollama-compat verify gemma3:1b -- --no-repack)");
+    const demo = await run(["demo", "--llama-server", crashing]);
+    expect(demo.code).toBe(1);
+    expect(demo.stderr).toMatch(cause);
+    expect(demo.stderr).toContain("(run: ollama-compat demo -- --no-repack)");
+    // and the way around it is really there: the flags after -- reach llama-server
+    const args = join(dir, "args");
+    const recording = join(dir, "recording-llama-server");
+    await writeFile(recording, `#!/bin/sh\necho "$@" > "${args}"\nkill -SEGV $$\n`, { mode: 0o755 });
+    for (const cmd of [["verify", "gemma3:1b"], ["demo"]]) {
+      await run([...cmd, "--llama-server", recording, "--", "--no-repack"], { OLLAMA_MODELS: root });
+      expect(await readFile(args, "utf8"), cmd[0]).toMatch(/ --no-repack\n$/);
+    }
+  });
+
   it("faults are one line with a code: llama-server missing, port taken", async () => {
     const { root } = await store();
     const missing = await run(["serve", "gemma3:1b", "--models", root, "--cache-dir", await temp(), "--llama-server", "/nonexistent/llama-server"]);

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { readdir, readFile, readlink } from "node:fs/promises";
 import { createServer } from "node:net";
 import { BridgeError } from "./errors";
 
@@ -101,6 +102,36 @@ export function freePort(host = "127.0.0.1"): Promise<number> {
   });
 }
 
+/**
+ * The TCP port process `pid` listens on, read from /proc (Linux): the inodes of its sockets,
+ * matched against the kernel's tables of listening sockets. Undefined while it listens on
+ * none, or where /proc cannot tell.
+ */
+export async function listeningPort(pid: number): Promise<number | undefined> {
+  const sockets = new Set<string>();
+  try {
+    for (const fd of await readdir(`/proc/${pid}/fd`)) {
+      const target = await readlink(`/proc/${pid}/fd/${fd}`).catch(() => "");
+      const inode = /^socket:\[(\d+)\]$/.exec(target)?.[1];
+      if (inode) sockets.add(inode);
+    }
+  } catch {
+    return undefined;
+  }
+  for (const table of ["tcp", "tcp6"]) {
+    const text = await readFile(`/proc/${pid}/net/${table}`, "utf8").catch(() => "");
+    for (const line of text.split("\n").slice(1)) {
+      // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+      const f = line.trim().split(/\s+/);
+      if (f.length > 9 && f[3] === "0A" && sockets.has(f[9]!)) return parseInt(f[1]!.split(":").pop()!, 16);
+    }
+  }
+  return undefined;
+}
+
+/** Whether listeningPort() can find a child's port here. */
+export const canReadListeningPorts = process.platform === "linux";
+
 /** Fails with PORT_IN_USE when something already listens on host:port. */
 export function checkPortFree(host: string, port: number): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -111,6 +142,31 @@ export function checkPortFree(host: string, port: number): Promise<void> {
     });
     probe.listen(port, host, () => probe.close(() => resolve()));
   });
+}
+
+/**
+ * What most likely killed a llama.cpp process that died of `signal` while it loaded, and the
+ * way around it; undefined for the signals a parent sends (SIGTERM, SIGINT, SIGKILL, ...).
+ */
+export function crashCause(signal: NodeJS.Signals | null): { cause: string; workaround?: string } | undefined {
+  switch (signal) {
+    case "SIGSEGV":
+    case "SIGBUS":
+      // Seen on Intel CPUs with AMX: llama.cpp puts Q4_0/Q8_0/K-quant weights in the AMX (or
+      // CPU repack) buffer type and crashes at warm-up; the same file loads with --no-repack.
+      return {
+        cause: "most likely its CPU backend's repacked weights (on CPUs with AMX or AVX-512, llama.cpp repacks Q4_0, Q8_0 and K-quant weights into buffer types of their own, and some crash at warm-up)",
+        workaround: "--no-repack",
+      };
+    case "SIGILL":
+      return { cause: "it was built for CPU instructions this machine lacks (build it for this CPU, e.g. with scripts/build-llama-tools.sh)" };
+    case "SIGABRT":
+      return { cause: "llama.cpp aborted (a failed GGML_ASSERT or an uncaught exception; its last lines say where)" };
+    case "SIGFPE":
+      return { cause: "an arithmetic fault in llama.cpp (often a model dimension of zero)" };
+    default:
+      return undefined;
+  }
 }
 
 /**
@@ -131,6 +187,16 @@ export async function waitHealthy(child: LlamaChild, url: string, timeoutMs: num
       }
       // llama.cpp logs from a worker thread that is not flushed at exit, so a fast failure can print nothing
       const said = tail || "(no output: llama.cpp's asynchronous logger can lose its last lines when the process exits at once)";
+      const crash = crashCause(e.signal);
+      if (crash) {
+        const around = crash.workaround ? `; start it with ${crash.workaround}` : "";
+        throw new BridgeError("SERVER_CRASHED", `${what} was killed by ${e.signal} before it was ready: ${crash.cause}${around}\n${said}`, {
+          exitCode: e.code,
+          signal: e.signal,
+          lastLines: e.lastLines,
+          ...(crash.workaround ? { workaround: crash.workaround } : {}),
+        });
+      }
       throw new BridgeError("SERVER_START_FAILED", `${what} exited (${e.code ?? e.signal}) before it was ready:\n${said}`, {
         exitCode: e.code,
         signal: e.signal,

@@ -14,6 +14,7 @@ export type BridgeErrorCode =
   | "PORT_IN_USE"
   | "INSECURE_BIND" // a non-loopback host without an API key or an explicit opt-out
   | "SERVER_START_FAILED" // llama-server exited before it was healthy
+  | "SERVER_CRASHED" // llama-server was killed by a signal of its own (SIGSEGV, SIGILL, ...) before it was healthy
   | "SERVER_START_TIMEOUT"; // llama-server did not become healthy in time
 
 export class BridgeError extends Error {

@@ -1,5 +1,5 @@
 import { modelArgs } from "./args";
-import { checkPortFree, freePort, LlamaChild, waitHealthy, type ExitInfo } from "./child";
+import { canReadListeningPorts, checkPortFree, freePort, LlamaChild, listeningPort, waitHealthy, type ExitInfo } from "./child";
 import { BridgeError } from "./errors";
 import { findLlamaTool } from "./locate";
 import { prepareModel, type PrepareOptions, type PreparedModel } from "./prepare";
@@ -82,8 +82,19 @@ export async function launch(
     await checkPortFree(host, opts.port);
     return launchOn(host, opts.port, command, args, opts, what);
   }
-  // A port the OS just handed out can be taken by another process before llama-server binds
-  // it (two launches at once); with a port of our choosing, pick another and try again.
+  // llama-server binds a port of the kernel's choosing (--port 0), and we read which from
+  // /proc: the port is bound by the process that uses it, so two launches at once cannot
+  // meet on one port (a probe's port, closed and handed on, could be taken by another
+  // llama-server, whose /health would then answer for ours).
+  if (canReadListeningPorts) return launchOn(host, 0, command, args, opts, what);
+  return launchOnProbedPort(host, command, args, opts, what);
+}
+
+/**
+ * Where /proc cannot tell a child's port: a port the OS just handed out, which another process
+ * can take before llama-server binds it; then pick another and try again.
+ */
+export async function launchOnProbedPort(host: string, command: string, args: string[], opts: LaunchOptions, what = "llama-server"): Promise<RunningServer> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await launchOn(host, await freePort(host), command, args, opts, what);
@@ -125,11 +136,16 @@ async function launchOn(
   const childEnv = { ...process.env, ...env, ...(opts.apiKey ? { LLAMA_API_KEY: opts.apiKey } : {}) };
   const child = new LlamaChild({ command, args: full, env: childEnv, onLog: opts.onLog });
   const urlHost = host.includes(":") ? `[${host}]` : host === "0.0.0.0" ? "127.0.0.1" : host;
-  const url = `http://${urlHost}:${port}`;
   const onAbort = () => void child.stop();
   opts.signal?.addEventListener("abort", onAbort, { once: true });
+  const timeoutMs = opts.startTimeoutMs ?? 10 * 60_000;
+  let url = `http://${urlHost}:${port}`;
   try {
-    await waitHealthy(child, url, opts.startTimeoutMs ?? 10 * 60_000, what);
+    if (port === 0) {
+      port = await boundPort(child, timeoutMs, what);
+      url = `http://${urlHost}:${port}`;
+    }
+    await waitHealthy(child, url, timeoutMs, what);
   } catch (e) {
     await child.stop();
     throw await silentBindFailure(e, host, port, what);
@@ -146,6 +162,26 @@ async function launchOn(
     stop: (graceMs) => child.stop(graceMs),
     lastLines: (n) => child.lastLines(n),
   };
+}
+
+/**
+ * The port a child started with --port 0 listens on, once it does (llama-server binds before
+ * it loads the model). If it exits first, waitHealthy reports why.
+ */
+async function boundPort(child: LlamaChild, timeoutMs: number, what: string): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  while (child.running) {
+    const port = await listeningPort(child.pid!);
+    if (port !== undefined) return port;
+    if (Date.now() > deadline) {
+      const lines = child.lastLines();
+      throw new BridgeError("SERVER_START_TIMEOUT", `${what} did not listen on a port after ${timeoutMs} ms:\n${lines.join("\n")}`, { lastLines: lines });
+    }
+    await Promise.race([new Promise((r) => setTimeout(r, 25)), child.exited]);
+  }
+  // it exited: waitHealthy turns that into the right error
+  await waitHealthy(child, "http://127.0.0.1:0", timeoutMs, what);
+  throw new BridgeError("SERVER_START_FAILED", `${what} exited before it listened`);
 }
 
 /**

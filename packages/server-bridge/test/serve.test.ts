@@ -5,11 +5,12 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { generateFixtureFiles } from "@compat/testkit";
 import { type GgufError, readGguf } from "@compat/gguf";
-import { BridgeError, buildOllamaStore, ModelStore, startServer, TranslationCache, type SingleServer } from "@compat/server-bridge";
+import { BridgeError, buildOllamaStore, modelArgs, ModelStore, prepareModel, startServer, TranslationCache, type RunningServer } from "@compat/server-bridge";
+import { launchOnProbedPort } from "../src/server";
 import { chat, chatContent, llamaServerPath, SMALL, tempDirs } from "./helpers";
 
 const temp = tempDirs();
-const running: SingleServer[] = [];
+const running: RunningServer[] = [];
 afterEach(async () => {
   for (const s of running.splice(0)) await s.stop();
 });
@@ -157,43 +158,68 @@ describe("startServer (real llama-server)", () => {
     expect(e.message).toContain("unknown model architecture: 'gptoss'");
   });
 
-  it("a chosen port taken before llama-server binds it: the launch retries on another free port", async () => {
-    // The race of two launches at once, made deterministic: a wrapper runs the real
-    // llama-server, but on its first start points it at a port somebody else holds.
-    const blocker = createServer();
-    await new Promise<void>((r) => blocker.listen(0, "127.0.0.1", () => r()));
-    const taken = (blocker.address() as { port: number }).port;
-    try {
-      const dir = await temp();
-      const wrapper = join(dir, "llama-server");
-      const starts = join(dir, "starts");
-      await writeFile(
-        wrapper,
-        `#!/bin/sh\necho start >> "${starts}"\nif [ "$(wc -l < "${starts}")" -eq 1 ]; then exec "${await llamaServerPath()}" "$@" --port ${taken}; fi\nexec "${await llamaServerPath()}" "$@"\n`,
-        { mode: 0o755 },
-      );
-      const store = await fixtureStore([{ name: "gemma3:1b", arch: "gemma3", variant: "1b" }]);
-      const server = await startServer({ model: "gemma3:1b", store, cache: { dir: await temp() }, llamaServer: wrapper, args: SMALL });
-      running.push(server);
-      expect((await readFile(starts, "utf8")).trim().split("\n")).toHaveLength(2);
-      expect(server.port).not.toBe(taken);
-      expect((await fetch(`${server.url}/health`)).status).toBe(200);
-    } finally {
-      blocker.close();
+  it("llama-server binds a port of the kernel's choosing and the bridge reads it from /proc: launches at once each reach their own server", async () => {
+    // The race this closes: a probed port, closed again, handed to two launches at once; the
+    // loser's health check then got the winner's 200 and it served another process's model.
+    const store = await fixtureStore([
+      { name: "gemma3:1b", arch: "gemma3", variant: "1b" },
+      { name: "llama3.2:1b", arch: "llama" },
+    ]);
+    const cache = new TranslationCache({ dir: await temp() });
+    const names = ["gemma3:1b", "llama3.2:1b", "gemma3:1b", "llama3.2:1b"];
+    const llamaServer = await llamaServerPath();
+    const servers = await Promise.all(names.map((model) => startServer({ model, store, cache, llamaServer, args: SMALL })));
+    running.push(...servers);
+    expect(new Set(servers.map((s) => s.port)).size).toBe(servers.length);
+    for (const [i, server] of servers.entries()) {
+      expect(server.command.join(" ")).toContain("--port 0");
+      const models = (await (await fetch(`${server.url}/v1/models`)).json()) as { data: Array<{ id: string }> };
+      expect(models.data.map((m) => m.id)).toEqual([names[i]]);
     }
   });
 
-  it("a port taken under llama-server that then exits printing nothing (its log lost at exit): the launch retries on another port", async () => {
-    // First start: a stand-in takes the port it was given from another process and exits 1
-    // silently, as llama-server does when its asynchronous log is lost; later starts run the real one.
-    const dir = await temp();
-    const wrapper = join(dir, "llama-server");
-    const starts = join(dir, "starts");
-    const bound = join(dir, "bound");
-    const holder = `require("net").createServer().listen(Number(process.argv[1]), "127.0.0.1", () => require("fs").writeFileSync(${JSON.stringify(bound)}, "")); setTimeout(() => {}, 60000)`;
-    await writeFile(
-      wrapper,
-      `#!/bin/sh
+  describe("where /proc cannot tell a child's port (a probed port, retried)", () => {
+    async function prepared(): Promise<string[]> {
+      const store = await fixtureStore([{ name: "gemma3:1b", arch: "gemma3", variant: "1b" }]);
+      return modelArgs(await prepareModel(await store.resolve("gemma3:1b"), { cache: { dir: await temp() } }));
+    }
+
+    it("a chosen port taken before llama-server binds it: the launch retries on another free port", async () => {
+      // The race of two launches at once, made deterministic: a wrapper runs the real
+      // llama-server, but on its first start points it at a port somebody else holds.
+      const blocker = createServer();
+      await new Promise<void>((r) => blocker.listen(0, "127.0.0.1", () => r()));
+      const taken = (blocker.address() as { port: number }).port;
+      try {
+        const dir = await temp();
+        const wrapper = join(dir, "llama-server");
+        const starts = join(dir, "starts");
+        await writeFile(
+          wrapper,
+          `#!/bin/sh\necho start >> "${starts}"\nif [ "$(wc -l < "${starts}")" -eq 1 ]; then exec "${await llamaServerPath()}" "$@" --port ${taken}; fi\nexec "${await llamaServerPath()}" "$@"\n`,
+          { mode: 0o755 },
+        );
+        const server = await launchOnProbedPort("127.0.0.1", wrapper, [...(await prepared()), ...SMALL], {});
+        running.push(server);
+        expect((await readFile(starts, "utf8")).trim().split("\n")).toHaveLength(2);
+        expect(server.port).not.toBe(taken);
+        expect((await fetch(`${server.url}/health`)).status).toBe(200);
+      } finally {
+        blocker.close();
+      }
+    });
+
+    it("a port taken under llama-server that then exits printing nothing (its log lost at exit): the launch retries on another port", async () => {
+      // First start: a stand-in takes the port it was given from another process and exits 1
+      // silently, as llama-server does when its asynchronous log is lost; later starts run the real one.
+      const dir = await temp();
+      const wrapper = join(dir, "llama-server");
+      const starts = join(dir, "starts");
+      const bound = join(dir, "bound");
+      const holder = `require("net").createServer().listen(Number(process.argv[1]), "127.0.0.1", () => require("fs").writeFileSync(${JSON.stringify(bound)}, "")); setTimeout(() => {}, 60000)`;
+      await writeFile(
+        wrapper,
+        `#!/bin/sh
 echo start >> "${starts}"
 if [ "$(wc -l < "${starts}")" -eq 1 ]; then
   port=""; prev=""
@@ -205,17 +231,31 @@ if [ "$(wc -l < "${starts}")" -eq 1 ]; then
 fi
 exec "${await llamaServerPath()}" "$@"
 `,
-      { mode: 0o755 },
-    );
-    try {
-      const store = await fixtureStore([{ name: "gemma3:1b", arch: "gemma3", variant: "1b" }]);
-      const server = await startServer({ model: "gemma3:1b", store, cache: { dir: await temp() }, llamaServer: wrapper, args: SMALL });
-      running.push(server);
-      expect((await readFile(starts, "utf8")).trim().split("\n")).toHaveLength(2);
-      expect((await fetch(`${server.url}/health`)).status).toBe(200);
-    } finally {
-      process.kill(Number(await readFile(join(dir, "holder.pid"), "utf8")));
-    }
+        { mode: 0o755 },
+      );
+      try {
+        const server = await launchOnProbedPort("127.0.0.1", wrapper, [...(await prepared()), ...SMALL], {});
+        running.push(server);
+        expect((await readFile(starts, "utf8")).trim().split("\n")).toHaveLength(2);
+        expect((await fetch(`${server.url}/health`)).status).toBe(200);
+      } finally {
+        process.kill(Number(await readFile(join(dir, "holder.pid"), "utf8")));
+      }
+    });
+  });
+
+  it("llama-server killed by SIGSEGV at warm-up is SERVER_CRASHED, naming the repacked weights and --no-repack", async () => {
+    // What a native llama.cpp build did on an Intel host with AMX for every Q8_0 model; a
+    // stand-in dies the same way (a signal of its own, after llama.cpp's last lines).
+    const dir = await temp();
+    const crashing = join(dir, "llama-server");
+    await writeFile(crashing, "#!/bin/sh\necho 'load_tensors:          CPU model buffer size =     1.00 MiB'\necho 'common_init_from_params: warming up the model with an empty run'\nkill -SEGV $$\n", { mode: 0o755 });
+    const store = await fixtureStore([{ name: "gemma3:1b", arch: "gemma3", variant: "1b" }]);
+    const e = await codeOf(startServer({ model: "gemma3:1b", store, cache: { dir: await temp() }, llamaServer: crashing, args: SMALL }));
+    expect(e.code).toBe("SERVER_CRASHED");
+    expect(e.details).toMatchObject({ signal: "SIGSEGV", workaround: "--no-repack" });
+    expect(e.message.split("\n")[0]).toMatch(/killed by SIGSEGV before it was ready: most likely its CPU backend's repacked weights .*; start it with --no-repack$/);
+    expect(e.message).toContain("warming up the model");
   });
 
   it("a silent exit with its port free stays SERVER_START_FAILED, saying the output was lost", async () => {

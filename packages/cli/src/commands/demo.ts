@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { BridgeError, findLlamaTool, launch, type RunningServer } from "@compat/server-bridge";
 import { humanBytes } from "../format";
 import { ExitCode, paint, type CliIo } from "../io";
-import { imageAnswer, llamaErrorText, textAnswer } from "../llama-check";
+import { imageAnswer, llamaErrorText, startFailureText, textAnswer } from "../llama-check";
 import { detectCommand } from "./detect";
 import { defaultMmprojPath, translateCommand } from "./translate";
 
@@ -14,7 +14,7 @@ import { defaultMmprojPath, translateCommand } from "./translate";
  * publishes it), `detect`, `translate` (text GGUF + mmproj), then the real llama-server
  * on the result for one text and one image answer.
  */
-export async function demoCommand(opts: { llamaServer?: string; keep?: string }, io: CliIo): Promise<number> {
+export async function demoCommand(opts: { llamaServer?: string; keep?: string }, io: CliIo, passthrough: string[] = []): Promise<number> {
   // no llama-server, no demo: say so before building anything
   findLlamaTool("llama-server", { explicit: opts.llamaServer, env: io.env });
   const c = paint(io, "out");
@@ -33,7 +33,7 @@ export async function demoCommand(opts: { llamaServer?: string; keep?: string },
     await detectCommand(src, {}, io);
 
     title(3, "Stock llama.cpp on the Ollama file as it is");
-    const refused = await tryLoad(["--model", src], io, opts.llamaServer);
+    const refused = await tryLoad(["--model", src, ...SMALL, ...passthrough], io, opts.llamaServer);
     io.out(refused === null ? "llama-server loaded it (unexpected for this file)\n" : `llama-server refused it: ${refused}\n`);
 
     title(4, "ollama-compat translate");
@@ -47,10 +47,10 @@ export async function demoCommand(opts: { llamaServer?: string; keep?: string },
         env: io.env,
         llamaServer: opts.llamaServer,
         startTimeoutMs: 300_000,
+        args: passthrough,
       });
     } catch (e) {
-      const lines = (e as { details?: { lastLines?: string[] } }).details?.lastLines ?? [];
-      io.err(`ollama-compat: demo: llama-server did not start: ${lines.length > 0 ? llamaErrorText(lines) : e instanceof Error ? e.message.split("\n")[0] : String(e)}\n`);
+      io.err(`ollama-compat: demo: llama-server did not start: ${startFailureText(e, "ollama-compat demo")}\n`);
       return ExitCode.error;
     }
     io.out(`$ llama-server --model ${out} --mmproj ${mmproj}  ->  ${server.url}\n`);
@@ -85,10 +85,12 @@ async function tryLoad(args: string[], io: CliIo, llamaServer: string | undefine
   let exit = "";
   for (let attempt = 1; attempt <= 2; attempt++) {
     try {
-      const server = await launch([...args, ...SMALL], { env: io.env, llamaServer, startTimeoutMs: 300_000 });
+      const server = await launch(args, { env: io.env, llamaServer, startTimeoutMs: 300_000 });
       await server.stop();
       return null;
     } catch (e) {
+      // a crash on the Ollama file is llama.cpp's verdict on it too
+      if (e instanceof BridgeError && e.code === "SERVER_CRASHED") return startFailureText(e, "ollama-compat demo");
       // a failed spawn, a busy port…: the caller's error, not llama.cpp's verdict on the file
       if (!(e instanceof BridgeError) || e.code !== "SERVER_START_FAILED" || (e.details.exitCode === null && e.details.signal === null)) throw e;
       const lines = (e.details.lastLines as string[] | undefined) ?? [];

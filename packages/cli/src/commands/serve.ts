@@ -1,8 +1,9 @@
 import { readFile } from "node:fs/promises";
 import type { TranslationProfile } from "@compat/handlers";
-import { ModelStore, startRouter, startServer, TranslationCache, type ExitInfo, type RunningServer } from "@compat/server-bridge";
+import { BridgeError, crashCause, ModelStore, startRouter, startServer, TranslationCache, type ExitInfo, type RunningServer } from "@compat/server-bridge";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
+import { startFailureText } from "../llama-check";
 import { progressBar, type ProgressBar } from "../progress";
 
 export interface ServeFlags {
@@ -114,6 +115,9 @@ export async function serveCommand(model: string | undefined, passthrough: strin
       io.err(`ollama-compat: stopped (${e instanceof Error ? e.message.split("\n")[0] : String(e)})\n`);
       return SIGNAL_EXIT[caught] ?? 1;
     }
+    if (e instanceof BridgeError && e.code === "SERVER_CRASHED") {
+      throw new CliError("error", startFailureText(e, `ollama-compat serve ${opts.all ? "--all" : model}`));
+    }
     throw e;
   } finally {
     if (!server) giveBack();
@@ -125,7 +129,9 @@ export async function serveCommand(model: string | undefined, passthrough: strin
   const exit: ExitInfo = await server.exited;
   giveBack();
   if (caught) return SIGNAL_EXIT[caught] ?? 1;
-  io.err(`ollama-compat: llama-server exited (${exit.code ?? exit.signal}); last lines:\n${exit.lastLines.map((l) => `  ${l}`).join("\n")}\n`);
+  const crash = crashCause(exit.signal);
+  const why = crash ? `, ${crash.cause}${crash.workaround ? ` (run: ollama-compat serve ${opts.all ? "--all" : model} -- ${crash.workaround})` : ""}` : "";
+  io.err(`ollama-compat: llama-server exited (${exit.code ?? exit.signal})${why}; last lines:\n${exit.lastLines.map((l) => `  ${l}`).join("\n")}\n`);
   return 1;
 }
 

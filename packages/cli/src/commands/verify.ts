@@ -6,7 +6,7 @@ import type { TranslationProfile } from "@compat/handlers";
 import { launch, modelArgs, ModelStore, prepareModel, TranslationCache, type RunningServer } from "@compat/server-bridge";
 import { CliError } from "../errors";
 import { ExitCode, paint, type CliIo } from "../io";
-import { embeddingLength, imageAnswer, llamaErrorText, textAnswer } from "../llama-check";
+import { embeddingLength, imageAnswer, llamaErrorText, startFailureText, textAnswer } from "../llama-check";
 import { classify } from "./detect";
 
 export interface VerifyFlags {
@@ -31,7 +31,7 @@ export interface VerifyResult {
  * result (as `serve` would, with its --mmproj for vision), ask for a few tokens (an embedding
  * for embedding models) and one image answer for vision, then remove everything.
  */
-export async function verifyCommand(file: string, opts: VerifyFlags, io: CliIo): Promise<number> {
+export async function verifyCommand(file: string, opts: VerifyFlags, io: CliIo, passthrough: string[] = []): Promise<number> {
   const store = new ModelStore(undefined, io.env);
   const resolved = await store.resolve(file);
   const source = await readGguf(resolved.modelPath);
@@ -59,12 +59,17 @@ export async function verifyCommand(file: string, opts: VerifyFlags, io: CliIo):
     result.mmproj = prepared.mmproj !== undefined;
     step("translate", true, prepared.translated ? `translated (${detection.handlers.map((h) => h.name).join(", ") || "no text change"}${prepared.mmproj ? ", with mmproj" : ""})` : "nothing to translate, loading the file as it is");
     try {
-      server = await launch([...modelArgs(prepared), "--ctx-size", "1024", "--no-warmup"], { env: io.env, llamaServer: opts.llamaServer, startTimeoutMs: 600_000 });
+      server = await launch([...modelArgs(prepared), "--ctx-size", "1024", "--no-warmup"], {
+        env: io.env,
+        llamaServer: opts.llamaServer,
+        startTimeoutMs: 600_000,
+        args: passthrough,
+      });
     } catch (e) {
       const lines = ((e as { details?: { lastLines?: string[] } }).details?.lastLines ?? []) as string[];
       const msg = e instanceof Error ? e.message.split("\n")[0]! : String(e);
       if (/not found|no llama-server|not an executable/i.test(msg) && lines.length === 0) throw new CliError("error", msg);
-      result.error = lines.length > 0 ? llamaErrorText(lines) : msg;
+      result.error = startFailureText(e, `ollama-compat verify ${file}`);
       step("load in llama-server", false, result.error);
       return finish();
     }
