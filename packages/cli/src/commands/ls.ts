@@ -38,7 +38,7 @@ async function statusOf(m: ResolvedModel, cache: TranslationCache, env: Record<s
     return { ...base, architecture, status: "native" };
   }
   try {
-    const cached = m.modelDigest ? await cache.has(m.modelDigest, "text", view) : false;
+    const cached = m.modelDigest ? await cache.has(view, "text", m.modelDigest) : false;
     return { ...base, architecture, status: cached ? "cached" : "translatable" };
   } finally {
     await view.close();
