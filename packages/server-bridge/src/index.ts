@@ -1,7 +1,7 @@
 export { BridgeError, type BridgeErrorCode } from "./errors";
 export { parseModelName, displayName, fullName, DEFAULT_HOST, DEFAULT_NAMESPACE, DEFAULT_TAG, type ModelName } from "./name";
 export { MediaType } from "./media-types";
-export { ModelStore, defaultModelsDir, parseManifest, type Manifest, type ManifestLayer, type ResolvedModel, type StoreOptions } from "./store";
+export { ModelStore, defaultModelsDir, isPathLike, parseManifest, type Manifest, type ManifestLayer, type ResolvedModel, type StoreOptions } from "./store";
 export { buildOllamaStore, type BuiltModel, type StoreLayer, type StoreModelSpec } from "./store-writer";
 export { TranslationCache, defaultCacheDir, TRANSLATOR_VERSION, type CacheEntry, type CacheKind, type CacheOptions, type ObtainOptions } from "./cache";
 export { projectorFor, loadClipView, type ClipViewFn, type ProjectorSource } from "./projector";
