@@ -9,7 +9,7 @@ export { prepareModel, type PrepareOptions, type PreparedModel } from "./prepare
 export { modelArgs, DEFAULT_NUM_CTX } from "./args";
 export { builtinTemplateFor } from "./template";
 export { findLlamaTool } from "./locate";
-export { LlamaChild, freePort, checkPortFree, waitHealthy, crashCause, type ExitInfo, type ChildOptions } from "./child";
+export { LlamaChild, freePort, checkPortFree, waitHealthy, crashCause, tiedToParent, type ExitInfo, type ChildOptions } from "./child";
 export { ownedTempDir, processState, thisProcess, type ProcessIdentity, type ProcessState } from "./owner";
 export { startServer, launch, commonArgs, isLoopback, type LaunchOptions, type StartServerOptions, type RunningServer, type SingleServer } from "./server";
 export { startRouter, presetSection, llamaCanonicalName, type StartRouterOptions, type RouterServer, type RouterModel } from "./router";
