@@ -11,5 +11,5 @@ export { builtinTemplateFor } from "./template";
 export { findLlamaTool } from "./locate";
 export { LlamaChild, freePort, checkPortFree, waitHealthy, crashCause, tiedToParent, type ExitInfo, type ChildOptions } from "./child";
 export { ownedTempDir, processState, thisProcess, type ProcessIdentity, type ProcessState } from "./owner";
-export { startServer, launch, commonArgs, isLoopback, type LaunchOptions, type StartServerOptions, type RunningServer, type SingleServer } from "./server";
+export { startServer, launch, commonArgs, isLoopback, bindingFromArgs, type PassThroughBinding, type LaunchOptions, type StartServerOptions, type RunningServer, type SingleServer } from "./server";
 export { startRouter, presetSection, llamaCanonicalName, type StartRouterOptions, type RouterServer, type RouterModel } from "./router";
