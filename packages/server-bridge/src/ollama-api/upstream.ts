@@ -6,9 +6,12 @@ export type RouterStatus = "loaded" | "loading" | "unloaded" | "sleeping" | "dow
 /**
  * HTTP to the llama-server router behind the API: one keep-alive agent (a new connection per
  * request would add a round trip to every token stream), the API key on every request.
+ * llama-server closes a connection idle for 5 s (cpp-httplib's keep-alive timeout); idle
+ * sockets are let go after 2 s, and a request whose reused socket was closed under it, before
+ * any answer, is sent again on a new one.
  */
 export class Upstream {
-  private readonly agent = new Agent({ keepAlive: true, maxSockets: 64 });
+  private readonly agent = new Agent({ keepAlive: true, maxSockets: 64, timeout: 2_000 });
 
   constructor(
     readonly url: string,
@@ -24,11 +27,16 @@ export class Upstream {
       headers["content-length"] = String(Buffer.byteLength(payload));
     }
     if (this.apiKey) headers.authorization = `Bearer ${this.apiKey}`;
-    return new Promise((resolve, reject) => {
-      const req = request(`${this.url}${path}`, { method, headers, agent: this.agent, signal: opts.signal }, resolve);
-      req.on("error", reject);
-      req.end(payload);
-    });
+    const attempt = (retry: boolean): Promise<IncomingMessage> =>
+      new Promise((resolve, reject) => {
+        const req = request(`${this.url}${path}`, { method, headers, agent: this.agent, signal: opts.signal }, resolve);
+        req.on("error", (e: NodeJS.ErrnoException) => {
+          if (retry && req.reusedSocket && (e.code === "ECONNRESET" || e.code === "EPIPE")) resolve(attempt(false));
+          else reject(e);
+        });
+        req.end(payload);
+      });
+    return attempt(true);
   }
 
   /** A request whose answer is read whole: status and text. */
