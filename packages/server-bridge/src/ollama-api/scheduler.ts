@@ -75,7 +75,8 @@ export class ModelScheduler {
     };
     if (slot.loaded) return { loadMs: 0, release };
     try {
-      if (!slot.running) await this.serialized(() => this.admit(slot));
+      // behind any load or unload under way (this very model may be on its way out)
+      await this.serialized(() => this.admit(slot));
       await this.waitLoaded(slot, signal);
     } catch (e) {
       release();
@@ -173,6 +174,8 @@ export class ModelScheduler {
   }
 
   private async stop(slot: Slot): Promise<void> {
+    // from now on a request for it waits for the admission lock, which this stop holds
+    slot.loaded = false;
     clearTimeout(slot.timer);
     slot.timer = undefined;
     slot.expiresAt = undefined;
