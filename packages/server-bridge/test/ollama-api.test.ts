@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readdir, readFile } from "node:fs/promises";
 import { Ollama } from "ollama";
 import { ModelStore, OLLAMA_API_VERSION, serveOllama, type OllamaServer } from "@compat/server-bridge";
 import { llamaServerPath, SMALL, tempDirs } from "./helpers";
-import { greyPicture, PRINTABLE, userStore } from "./ollama-helpers";
+import { greyPicture, llamaFile, PRINTABLE, userStore } from "./ollama-helpers";
 
 const temp = tempDirs();
 let server: OllamaServer;
@@ -11,7 +12,11 @@ const greedy = { temperature: 0, num_predict: 6 };
 
 beforeAll(async () => {
   const root = await temp();
-  await userStore(root, await temp());
+  const dir = await temp();
+  // every printable character is a stop word, after one that never comes: only a server that
+  // applies all of them stops at once
+  const stop = ["\u0001never", ...Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i))];
+  await userStore(root, dir, [{ name: "stopper", model: await llamaFile(dir), params: { num_ctx: 512, stop } }]);
   server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL, port: 0 });
   ollama = new Ollama({ host: server.url });
 });
@@ -39,7 +44,7 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
 
   it("list: every installed model under its Ollama name, with digest, size and details", async () => {
     const { models } = await ollama.list();
-    expect(models.map((m) => m.name).sort()).toEqual(["embeddinggemma:latest", "gemma3:4b", "llama3.2:latest"]);
+    expect(models.map((m) => m.name).sort()).toEqual(["embeddinggemma:latest", "gemma3:4b", "llama3.2:latest", "stopper:latest"]);
     const gemma = models.find((m) => m.name === "gemma3:4b")!;
     expect(gemma.model).toBe("gemma3:4b");
     expect(gemma.digest).toMatch(/^[0-9a-f]{64}$/);
@@ -169,7 +174,7 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
 
   it("the OpenAI routes on the same port, with Ollama's names: /v1/models lists them, a bare name means :latest", async () => {
     const list = (await (await fetch(`${server.url}/v1/models`)).json()) as { data: Array<{ id: string }> };
-    expect(list.data.map((m) => m.id).sort()).toEqual(["embeddinggemma:latest", "gemma3:4b", "llama3.2:latest"]);
+    expect(list.data.map((m) => m.id).sort()).toEqual(["embeddinggemma:latest", "gemma3:4b", "llama3.2:latest", "stopper:latest"]);
     const r = await fetch(`${server.url}/v1/chat/completions`, {
       method: "POST",
       headers: { "content-type": "application/json" },
@@ -187,4 +192,48 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
     const unknown = await fetch(`${server.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "nope", messages: [] }) });
     expect(unknown.status).toBe(404);
   });
+
+  it("every stop word of the params layer applies, on both APIs (a preset could hold only one)", async () => {
+    const openai = async (model: string) => {
+      const r = await fetch(`${server.url}/v1/chat/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model, messages: [{ role: "user", content: "hello" }], max_tokens: 8, temperature: 0, grammar: PRINTABLE }),
+      });
+      return ((await r.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]!.message.content;
+    };
+    // the same weights without the stop words answer printable text
+    expect((await openai("llama3.2")).length).toBeGreaterThan(0);
+    expect(await openai("stopper")).toBe("");
+    const r = await ollama.chat({ model: "stopper", messages: [{ role: "user", content: "hello" }], stream: false, options: { temperature: 0, num_predict: 8 } });
+    expect(r.message.content).not.toMatch(/[ -~]/);
+  });
+
+  it("llama-server dying mid-answer: the stream ends with an error line, and the next request is answered", async () => {
+    await ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], options: greedy });
+    const r = await fetch(`${server.url}/api/chat`, {
+      method: "POST",
+      body: JSON.stringify({ model: "llama3.2", messages: [{ role: "user", content: "tell me everything" }], options: { temperature: 1, num_predict: 100_000 } }),
+    });
+    const reader = r.body!.getReader();
+    let text = new TextDecoder().decode((await reader.read()).value);
+    expect(JSON.parse(text.split("\n")[0]!).done).toBe(false);
+    for (const pid of await childrenOf(server.router.pid)) process.kill(pid, "SIGKILL");
+    for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) text += new TextDecoder().decode(chunk.value);
+    const last = JSON.parse(text.trim().split("\n").at(-1)!) as { error?: string; done?: boolean };
+    expect(last.error, text.slice(-300)).toMatch(/llama-server/);
+    const again = await ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], options: greedy });
+    expect(again.done).toBe(true);
+  });
 });
+
+/** Processes whose parent is `pid` (the router's model instances). */
+async function childrenOf(pid: number): Promise<number[]> {
+  const out: number[] = [];
+  for (const d of await readdir("/proc")) {
+    if (!/^\d+$/.test(d)) continue;
+    const stat = await readFile(`/proc/${d}/stat`, "utf8").catch(() => "");
+    if (Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === pid) out.push(Number(d));
+  }
+  return out;
+}
