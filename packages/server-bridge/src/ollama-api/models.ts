@@ -47,7 +47,16 @@ async function readFacts(p: PreparedModel): Promise<ModelFacts> {
   const r = p.resolved;
   const manifest = r.manifestPath ? await readFile(r.manifestPath) : undefined;
   const modifiedAt = (await stat(r.manifestPath ?? r.modelPath)).mtime;
-  const gguf = await readGguf(r.modelPath);
+  const digest = manifest ? createHash("sha256").update(manifest).digest("hex") : (r.modelDigest ?? "").replace(/^sha256:/, "");
+  let gguf: GgufModel;
+  try {
+    gguf = await readGguf(r.modelPath);
+  } catch {
+    // a file llama-server reads but our reader does not (a string that is not UTF-8): listed
+    // all the same, with what the manifest says
+    const details: ModelDetails = { parent_model: "", format: "gguf", family: "", families: null, parameter_size: "", quantization_level: "" };
+    return { details, digest, modifiedAt, size: r.size, architecture: "", contextLength: 0, modelInfo: {}, capabilities: ["completion"], template: r.template ?? "" };
+  }
   try {
     const arch = gguf.getString(GgufKeys.ARCHITECTURE, "");
     const chatTemplate = gguf.tryGetString("tokenizer.chat_template") ?? "";
@@ -65,7 +74,7 @@ async function readFacts(p: PreparedModel): Promise<ModelFacts> {
     };
     return {
       details,
-      digest: manifest ? createHash("sha256").update(manifest).digest("hex") : (r.modelDigest ?? "").replace(/^sha256:/, ""),
+      digest,
       modifiedAt,
       size: r.size,
       architecture: arch,

@@ -168,7 +168,8 @@ export class OllamaRoutes {
    */
   private async passthrough(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
     if (req.method === "GET" && (path === "/v1/models" || path.startsWith("/v1/models/"))) return this.openAiModels(res, path);
-    let body: Buffer | undefined = req.method === "GET" || req.method === "HEAD" ? undefined : Buffer.from(await readBody(req, this.o.maxBodyBytes), "utf8");
+    // bytes as they came (multipart uploads are not text); JSON bodies get Ollama's names
+    let body: Buffer | undefined = req.method === "GET" || req.method === "HEAD" ? undefined : await readBytes(req, this.o.maxBodyBytes);
     let lease: { release(): void } | undefined;
     if (body && /json/.test(req.headers["content-type"] ?? "json")) {
       let parsed: Json | undefined;
@@ -254,8 +255,8 @@ const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
   "/api/blobs/:digest": { POST: readOnly, HEAD: OllamaRoutes.prototype.headBlob },
 };
 
-/** A request body as text, refused beyond `max` bytes (413). */
-export async function readBody(req: IncomingMessage, max: number): Promise<string> {
+/** A request body, refused beyond `max` bytes (413). */
+async function readBytes(req: IncomingMessage, max: number): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const c of req) {
@@ -263,5 +264,9 @@ export async function readBody(req: IncomingMessage, max: number): Promise<strin
     if (size > max) throw new ApiError(413, `request body larger than ${max} bytes`);
     chunks.push(c as Buffer);
   }
-  return Buffer.concat(chunks).toString("utf8");
+  return Buffer.concat(chunks);
+}
+
+async function readBody(req: IncomingMessage, max: number): Promise<string> {
+  return (await readBytes(req, max)).toString("utf8");
 }
