@@ -26,8 +26,13 @@ const TOKENS = 256;
 
 /** One streamed answer: time to the first piece, and the pace after it (pieces per second). */
 async function stream(url: string, body: unknown, isPiece: (line: string) => boolean): Promise<{ firstMs: number; tokPerS: number; pieces: number }> {
-  const t0 = performance.now();
-  const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  const send = () => fetch(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+  let t0 = performance.now();
+  const r = await send().catch((e: { cause?: { code?: string } }) => {
+    if (e.cause?.code !== "UND_ERR_SOCKET") throw e;
+    t0 = performance.now(); // a kept-alive connection closed under the request: sent again, timed from there
+    return send();
+  });
   const reader = r.body!.getReader();
   const decoder = new TextDecoder();
   let partial = "";
@@ -61,16 +66,21 @@ export async function ollamaApiRows(runs: number): Promise<ApiRow[]> {
       const ours = () => stream(`${server.url}/api/chat`, { model: "bench", messages: prompt, options: { temperature: 0, num_predict: TOKENS } }, (l) => l.includes('"done":false'));
       const direct = () =>
         stream(`${server.router.url}/v1/chat/completions`, { model: "bench:latest", messages: prompt, stream: true, max_tokens: TOKENS, temperature: 0, top_k: 40, top_p: 0.9, n_keep: 4, repeat_last_n: 64 }, (l) => l.startsWith("data: {") && /"content":"/.test(l));
-      const tags = async () => {
-        const t = performance.now();
-        await (await fetch(`${server.url}/api/tags`)).text();
-        return performance.now() - t;
+      // llama-server may close a kept-alive connection just as the next request goes out on it
+      // ("other side closed", nothing answered): that sample is taken again
+      const timed = async (url: string): Promise<number> => {
+        for (;;) {
+          const t = performance.now();
+          try {
+            await (await fetch(url)).text();
+            return performance.now() - t;
+          } catch (e) {
+            if ((e as { cause?: { code?: string } }).cause?.code !== "UND_ERR_SOCKET") throw e;
+          }
+        }
       };
-      const models = async () => {
-        const t = performance.now();
-        await (await fetch(`${server.router.url}/v1/models`)).text();
-        return performance.now() - t;
-      };
+      const tags = () => timed(`${server.url}/api/tags`);
+      const models = () => timed(`${server.router.url}/v1/models`);
       await ours();
       await direct();
       const o: Array<{ firstMs: number; tokPerS: number; pieces: number }> = [];
