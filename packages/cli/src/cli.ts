@@ -1,5 +1,6 @@
 import { Command, CommanderError, Option } from "commander";
 import { CliError } from "./errors";
+import { jsonText, terminalSafe } from "./terminal";
 import { ExitCode, processIo, type CliIo } from "./io";
 
 declare const __CLI_VERSION__: string | undefined;
@@ -225,8 +226,9 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
   const json = argv.includes("--json");
   const debug = argv.includes("--debug");
   const fail = (code: string, message: string, exit: number, e?: unknown): number => {
-    if (json) io.err(JSON.stringify({ error: { code, message } }) + "\n");
-    else io.err(`ollama-compat: ${message}\n`);
+    // messages quote files, names and metadata: one line, no control character reaches the terminal
+    if (json) io.err(jsonText({ error: { code, message } }) + "\n");
+    else io.err(`ollama-compat: ${terminalSafe(message)}\n`);
     if (debug && e instanceof Error && e.stack) io.err(e.stack + "\n");
     return exit;
   };
@@ -249,12 +251,24 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
   }
 }
 
-/** One line, no stack: the typed errors' messages already name file, offset and expectation. */
+/**
+ * One line, no stack: the typed errors' messages already name file, offset and expectation.
+ * An error that carries llama.cpp's last lines (a failed start) keeps its first line, the
+ * log tail having been shown; any other message is kept whole (fail() escapes its line breaks).
+ * Node's own file system errors ("ENOTDIR: not a directory, mkdir '/x'") are put in words
+ * around the path.
+ */
 function oneLine(e: unknown): string {
   if (e instanceof Error) {
-    const code = (e as { code?: unknown }).code;
+    const sys = e as NodeJS.ErrnoException;
+    if (typeof sys.code === "string" && typeof sys.syscall === "string") {
+      const words = e.message.replace(/^[A-Z0-9_]+: /, "").replace(/, \w+ '.*'$/s, "");
+      return `${sys.path ?? sys.syscall}: ${words} (${sys.code}, ${sys.syscall})`;
+    }
+    const code = sys.code;
     const prefix = typeof code === "string" && !e.message.includes(code) ? `${code}: ` : "";
-    return prefix + e.message.split("\n")[0];
+    const logged = Array.isArray((e as { details?: { lastLines?: unknown } }).details?.lastLines);
+    return prefix + (logged ? e.message.split("\n")[0] : e.message.trimEnd());
   }
   return String(e);
 }

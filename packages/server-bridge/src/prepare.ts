@@ -78,6 +78,7 @@ export async function prepareModel(resolved: ResolvedModel, opts: PrepareOptions
           sourceDigest: resolved.modelDigest,
           signal: opts.signal,
           onProgress: (written, total) => opts.onProgress?.({ file: resolved.modelPath, kind: "text", written, total }),
+          ...(opts.onStatus ? { onWait: opts.onStatus } : {}),
         });
         opts.onStatus?.(`${entry.hit ? "cached" : "translated"} ${resolved.name} -> ${entry.path}`);
         Object.assign(out, { modelPath: entry.path, translated: true, cacheHit: entry.hit });
@@ -116,6 +117,7 @@ async function attachProjector(out: PreparedModel, resolved: ResolvedModel, cach
         sourceDigest: projector.sourceDigest,
         signal: opts.signal,
         onProgress: (written, total) => opts.onProgress?.({ file: projector.sourcePath, kind: "mmproj", written, total }),
+        ...(opts.onStatus ? { onWait: opts.onStatus } : {}),
       });
       opts.onStatus?.(`${entry.hit ? "cached" : "wrote"} projector of ${resolved.name} -> ${entry.path}`);
       out.mmproj = entry.path;

@@ -5,6 +5,7 @@ import { CliError } from "../errors";
 import type { CliIo } from "../io";
 import { startFailureText } from "../llama-check";
 import { progressBar, type ProgressBar } from "../progress";
+import { terminalSafe } from "../terminal";
 
 export interface ServeFlags {
   all?: boolean;
@@ -93,8 +94,9 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     args: passthrough,
     startTimeoutMs,
     signal: ac.signal,
-    onLog: (line: string) => io.err(`[llama-server] ${line}\n`),
-    onStatus: (line: string) => io.err(`ollama-compat: ${line}\n`),
+    // llama.cpp logs the model's metadata (general.name, …): a line of it is the file's text
+    onLog: (line: string) => io.err(`[llama-server] ${terminalSafe(line)}\n`),
+    onStatus: (line: string) => io.err(`ollama-compat: ${terminalSafe(line)}\n`),
     onProgress: (e: { kind: string; written: number; total: number }) => {
       // on a terminal: the same bar as translate; otherwise a line every 10 %
       if (io.errTTY) {
@@ -137,7 +139,7 @@ export async function serveCommand(model: string | undefined, passthrough: strin
   if (caught) return SIGNAL_EXIT[caught] ?? 1;
   const crash = crashCause(exit.signal);
   const why = crash ? `, ${crash.cause}${crash.workaround ? ` (run: ollama-compat serve ${opts.all ? "--all" : model} -- ${crash.workaround})` : ""}` : "";
-  io.err(`ollama-compat: llama-server exited (${exit.code ?? exit.signal})${why}; last lines:\n${exit.lastLines.map((l) => `  ${l}`).join("\n")}\n`);
+  io.err(`ollama-compat: llama-server exited (${exit.code ?? exit.signal})${why}; last lines:\n${exit.lastLines.map((l) => `  ${terminalSafe(l)}`).join("\n")}\n`);
   return 1;
 }
 
