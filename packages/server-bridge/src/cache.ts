@@ -32,6 +32,8 @@ export interface ObtainOptions {
   signal?: AbortSignal;
   /** Bytes written so far, while a new entry is written. */
   onProgress?(written: number, total: number): void;
+  /** Called once when no verified entry is there: this call will write one (or wait for the process writing it). */
+  onMiss?(): void;
 }
 
 export interface CacheEntry {
@@ -112,6 +114,7 @@ export class TranslationCache {
     await this.sweepLeftovers();
     const found = await this.verified(key, expect);
     if (found) return found;
+    opts.onMiss?.();
 
     await mkdir(join(this.dir, "locks"), { recursive: true });
     const release = await this.lock(key, opts.signal);
