@@ -2,10 +2,11 @@ import { constants } from "node:fs";
 import { copyFile, lstat, mkdir, rename, rm, stat, symlink } from "node:fs/promises";
 import { basename, join, resolve } from "node:path";
 import type { TranslationProfile } from "@compat/handlers";
-import { ModelStore, parseModelName, prepareModel, TranslationCache, type PreparedModel } from "@compat/server-bridge";
+import { ModelStore, parseModelName, prepareModel, type PreparedModel } from "@compat/server-bridge";
 import { CliError } from "../errors";
 import { ExitCode, type CliIo } from "../io";
 import { progressBar } from "../progress";
+import { bridgeEnv, commandCache } from "./cache-dir";
 
 export type ExportLayout = "models-dir" | "lmstudio";
 
@@ -75,7 +76,8 @@ export async function exportCommand(refs: string[], opts: ExportFlags, io: CliIo
   if (st && !st.isDirectory()) throw new CliError("usage", `--to ${opts.to}: exists and is not a folder`);
   const layout = opts.layout ?? "models-dir";
   const store = new ModelStore(opts.models, io.env);
-  const cache = new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}), ...(opts.profile ? { profile: opts.profile } : {}) });
+  const env = bridgeEnv(io.env, opts.cacheDir);
+  const cache = commandCache(env, opts.profile);
   let names = refs;
   if (names.length === 0) {
     names = (await store.list()).filter((e) => !e.error).map((e) => e.name);
@@ -89,7 +91,7 @@ export async function exportCommand(refs: string[], opts: ExportFlags, io: CliIo
     const bar = progressBar(io, `${name}`, { quiet: opts.quiet || opts.json });
     try {
       const resolved = await store.resolve(name);
-      prepared = await prepareModel(resolved, { cache, env: io.env, onProgress: (e) => bar.update(e.written, e.total) });
+      prepared = await prepareModel(resolved, { cache, env, onProgress: (e) => bar.update(e.written, e.total) });
     } catch (e) {
       bar.done();
       failed++;
