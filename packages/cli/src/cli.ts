@@ -182,11 +182,22 @@ function buildProgram(argv: readonly string[], io: CliIo, result: { code: number
 
   program
     .command("export")
-    .description("lay out installed models (text GGUF + mmproj) for other llama.cpp front ends: llama-server --models-dir, or LM Studio")
+    .description(
+      "lay out installed models (text GGUF + mmproj) for other llama.cpp front ends, with the configuration that serves each as serve does: llama-server --models-preset, llama-swap, or LM Studio",
+    )
     .argument("[models...]", "Ollama references (default: every installed model)")
     .requiredOption("--to <dir>", "the folder to fill (created if missing)")
-    .addOption(new Option("--layout <layout>", "models-dir: llama-server --models-dir; lmstudio: publisher/model/file.gguf").choices(["models-dir", "lmstudio"]).default("models-dir"))
+    .addOption(
+      new Option(
+        "--layout <layout>",
+        "models-dir: the files for llama-server --models-dir and a models.ini for its --models-preset; llama-swap: the same files and a llama-swap.yaml; lmstudio: publisher/model/file.gguf",
+      )
+        .choices(["models-dir", "llama-swap", "lmstudio"])
+        .default("models-dir"),
+    )
     .option("--copy", "plain copies of translated files instead of links to the cache (native files are always linked)")
+    .option("--force", "replace files and links in DIR that export did not make (never a folder)")
+    .option("--llama-server <path>", "the llama-server llama-swap's configuration runs (default: the one serve would use, else llama-server on PATH)")
     .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
     .option("--cache-dir <dir>", CACHE_DIR_HELP)
     .option("--json", "print machine-readable output")
@@ -195,8 +206,13 @@ function buildProgram(argv: readonly string[], io: CliIo, result: { code: number
     .addHelpText(
       "after",
       footer(
-        ["ollama-compat export --to ~/llama-models && llama-server --models-dir ~/llama-models", "ollama-compat export gemma3:4b --to ~/.lmstudio/models --layout lmstudio"],
-        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT", "OLLAMA_COMPAT_CACHE", "OLLAMA_COMPAT_CACHE_MAX_BYTES"],
+        [
+          "ollama-compat export --to ~/llama-models && llama-server --models-preset ~/llama-models/models.ini",
+          "ollama-compat export --to ~/llama-swap --layout llama-swap && llama-swap --config ~/llama-swap/llama-swap.yaml",
+          "ollama-compat export gemma3:4b --to ~/.lmstudio/models --layout lmstudio --copy",
+        ],
+        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT", "LLAMA_SERVER", "OLLAMA_COMPAT_CACHE", "OLLAMA_COMPAT_CACHE_MAX_BYTES"],
+        "Exit codes: 0 every model exported, 1 a model failed (the others are exported) or an error, 2 usage.",
       ),
     )
     .action(async (models: string[], opts) => set(await (await commands.exportModels()).exportCommand(models, opts, io)));

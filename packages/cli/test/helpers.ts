@@ -4,6 +4,7 @@
  */
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { open, rm } from "node:fs/promises";
+import { request } from "node:http";
 import { createRequire } from "node:module";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -39,6 +40,19 @@ export function spawnCli(args: string[], env: Record<string, string | undefined>
     }
   };
   return { child, out, closed, waitFor };
+}
+
+/** GET over node:http, as curl does (fetch refuses some ports outright). */
+export function httpGet(url: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    request(url, (res) => {
+      let body = "";
+      res.on("data", (d) => (body += d));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+    })
+      .once("error", reject)
+      .end();
+  });
 }
 
 /** Everything the child writes to stdout and stderr, and its exit code, once it has closed. */

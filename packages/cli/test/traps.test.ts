@@ -4,7 +4,6 @@
  * was in talking to it, and a stand-in llama-server where only what happens before it matters.
  */
 import type { ChildProcess } from "node:child_process";
-import { request } from "node:http";
 import { createServer } from "node:net";
 import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -15,7 +14,7 @@ import { findLlamaTools, generateFixture, generateFixtureFiles, writeWithZeroTai
 import type { CliIo } from "../src/io";
 import { cacheProgress } from "../src/progress";
 import { fetchRefusesPort } from "../src/commands/serve";
-import { spawnCli } from "./helpers";
+import { httpGet, spawnCli } from "./helpers";
 
 const dirs: string[] = [];
 const children: ChildProcess[] = [];
@@ -56,19 +55,6 @@ async function refusingServer(said: string): Promise<string> {
   const path = join(await temp(), "llama-server");
   await writeFile(path, `#!/bin/sh\n${said ? `echo '${said}' >&2\n` : ""}exit 1\n`, { mode: 0o755 });
   return path;
-}
-
-/** GET over node:http (what curl does): no bad-port list. */
-function httpGet(url: string): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    request(url, (res) => {
-      let body = "";
-      res.on("data", (d) => (body += d));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
-    })
-      .once("error", reject)
-      .end();
-  });
 }
 
 function portFree(port: number): Promise<boolean> {
