@@ -23,6 +23,10 @@ const ENV_HELP: Record<string, string> = {
   OLLAMA_COMPAT_CACHE_MAX_BYTES: "evict least-recently-used translations beyond this size (default 64 GiB)",
   LLAMA_API_KEY: "the API key clients must send (as --api-key-file; lets --host go beyond loopback)",
   NO_COLOR: "set: no colour even on a terminal",
+  OLLAMA_HOST: "serve --all: the address to answer on, as Ollama reads it (default 127.0.0.1:11434)",
+  OLLAMA_ORIGINS: "serve --all: extra origins browsers may call from (comma-separated, * wildcards), as Ollama's",
+  OLLAMA_KEEP_ALIVE: "serve --all: how long an idle model stays loaded (default 5m)",
+  OLLAMA_MAX_LOADED_MODELS: "serve --all: models loaded at once (default 4)",
 };
 
 /** --cache-dir, on every command that uses the translation cache: the same folder as $OLLAMA_COMPAT_CACHE. */
@@ -134,14 +138,16 @@ function buildProgram(argv: readonly string[], io: CliIo, result: { code: number
 
   program
     .command("serve")
-    .description("serve an Ollama model (or every installed one, --all) with llama-server: an OpenAI-compatible API (/v1/chat/completions, /v1/embeddings, /v1/models) at the URL it prints")
+    .description("serve an Ollama model with llama-server: an OpenAI-compatible API (/v1/chat/completions, /v1/embeddings, /v1/models) at the URL it prints; or every installed one on Ollama's API (--all)")
     .argument("[model]", "an Ollama reference (gemma3:4b, namespace/model:tag) or a GGUF path")
     .argument("[llama-server-args...]", "after --: passed to llama-server verbatim")
-    .option("--all", "every installed model behind one endpoint (llama-server router mode), picked by name per request")
-    .option("--host <host>", "address to bind; beyond loopback only with --api-key-file (or LLAMA_API_KEY) or --insecure", "127.0.0.1")
+    .option("--all", "every installed model on Ollama's REST API (and OpenAI's /v1), on Ollama's address: llama-server's router behind it, models picked by name per request")
+    .option("--host <host>", "address to bind (default 127.0.0.1; with --all, OLLAMA_HOST's); beyond loopback only with --api-key-file (or LLAMA_API_KEY) or --insecure")
     .option("--api-key-file <file>", "file holding the API key clients must send (passed to llama-server by environment, not argv)")
     .option("--insecure", "allow serving beyond loopback without an API key")
-    .option("--port <port>", "port to bind (default: a free one)")
+    .option("--port <port>", "port to bind (default: a free one; with --all, OLLAMA_HOST's or 11434)")
+    .option("--models-max <n>", "with --all: models loaded at once, least recently used unloaded first (default $OLLAMA_MAX_LOADED_MODELS or 4; 0: no limit)")
+    .option("--keep-alive <duration>", "with --all: how long an idle model stays loaded, e.g. 5m, 1h, -1 for ever (default $OLLAMA_KEEP_ALIVE or 5m)")
     .option("--llama-server <path>", "llama-server binary (default: $LLAMA_SERVER, PATH, the tools build cache)")
     .option("--rpc <servers>", "llama.cpp RPC workers, host:port,...")
     .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
@@ -154,10 +160,22 @@ function buildProgram(argv: readonly string[], io: CliIo, result: { code: number
         [
           "ollama-compat serve gemma3:4b",
           "ollama-compat serve gemma3:4b --port 8080 -- -c 8192",
-          "ollama-compat serve --all -- --threads 4",
           "curl http://127.0.0.1:8080/v1/chat/completions -H 'content-type: application/json' -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}'",
+          "ollama-compat serve --all -- --threads 4",
+          "OLLAMA_HOST=0.0.0.0:11434 ollama-compat serve --all --api-key-file ~/.ollama-compat-key",
         ],
-        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT", "LLAMA_SERVER", "LLAMA_API_KEY", "OLLAMA_COMPAT_CACHE", "OLLAMA_COMPAT_CACHE_MAX_BYTES"],
+        [
+          "OLLAMA_MODELS",
+          "OLLAMA_LLAMA_CPP_COMPAT",
+          "LLAMA_SERVER",
+          "LLAMA_API_KEY",
+          "OLLAMA_COMPAT_CACHE",
+          "OLLAMA_COMPAT_CACHE_MAX_BYTES",
+          "OLLAMA_HOST",
+          "OLLAMA_ORIGINS",
+          "OLLAMA_KEEP_ALIVE",
+          "OLLAMA_MAX_LOADED_MODELS",
+        ],
         "Exit codes: 1 llama-server failed or exited (its last lines are shown), 2 usage, 130/143 stopped by SIGINT/SIGTERM.",
       ),
     )

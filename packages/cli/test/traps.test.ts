@@ -129,8 +129,11 @@ describe("serve MODEL --all", () => {
     await writeFile(recording, `#!/bin/sh\necho "$@" > "${args}"\nexit 1\n`, { mode: 0o755 });
     const root = await store();
     const { readFile } = await import("node:fs/promises");
-    await run(["serve", "--all", "--models", root, "--cache-dir", await temp(), "--llama-server", recording, "--", "--threads", "3"]);
-    expect(await readFile(args, "utf8")).toMatch(/--models-preset \S+ --threads 3\n$/);
+    // --port 0: not Ollama's 11434, which another process here may hold
+    await run(["serve", "--all", "--port", "0", "--models", root, "--cache-dir", await temp(), "--llama-server", recording, "--", "--threads", "3"]);
+    const routerArgs = await readFile(args, "utf8");
+    expect(routerArgs).toMatch(/--models-preset \S+/);
+    expect(routerArgs).toMatch(/ --threads 3\n$/);
     await run(["serve", "gemma3:1b", "--models", root, "--cache-dir", await temp(), "--llama-server", recording, "--", "--threads", "5"]);
     expect(await readFile(args, "utf8")).toMatch(/ --threads 5\n$/);
   });
@@ -213,8 +216,12 @@ describe("serve beyond loopback without a key", () => {
     const r = await run(["serve", "gemma3:1b", "--models", await store(), "--cache-dir", cache, "--host", "0.0.0.0", "--llama-server", await refusingServer("")], { LLAMA_API_KEY: undefined });
     expect(r.code).toBe(1);
     expect(r.stderr.trim().split("\n")).toHaveLength(1);
-    expect(r.stderr).toMatch(/INSECURE_BIND: refusing to serve on 0\.0\.0\.0 without an API key/);
+    expect(r.stderr).toMatch(/INSECURE_BIND: refusing to serve on 0\.0\.0\.0 without an API key \(--host 0\.0\.0\.0\)/);
     for (const flag of ["--api-key-file FILE", "LLAMA_API_KEY", "--insecure"]) expect(r.stderr).toContain(flag);
+    // serve --all on an OLLAMA_HOST beyond loopback: the variable is named
+    const all = await run(["serve", "--all", "--models", await store(), "--cache-dir", cache, "--llama-server", await refusingServer("")], { LLAMA_API_KEY: undefined, OLLAMA_HOST: "0.0.0.0:11434" });
+    expect(all.code).toBe(1);
+    expect(all.stderr.trim()).toMatch(/INSECURE_BIND: refusing to serve on 0\.0\.0\.0 without an API key \(OLLAMA_HOST=0\.0\.0\.0:11434\)/);
     expect(r.stderr).not.toContain("apiKey");
     expect(r.stderr).not.toMatch(/with insecure/);
     expect(await readdir(cache)).toEqual([]);

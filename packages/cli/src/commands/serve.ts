@@ -1,6 +1,6 @@
 import { readFile } from "node:fs/promises";
 import type { TranslationProfile } from "@compat/handlers";
-import { BridgeError, crashCause, isLoopback, ModelStore, startRouter, startServer, type ExitInfo, type RunningServer } from "@compat/server-bridge";
+import { BridgeError, crashCause, isLoopback, ModelStore, ollamaAddress, serveOllama, startServer, type ExitInfo, type ServeOllamaOptions } from "@compat/server-bridge";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
 import { startFailureText } from "../llama-check";
@@ -19,6 +19,8 @@ export interface ServeFlags {
   profile?: TranslationProfile;
   apiKeyFile?: string;
   insecure?: boolean;
+  modelsMax?: string;
+  keepAlive?: string;
 }
 
 const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 };
@@ -75,18 +77,26 @@ export async function serveCommand(model: string | undefined, passthrough: strin
   if (port !== undefined && (!/^\d+$/.test(opts.port!) || port > 65535)) throw new CliError("usage", `--port ${opts.port}: not a port number (0-65535)`);
   const startTimeout = opts.startTimeout === undefined ? undefined : Number(opts.startTimeout);
   if (startTimeout !== undefined && !(startTimeout > 0)) throw new CliError("usage", `--start-timeout ${opts.startTimeout}: expected a number of seconds above 0`);
-  const host = opts.host ?? "127.0.0.1";
+  // where it will listen: serve --all on Ollama's address (OLLAMA_HOST) unless told, one model on loopback
+  const ollama = opts.all ? ollamaAddress(io.env) : undefined;
+  const host = opts.host ?? ollama?.host ?? "127.0.0.1";
+  const hostFlag = opts.host !== undefined || ollama === undefined ? `--host ${host}` : `OLLAMA_HOST=${io.env.OLLAMA_HOST ?? ""}`;
   // the key travels by file or environment, never as an argument other users can read
   const apiKey = opts.apiKeyFile !== undefined ? await readApiKey(opts.apiKeyFile) : io.env.LLAMA_API_KEY || undefined;
   // before any translation: a refusal after an hour of writing helps nobody
-  if (!isLoopback(host) && !apiKey && !opts.insecure) throw insecureBind(host);
+  if (!isLoopback(host) && !apiKey && !opts.insecure) throw insecureBind(host, hostFlag);
   const what = `ollama-compat serve ${opts.all ? "--all" : model}`;
-  if (port !== undefined && fetchRefusesPort(port)) {
-    io.err(`ollama-compat: warning: --port ${port} is one of the ports browsers and fetch() refuse (the Fetch standard's bad ports), so web pages and clients built on fetch, such as the openai npm package, cannot reach it; curl can\n`);
+  const listenPort = port ?? ollama?.port;
+  if (listenPort !== undefined && fetchRefusesPort(listenPort)) {
+    const flag = port !== undefined ? `--port ${port}` : `port ${listenPort} (OLLAMA_HOST)`;
+    io.err(`ollama-compat: warning: ${flag} is one of the ports browsers and fetch() refuse (the Fetch standard's bad ports), so web pages and clients built on fetch, such as the openai npm package, cannot reach it; curl can\n`);
   }
 
+  const modelsMax = opts.modelsMax === undefined ? undefined : Number(opts.modelsMax);
+  if (modelsMax !== undefined && (!Number.isInteger(modelsMax) || modelsMax < 0)) throw new CliError("usage", `--models-max ${opts.modelsMax}: expected a whole number (0: no limit)`);
+
   const ac = new AbortController();
-  let server: RunningServer | undefined;
+  let server: { pid?: number; url: string; exited: Promise<ExitInfo>; stop(graceMs?: number): Promise<ExitInfo> } | undefined;
   let caught: NodeJS.Signals | undefined;
   const onSignal = (sig: NodeJS.Signals) => {
     if (caught) {
@@ -107,7 +117,8 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     store: new ModelStore(opts.models, io.env),
     cache: commandCache(env, opts.profile),
     env,
-    host,
+    // serve --all answers on Ollama's address (OLLAMA_HOST) unless told; one model on loopback
+    host: opts.host ?? (opts.all ? undefined : "127.0.0.1"),
     apiKey,
     insecure: opts.insecure === true,
     port,
@@ -121,19 +132,19 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     onProgress: progress,
   };
   try {
-    server = opts.all ? await startRouter({ ...common, models: "all" }) : await startServer({ ...common, model: model! });
+    server = opts.all ? await serveAll(common, modelsMax, opts.keepAlive) : await startServer({ ...common, model: model! });
     if (caught) await server.stop();
   } catch (e) {
     if (caught) {
       io.err(`ollama-compat: stopped (${e instanceof Error ? e.message.split("\n")[0] : String(e)})\n`);
       return SIGNAL_EXIT[caught] ?? 1;
     }
-    throw serveFailure(e, host, what);
+    throw serveFailure(e, host, hostFlag, what);
   } finally {
     if (!server) giveBack();
   }
   if (!caught) {
-    io.err(`ollama-compat: llama-server (pid ${server.pid}) ready\n`);
+    io.err(opts.all ? `ollama-compat: Ollama API ready on ${server.url} (llama-server router, pid ${server.pid})\n` : `ollama-compat: llama-server (pid ${server.pid}) ready\n`);
     io.out(`${server.url}\n`);
   }
   const exit: ExitInfo = await server.exited;
@@ -145,11 +156,11 @@ export async function serveCommand(model: string | undefined, passthrough: strin
   return 1;
 }
 
-/** INSECURE_BIND in the words of the command line: the flags that lift it, not the API's fields. */
-function insecureBind(host: string): BridgeError {
+/** INSECURE_BIND in the words of the command line: what set the address (`--host X`, `OLLAMA_HOST=…`) and the flags that lift the rule, not the API's fields. */
+function insecureBind(host: string, setBy: string): BridgeError {
   return new BridgeError(
     "INSECURE_BIND",
-    `refusing to serve on ${host} without an API key: anyone who reaches it could use the model; give a key with --api-key-file FILE (or LLAMA_API_KEY), serve on loopback (no --host), or pass --insecure`,
+    `refusing to serve on ${host} without an API key (${setBy}): anyone who reaches it could use the model; give a key with --api-key-file FILE (or LLAMA_API_KEY), serve on loopback, or pass --insecure`,
     { host },
   );
 }
@@ -159,13 +170,13 @@ function insecureBind(host: string): BridgeError {
  * workaround, llama.cpp's own error line when llama-server exited before it was ready
  * (the bridge's message has it on the lines after the first, which the CLI does not print).
  */
-function serveFailure(e: unknown, host: string, what: string): unknown {
+function serveFailure(e: unknown, host: string, hostFlag: string, what: string): unknown {
   if (!(e instanceof BridgeError)) return e;
   switch (e.code) {
     case "SERVER_CRASHED":
       return new CliError("error", startFailureText(e, what));
     case "INSECURE_BIND":
-      return insecureBind((e.details.host as string | undefined) ?? host);
+      return insecureBind((e.details.host as string | undefined) ?? host, hostFlag);
     case "SERVER_START_FAILED":
     case "SERVER_START_TIMEOUT": {
       const first = e.message.split("\n")[0]!.replace(/:$/, "");
@@ -176,6 +187,12 @@ function serveFailure(e: unknown, host: string, what: string): unknown {
     default:
       return e;
   }
+}
+
+/** `serve --all`: Ollama's REST API (and /v1) on Ollama's address, in front of llama-server's router over the store. */
+async function serveAll(common: Omit<ServeOllamaOptions, "models">, modelsMax: number | undefined, keepAlive: string | undefined) {
+  const s = await serveOllama({ ...common, models: "all", modelsMax, keepAlive });
+  return { pid: s.router.pid, url: s.url, exited: s.exited, stop: s.stop };
 }
 
 async function readApiKey(path: string): Promise<string> {
