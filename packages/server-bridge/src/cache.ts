@@ -47,6 +47,8 @@ export interface ObtainOptions {
   onProgress?(written: number, total: number): void;
   /** Why we wait, while another process holds the entry's lock (once, then every minute). */
   onWait?(line: string): void;
+  /** Called once when no verified entry is there: this call will write one (or wait for the process writing it). */
+  onMiss?(): void;
 }
 
 export interface CacheEntry {
@@ -150,6 +152,7 @@ export class TranslationCache {
         await confirm();
         return found;
       }
+      opts.onMiss?.();
 
       try {
         await mkdir(join(this.dir, "locks"), { recursive: true });

@@ -1,6 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { accessSync, constants } from "node:fs";
 import { readdir, readFile, readlink } from "node:fs/promises";
+import { request } from "node:http";
 import { createServer } from "node:net";
 import { BridgeError } from "./errors";
 
@@ -248,12 +249,29 @@ export async function waitHealthy(child: LlamaChild, url: string, timeoutMs: num
       throw new BridgeError("SERVER_START_TIMEOUT", `${what} not ready after ${timeoutMs} ms (${last}):\n${lines.join("\n")}`, { lastLines: lines });
     }
     try {
-      const r = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2_000) });
-      if (r.status === 200) return;
-      last = `HTTP ${r.status}`;
+      const status = await httpStatus(`${url}/health`, 2_000);
+      if (status === 200) return;
+      last = `HTTP ${status}`;
     } catch {
       // not listening yet
     }
     await Promise.race([new Promise((r) => setTimeout(r, 150)), child.exited]);
   }
+}
+
+/**
+ * The status of a GET of `url`, over node:http rather than fetch: fetch refuses the ports of
+ * the Fetch standard's "bad port" list (6000, 6665-6669, 22, ...) without ever connecting,
+ * and a llama-server a user put on one of them would never look healthy.
+ */
+function httpStatus(url: string, timeoutMs: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: "GET", timeout: timeoutMs, agent: false }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.once("timeout", () => req.destroy(new Error(`no answer from ${url} in ${timeoutMs} ms`)));
+    req.once("error", reject);
+    req.end();
+  });
 }

@@ -73,10 +73,11 @@ export async function prepareModel(resolved: ResolvedModel, opts: PrepareOptions
       closeSource = false; // the view reads from it; view.close() closes it
       try {
         out.hasChatTemplate = view.model.has("tokenizer.chat_template");
-        opts.onStatus?.(`translating ${resolved.name} (${view.report.handlers.map((h) => h.name).join(", ")})`);
         const entry = await cache.obtain(resolved.modelPath, "text", view, {
           sourceDigest: resolved.modelDigest,
           signal: opts.signal,
+          // a hit says "cached", and nothing about translating
+          onMiss: () => opts.onStatus?.(`translating ${resolved.name} (${view.report.handlers.map((h) => h.name).join(", ")})`),
           onProgress: (written, total) => opts.onProgress?.({ file: resolved.modelPath, kind: "text", written, total }),
           ...(opts.onStatus ? { onWait: opts.onStatus } : {}),
         });
@@ -116,6 +117,7 @@ async function attachProjector(out: PreparedModel, resolved: ResolvedModel, cach
       const entry = await cache.obtain(projector.sourcePath, "mmproj", projector.view, {
         sourceDigest: projector.sourceDigest,
         signal: opts.signal,
+        onMiss: () => opts.onStatus?.(`translating projector of ${resolved.name} (${projector.view.report.handlers.map((h) => h.name).join(", ")})`),
         onProgress: (written, total) => opts.onProgress?.({ file: projector.sourcePath, kind: "mmproj", written, total }),
         ...(opts.onStatus ? { onWait: opts.onStatus } : {}),
       });

@@ -6,6 +6,7 @@ import { humanBytes } from "../format";
 import type { CliIo } from "../io";
 import { jsonText, terminalSafe } from "../terminal";
 import { ollamaWriterMarkers } from "../ollama-written";
+import { bridgeEnv, commandCache } from "./cache-dir";
 import { unsupportedArch } from "./detect";
 
 export type ModelStatus = "native" | "translatable" | "cached" | "not supported";
@@ -69,7 +70,7 @@ async function readStatus(m: ResolvedModel, cache: TranslationCache, env: Record
 /** `ls`: installed models with size, architecture and what serving them takes. */
 export async function lsCommand(opts: { json?: boolean; models?: string; cacheDir?: string; profile?: TranslationProfile }, io: CliIo): Promise<void> {
   const store = new ModelStore(opts.models, io.env);
-  const cache = new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}), ...(opts.profile ? { profile: opts.profile } : {}) });
+  const cache = commandCache(bridgeEnv(io.env, opts.cacheDir), opts.profile);
   const rows: ListedModel[] = [];
   for (const e of await store.list()) {
     if (e.error) rows.push({ name: e.name, size: 0, status: "not supported", reason: firstLine(e.error) });

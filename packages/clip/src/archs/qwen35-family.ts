@@ -1,5 +1,5 @@
 import { GgufValueType } from "@compat/gguf";
-import { type Translation } from "@compat/handlers";
+import type { Translation } from "@compat/handlers";
 import { mergeVisionQkv, splitPatchEmbedding, visionBlockCount } from "../qwen-tower";
 import { asMmproj } from "../tower";
 
