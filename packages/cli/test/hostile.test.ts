@@ -158,7 +158,7 @@ describe("4. serve -- --host 0.0.0.0 is held to the loopback rule, and the URL p
     const refused = await run(["serve", "tiny:native", "--models", root, "--cache-dir", await sub(), "--llama-server", llamaServer, "--", "--host", "0.0.0.0"]);
     expect(refused.code).toBe(1);
     expect(oneLine(refused.stderr)).toHaveLength(1);
-    expect(refused.stderr).toMatch(/INSECURE_BIND: refusing to serve on 0\.0\.0\.0 \(from the llama-server argument --host 0\.0\.0\.0\)/);
+    expect(refused.stderr).toMatch(/INSECURE_BIND: refusing to serve on 0\.0\.0\.0 without an API key \(the llama-server argument --host 0\.0\.0\.0\)/);
     const s = start(["serve", "tiny:native", "--insecure", "--models", root, "--cache-dir", await sub(), "--llama-server", llamaServer, "--", ...SMALL, "--host", "0.0.0.0"]);
     await until("the URL", () => /^http:\/\/\S+$/m.test(s.stdout()));
     expect(s.stdout().trim()).toMatch(/^http:\/\/0\.0\.0\.0:\d+$/);
@@ -223,9 +223,11 @@ describe("7. a stale lock naming a live, unrelated PID", () => {
   it("serve says what it waits for (pid 1, a lock it cannot check), and SIGTERM still stops it", async () => {
     const { root, gemma } = await store();
     const cacheDir = await sub();
-    const key = new TranslationCache({ dir: cacheDir }).keyFor(gemma.layers.find((l) => l.mediaType === MediaType.model)!.digest, "text");
-    await mkdir(join(cacheDir, "locks"), { recursive: true });
-    await writeFile(join(cacheDir, "locks", `${key}.lock`), "1 0123456789ab");
+    // --cache-dir is the cache root, as OLLAMA_COMPAT_CACHE: translations live in its translated/
+    const translated = join(cacheDir, "translated");
+    const key = new TranslationCache({ dir: translated }).keyFor(gemma.layers.find((l) => l.mediaType === MediaType.model)!.digest, "text");
+    await mkdir(join(translated, "locks"), { recursive: true });
+    await writeFile(join(translated, "locks", `${key}.lock`), "1 0123456789ab");
     const s = start(["serve", "gemma3:1b", "--models", root, "--cache-dir", cacheDir, "--llama-server", llamaServer]);
     await until("the wait said", () => /waiting for cache entry/.test(s.stderr()));
     expect(s.stderr()).toMatch(/ollama-compat: waiting for cache entry \w+ \(text of .*\): pid 1 \(not one this machine can check: the lock is taken over if it is not refreshed within \d+ s\) is writing it; lock /);
@@ -237,9 +239,10 @@ describe("7. a stale lock naming a live, unrelated PID", () => {
     const { root, gemma } = await store();
     for (const lock of ["1 0123456789ab", JSON.stringify({ pid: 1, start: "2", token: "x" })]) {
       const cacheDir = await sub();
-      const key = new TranslationCache({ dir: cacheDir }).keyFor(gemma.layers.find((l) => l.mediaType === MediaType.model)!.digest, "text");
-      await mkdir(join(cacheDir, "locks"), { recursive: true });
-      const path = join(cacheDir, "locks", `${key}.lock`);
+      const translated = join(cacheDir, "translated");
+      const key = new TranslationCache({ dir: translated }).keyFor(gemma.layers.find((l) => l.mediaType === MediaType.model)!.digest, "text");
+      await mkdir(join(translated, "locks"), { recursive: true });
+      const path = join(translated, "locks", `${key}.lock`);
       await writeFile(path, lock);
       const old = new Date(Date.now() - 3600_000);
       await utimes(path, old, old);
@@ -342,7 +345,7 @@ describe("11. errors in words; one rule for FILE-or-MODEL", () => {
     // serve's status lines, then the error: one line
     expect(oneLine(r.stderr).filter((l) => !/^ollama-compat: translating /.test(l))).toHaveLength(1);
     expect(r.stderr).not.toMatch(/ENOTDIR: /);
-    expect(r.stderr).toContain(`CACHE_UNWRITABLE: cannot write the translation cache ${join(file, "cache")}: ${file} is a file, not a folder (ENOTDIR)`);
+    expect(r.stderr).toContain(`CACHE_UNWRITABLE: cannot write the translation cache ${join(file, "cache", "translated")}: ${file} is a file, not a folder (ENOTDIR)`);
     if (process.getuid?.() !== 0) return;
     const mnt = await sub();
     execFileSync("mount", ["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", mnt]);

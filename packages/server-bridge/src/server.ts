@@ -85,8 +85,11 @@ export async function launch(
   const apiKey = bind.apiKey ?? opts.apiKey;
   const keyed = hasKey(apiKey) || bind.keyFile !== undefined || hasKey({ ...process.env, ...env }.LLAMA_API_KEY);
   if (!isLoopback(host) && !keyed && !opts.insecure) {
-    const from = bind.host !== undefined ? ` (from the llama-server argument --host ${bind.host})` : "";
-    throw new BridgeError("INSECURE_BIND", `refusing to serve on ${host}${from} without an API key: give one (apiKey, --api-key-file) or opt out with insecure`, { host });
+    const setBy = bind.host !== undefined ? `the llama-server argument --host ${bind.host}` : undefined;
+    throw new BridgeError("INSECURE_BIND", `refusing to serve on ${host}${setBy ? ` (from ${setBy})` : ""} without an API key: give one (apiKey, --api-key-file) or opt out with insecure`, {
+      host,
+      ...(setBy ? { setBy } : {}),
+    });
   }
   const port = bind.port ?? opts.port;
   const effective: ResolvedLaunch = { ...opts, host, port, args: bind.rest, ...(apiKey !== undefined ? { apiKey } : {}), urlPath: bind.prefix ?? "" };

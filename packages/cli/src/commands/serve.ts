@@ -1,6 +1,6 @@
 import { readFile } from "node:fs/promises";
 import type { TranslationProfile } from "@compat/handlers";
-import { BridgeError, crashCause, isLoopback, ModelStore, ollamaAddress, serveOllama, startServer, type ExitInfo, type ServeOllamaOptions } from "@compat/server-bridge";
+import { bindingFromArgs, BridgeError, crashCause, isLoopback, ModelStore, ollamaAddress, serveOllama, startServer, type ExitInfo, type ServeOllamaOptions } from "@compat/server-bridge";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
 import { startFailureText } from "../llama-check";
@@ -79,13 +79,21 @@ export async function serveCommand(model: string | undefined, passthrough: strin
   const startTimeout = opts.startTimeout === undefined ? undefined : Number(opts.startTimeout);
   if (startTimeout !== undefined && !(startTimeout > 0)) throw new CliError("usage", `--start-timeout ${opts.startTimeout}: expected a number of seconds above 0`);
   // where it will listen: serve --all on Ollama's address (OLLAMA_HOST) unless told, one model on loopback
+  // (llama-server arguments after -- that bind or guard the server win over ours, as the bridge applies them)
   const ollama = opts.all ? ollamaAddress(io.env) : undefined;
-  const host = opts.host ?? ollama?.host ?? "127.0.0.1";
-  const hostFlag = opts.host !== undefined || ollama === undefined ? `--host ${host}` : `OLLAMA_HOST=${io.env.OLLAMA_HOST ?? ""}`;
+  const passed = bindingFromArgs(passthrough, io.env);
+  const host = passed.host ?? opts.host ?? ollama?.host ?? "127.0.0.1";
+  const hostFlag =
+    passed.host !== undefined
+      ? `the llama-server argument --host ${passed.host}`
+      : opts.host !== undefined || ollama === undefined
+        ? `--host ${host}`
+        : `OLLAMA_HOST=${io.env.OLLAMA_HOST ?? ""}`;
   // the key travels by file or environment, never as an argument other users can read
   const apiKey = opts.apiKeyFile !== undefined ? await readApiKey(opts.apiKeyFile) : io.env.LLAMA_API_KEY || undefined;
+  const keyed = apiKey !== undefined || passed.apiKey !== undefined || passed.keyFile !== undefined;
   // before any translation: a refusal after an hour of writing helps nobody
-  if (!isLoopback(host) && !apiKey && !opts.insecure) throw insecureBind(host, hostFlag);
+  if (!isLoopback(host) && !keyed && !opts.insecure) throw insecureBind(host, hostFlag);
   const what = `ollama-compat serve ${opts.all ? "--all" : model}`;
   const listenPort = port ?? ollama?.port;
   if (listenPort !== undefined && fetchRefusesPort(listenPort)) {
@@ -178,7 +186,7 @@ function serveFailure(e: unknown, host: string, hostFlag: string, what: string):
     case "SERVER_CRASHED":
       return new CliError("error", startFailureText(e, what));
     case "INSECURE_BIND":
-      return insecureBind((e.details.host as string | undefined) ?? host, hostFlag);
+      return insecureBind((e.details.host as string | undefined) ?? host, (e.details.setBy as string | undefined) ?? hostFlag);
     case "SERVER_START_FAILED":
     case "SERVER_START_TIMEOUT": {
       const first = e.message.split("\n")[0]!.replace(/:$/, "");
