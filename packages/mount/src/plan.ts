@@ -38,6 +38,8 @@ export interface FilePlan {
 
 /** How to write one sidecar: `produce` returns exactly `length` bytes. */
 export interface ComputedPart extends Sidecar {
+  /** The tensor it holds: its index and name in the view's model. */
+  tensor: { index: number; name: string };
   label: string;
   produce(): Promise<Uint8Array>;
 }
@@ -116,7 +118,7 @@ export async function planView(view: PlannableView, opts: PlanOptions): Promise<
     } else {
       const path = opts.sidecarPath(t, i);
       const sidecar = sidecars.push({ path, length: size }) - 1;
-      computed.push({ path, length: size, label: `${t.name} (${d.label})`, produce: () => d.produce() });
+      computed.push({ path, length: size, tensor: { index: i, name: t.name }, label: `${t.name} (${d.label})`, produce: () => d.produce() });
       push({ kind: "sidecar", sidecar, offset: 0, length: size });
     }
   }
