@@ -29,7 +29,7 @@ const SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
  * write (which removes its own staging files), then return the signal's exit code.
  * Returns a function that gives the signals back.
  */
-function takeSignals(onSignal: (sig: NodeJS.Signals) => void): () => void {
+export function takeSignals(onSignal: (sig: NodeJS.Signals) => void): () => void {
   const saved = SIGNALS.map((sig) => [sig, process.rawListeners(sig) as Array<(...a: unknown[]) => void>] as const);
   for (const sig of SIGNALS) {
     process.removeAllListeners(sig);
