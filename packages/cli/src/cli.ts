@@ -140,6 +140,7 @@ function buildProgram(io: CliIo, result: { code: number }): Command {
     .option("--rpc <servers>", "llama.cpp RPC workers, host:port,...")
     .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
     .option("--cache-dir <dir>", "where translated files are cached")
+    .option("--no-mount", "serve from the translation cache even where a FUSE mount of the store could be used (the default when FUSE is usable)")
     .option("--start-timeout <seconds>", "how long to wait for llama-server to be ready", "600")
     .addOption(profileOption())
     .addHelpText(

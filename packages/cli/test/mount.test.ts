@@ -151,3 +151,61 @@ describe("ollama-compat mount", () => {
     expect(run.stderr).toMatch(/mount .*no-such-daemon is not executable.*ollama-compat export/);
   });
 });
+
+describe("ollama-compat serve on a mount of its own", () => {
+  async function serveUntilReady(args: string[], env: Record<string, string> = {}) {
+    const child = cli(args, env);
+    const err = collect(child.stderr);
+    const url = await mounted(child);
+    return { child, err, url };
+  }
+  const chatOk = async (url: string, model: string) => {
+    const r = await fetch(`${url}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model, messages: [{ role: "user", content: "hi" }], max_tokens: 3, temperature: 0, grammar: "root ::= [ -~]*" }),
+      signal: AbortSignal.timeout(120_000),
+    });
+    expect(r.status, `${model}: ${await r.clone().text()}`).toBe(200);
+  };
+
+  it("serve MODEL and serve --all read from a mount (nothing written to the cache); --no-mount uses the cache", async () => {
+    const { dir, store } = await storeDir();
+    const { server } = await findLlamaTools();
+    const cache = join(dir, "cache");
+    const one = await serveUntilReady(["serve", "gemma3:4b", "--models", store, "--cache-dir", cache, "--llama-server", server, "--", "--threads", "2", "--no-warmup"]);
+    expect(one.err()).toMatch(/serving from a mount of the store \((.+)\): nothing is translated up front/);
+    await chatOk(one.url, "gemma3:4b");
+    const mountDir = /serving from a mount of the store \((.+)\)/.exec(one.err())![1]!;
+    expect(inMountinfo(mountDir)).toBe(true);
+    one.child.kill("SIGINT");
+    await exited(one.child);
+    expect(inMountinfo(mountDir)).toBe(false); // unmounted with llama-server
+    expect(existsSync(join(cache, "entries"))).toBe(false);
+
+    const all = await serveUntilReady(["serve", "--all", "--models", store, "--cache-dir", cache, "--llama-server", server, "--", "--threads", "2", "--no-warmup"]);
+    for (const m of ["gemma3:4b", "llama3.2:1b", "tinyllama:native"]) await chatOk(all.url, m);
+    all.child.kill("SIGTERM");
+    await exited(all.child);
+    expect(existsSync(join(cache, "entries"))).toBe(false);
+
+    const cached = await serveUntilReady(["serve", "llama3.2:1b", "--no-mount", "--models", store, "--cache-dir", cache, "--llama-server", server, "--", "--threads", "2", "--no-warmup"]);
+    expect(cached.err()).not.toMatch(/serving from a mount|not mounting/);
+    expect(cached.err()).toMatch(/translated llama3.2:1b -> /);
+    cached.child.kill("SIGINT");
+    await exited(cached.child);
+    expect((await readdir(join(cache, "entries"))).length).toBe(1);
+  });
+
+  it("falls back to the cache, with the reason in one line, where FUSE cannot be used", async () => {
+    const { dir, store } = await storeDir();
+    const { server } = await findLlamaTools();
+    const s = await serveUntilReady(["serve", "llama3.2:1b", "--models", store, "--cache-dir", join(dir, "cache"), "--llama-server", server, "--", "--threads", "2", "--no-warmup"], {
+      OLLAMA_COMPAT_MOUNTD: join(dir, "no-such-daemon"),
+    });
+    expect(s.err()).toMatch(/^ollama-compat: not mounting \(.*no-such-daemon is not executable\); serving from the translation cache$/m);
+    await chatOk(s.url, "llama3.2:1b");
+    s.child.kill("SIGINT");
+    await exited(s.child);
+  });
+});

@@ -2,16 +2,14 @@ import { constants } from "node:fs";
 import { copyFile, lstat, mkdir, rename, rm, stat, symlink } from "node:fs/promises";
 import { basename, join, resolve } from "node:path";
 import type { TranslationProfile } from "@compat/handlers";
-import { ModelStore, parseModelName, prepareModel, TranslationCache, type PreparedModel } from "@compat/server-bridge";
+import { modelFiles, ModelStore, prepareModel, TranslationCache, type ModelsLayout, type PreparedModel } from "@compat/server-bridge";
 import { CliError } from "../errors";
 import { ExitCode, type CliIo } from "../io";
 import { progressBar } from "../progress";
 
-export type ExportLayout = "models-dir" | "lmstudio";
-
 export interface ExportFlags {
   to: string;
-  layout?: ExportLayout;
+  layout?: ModelsLayout;
   copy?: boolean;
   models?: string;
   cacheDir?: string;
@@ -27,30 +25,6 @@ export interface ExportedModel {
   mmproj?: { path: string; source: string; how: "symlink" | "copy" };
   translated: boolean;
   error?: string;
-}
-
-/** `gemma3:4b` -> `gemma3-4b`; `ns/model:tag` -> `ns-model-tag`: a file name every front end and file system takes. */
-export function fileStem(name: string): string {
-  return name.replace(/[:/\\]/g, "-").replace(/[^A-Za-z0-9._-]/g, "_");
-}
-
-/**
- * Where a model's files go. models-dir (llama-server --models-dir): a text-only model is one
- * `<stem>.gguf` at the top; a multimodal one is a folder `<stem>/` holding `<stem>.gguf` and
- * `mmproj-<stem>.gguf` (llama-server takes the file whose name starts with "mmproj" as the
- * projector). lmstudio: `<publisher>/<model>-<tag>/<stem>.gguf` (+ `mmproj-…` beside it),
- * the publisher being the Ollama namespace ("library" for official models).
- */
-export function exportPaths(root: string, name: string, layout: ExportLayout, multimodal: boolean): { model: string; mmproj: string } {
-  if (layout === "lmstudio") {
-    const n = parseModelName(name);
-    const stem = fileStem(n ? `${n.model}-${n.tag}` : name.replace(/\.gguf$/i, ""));
-    const dir = join(root, n ? fileStem(n.namespace) : "local", stem);
-    return { model: join(dir, `${stem}.gguf`), mmproj: join(dir, `mmproj-${stem}.gguf`) };
-  }
-  const stem = fileStem(name);
-  const dir = multimodal ? join(root, stem) : root;
-  return { model: join(dir, `${stem}.gguf`), mmproj: join(dir, `mmproj-${stem}.gguf`) };
 }
 
 /** Puts `source` at `target`: a symlink, or for --copy a reflink-when-possible copy (written beside, then renamed). */
@@ -99,7 +73,8 @@ export async function exportCommand(refs: string[], opts: ExportFlags, io: CliIo
       continue;
     }
     bar.done();
-    const paths = exportPaths(opts.to, prepared.resolved.name, layout, prepared.mmproj !== undefined);
+    const files = modelFiles(prepared.resolved.name, layout, prepared.mmproj !== undefined);
+    const paths = { model: join(opts.to, files.model), mmproj: join(opts.to, files.mmproj) };
     // native blobs are the user's Ollama store: linked, never copied
     const entry: ExportedModel = {
       name: prepared.resolved.name,
@@ -121,6 +96,10 @@ export async function exportCommand(refs: string[], opts: ExportFlags, io: CliIo
   else if (layout === "models-dir") io.out(`serve them with: llama-server --models-dir ${opts.to}\n`);
   if (opts.copy !== true && !opts.json && done.some((d) => d.translated)) {
     io.err(`ollama-compat: translated files are links into the cache (${cache.dir}); pass --copy for files that outlive it\n`);
+  }
+  if (!opts.json && done.some((d) => d.translated)) {
+    // a mount shows the same folder with no translated copy at all (it works while it runs)
+    io.err(`ollama-compat: to use no disk for translated files, mount the store instead: ollama-compat mount DIR${layout === "lmstudio" ? " --layout lmstudio" : ""}\n`);
   }
   return failed > 0 ? ExitCode.error : ExitCode.ok;
 }

@@ -1,6 +1,6 @@
 import { readFile } from "node:fs/promises";
 import type { TranslationProfile } from "@compat/handlers";
-import { BridgeError, crashCause, ModelStore, startRouter, startServer, TranslationCache, type ExitInfo, type RunningServer } from "@compat/server-bridge";
+import { BridgeError, crashCause, ModelStore, serveMount, startRouter, startServer, TranslationCache, type ExitInfo, type RunningServer, type StoreMount } from "@compat/server-bridge";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
 import { startFailureText } from "../llama-check";
@@ -18,6 +18,8 @@ export interface ServeFlags {
   profile?: TranslationProfile;
   apiKeyFile?: string;
   insecure?: boolean;
+  /** false (--no-mount): serve from the translation cache even where a mount could be used. */
+  mount?: boolean;
 }
 
 const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 };
@@ -73,13 +75,20 @@ export async function serveCommand(model: string | undefined, passthrough: strin
 
   let lastPct = -1;
   let bar: ProgressBar | undefined;
+  const store = new ModelStore(opts.models, io.env);
+  // the key travels by file or environment, never as an argument other users can read
+  const apiKey = opts.apiKeyFile !== undefined ? await readApiKey(opts.apiKeyFile) : io.env.LLAMA_API_KEY || undefined;
+  const files = await serveFiles(store, opts.all ? "all" : model!, opts, io).catch((e: unknown) => {
+    giveBack();
+    throw e;
+  });
   const common = {
-    store: new ModelStore(opts.models, io.env),
+    store,
+    ...(files.mount ? { mount: files.mount } : {}),
     cache: new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}), ...(opts.profile ? { profile: opts.profile } : {}) }),
     env: io.env,
     host: opts.host ?? "127.0.0.1",
-    // the key travels by file or environment, never as an argument other users can read
-    apiKey: opts.apiKeyFile !== undefined ? await readApiKey(opts.apiKeyFile) : io.env.LLAMA_API_KEY || undefined,
+    apiKey,
     insecure: opts.insecure === true,
     port,
     llamaServer: opts.llamaServer,
@@ -120,19 +129,49 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     }
     throw e;
   } finally {
-    if (!server) giveBack();
+    if (!server) {
+      await files.close();
+      giveBack();
+    }
   }
   if (!caught) {
     io.err(`ollama-compat: llama-server (pid ${server.pid}) ready\n`);
     io.out(`${server.url}\n`);
   }
   const exit: ExitInfo = await server.exited;
+  await files.close();
   giveBack();
   if (caught) return SIGNAL_EXIT[caught] ?? 1;
   const crash = crashCause(exit.signal);
   const why = crash ? `, ${crash.cause}${crash.workaround ? ` (run: ollama-compat serve ${opts.all ? "--all" : model} -- ${crash.workaround})` : ""}` : "";
   io.err(`ollama-compat: llama-server exited (${exit.code ?? exit.signal})${why}; last lines:\n${exit.lastLines.map((l) => `  ${l}`).join("\n")}\n`);
   return 1;
+}
+
+/**
+ * Where llama-server reads the models from: a private mount of the store (nothing written, the
+ * router starts at once) whenever FUSE is usable, else the translation cache, with the reason
+ * in one line. --no-mount asks for the cache.
+ */
+async function serveFiles(store: ModelStore, models: string, opts: ServeFlags, io: CliIo): Promise<{ mount?: StoreMount; close(): Promise<void> }> {
+  const none = { close: async () => undefined };
+  if (opts.mount === false) return none;
+  const m = await serveMount({
+    store,
+    models: models === "all" ? "all" : [models],
+    ...(opts.profile ? { profile: opts.profile } : {}),
+    ...(opts.cacheDir ? { sidecarDir: `${opts.cacheDir}/sidecars` } : {}),
+    env: io.env,
+    onStatus: (line) => {
+      if (line.startsWith("mount: ") || line.includes("not mounted")) io.err(`ollama-compat: ${line}\n`);
+    },
+  });
+  if (m.mount === undefined) {
+    io.err(`ollama-compat: not mounting (${m.reason}); serving from the translation cache\n`);
+    return none;
+  }
+  io.err(`ollama-compat: serving from a mount of the store (${m.mount.dir}): nothing is translated up front, no copy is written\n`);
+  return m;
 }
 
 async function readApiKey(path: string): Promise<string> {
