@@ -123,6 +123,7 @@ export class FuseMount {
     // Its own process group: a terminal's ^C goes to the controller, which stops it in order.
     const child = spawn(support.daemon, args, { stdio: ["pipe", "pipe", "pipe"], detached: true, env: { ...process.env, ...env } });
     const sidecars = typeof opts.sidecars === "string" ? new SidecarStore(opts.sidecars) : opts.sidecars;
+    await sidecars.sweep();
     let ready!: (m: DaemonMessage | Error) => void;
     const readyP = new Promise<DaemonMessage | Error>((r) => (ready = r));
     const mount = new FuseMount(point, child, sidecars, opts.onLog, ready);

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from "node:crypto";
-import { mkdir, open, rename, rm, stat } from "node:fs/promises";
+import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { GgufTensor } from "@compat/gguf";
 import type { ComputedPart } from "./plan";
@@ -19,6 +19,16 @@ export class SidecarStore {
     const id = JSON.stringify({ v: 1, file: fileKey, index, name: tensor.name, type: tensor.type, shape: tensor.shape, op: label });
     const hex = createHash("sha256").update(id).digest("hex");
     return join(this.dir, hex.slice(0, 2), `${hex.slice(2, 40)}.bin`);
+  }
+
+  /** Removes the temp files of writers that died before their rename (`<name>.<pid>.<random>.tmp`). */
+  async sweep(): Promise<void> {
+    for (const sub of await readdir(this.dir).catch(() => [] as string[])) {
+      for (const name of await readdir(join(this.dir, sub)).catch(() => [] as string[])) {
+        const m = /\.(\d+)\.[0-9a-f]{8}\.tmp$/.exec(name);
+        if (m && !alive(Number(m[1]))) await rm(join(this.dir, sub, name), { force: true });
+      }
+    }
   }
 
   /** Whether the sidecar is there with its full length. */
@@ -49,5 +59,14 @@ export class SidecarStore {
     }
     await fh.close();
     await rename(tmp, part.path);
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM"; // someone else's: alive
   }
 }

@@ -117,6 +117,17 @@ describe("bytes through the mount", () => {
     expect(await Promise.all(written.map(async (p) => (await stat(p)).mtimeMs))).toEqual(mtimes);
   });
 
+  it("a mount sweeps the temp files of sidecar writers that died", async () => {
+    const dir = await t.dir();
+    const stale = join(dir, "sidecars/ab/cdef.bin.999999999.0123abcd.tmp");
+    const live = join(dir, "sidecars/ab/cdef.bin." + process.pid + ".0123abcd.tmp");
+    await mkdir(join(dir, "sidecars/ab"), { recursive: true });
+    await writeFile(stale, "x");
+    await writeFile(live, "x");
+    await t.mount(dir);
+    expect((await readdir(join(dir, "sidecars/ab"))).sort()).toEqual([live.split("/").pop()]);
+  });
+
   it("picks up files added and removed while mounted, and prunes empty folders", async () => {
     const dir = await t.dir();
     const g = await gemma3(dir);
