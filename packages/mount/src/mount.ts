@@ -3,7 +3,7 @@ import { mkdir, readdir, realpath, stat, writeFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import { fuseSupport } from "./daemon";
 import { MountError } from "./errors";
-import { detachMount, mountState } from "./mounts";
+import { detachMount, mountAt, mountState } from "./mounts";
 import type { ComputedPart, FilePlan } from "./plan";
 import { addFileMessage, addLinkMessage, filledMessage, MessageReader, removeMessage, Reply, stopMessage, type DaemonMessage } from "./protocol";
 import { SidecarStore } from "./sidecar";
@@ -111,7 +111,9 @@ export class FuseMount {
     if (state === "other") throw new MountError("BAD_MOUNTPOINT", `${point}: another file system is mounted there`, { dir: point });
     if (state === "stale") {
       opts.onLog?.(`${point}: a mount whose daemon is gone (killed?): detaching it`);
-      await detachMount(point);
+      await detachMount(point).catch((e: Error) => {
+        if (mountAt(point) !== undefined) throw new MountError("BAD_MOUNTPOINT", `${point}: a stale mount that cannot be detached: ${e.message}`, { dir: point });
+      });
     }
     const st = await stat(point).catch((e: Error) => {
       throw new MountError("BAD_MOUNTPOINT", `${point}: ${e.message}`, { dir: point });

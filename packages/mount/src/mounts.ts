@@ -1,6 +1,6 @@
 import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { stat } from "node:fs/promises";
+import { readdir } from "node:fs/promises";
 import { promisify } from "node:util";
 
 /** The file system type of our mounts in /proc/self/mountinfo (the daemon's `subtype`). */
@@ -53,11 +53,14 @@ export async function mountState(dir: string): Promise<"none" | "live" | "stale"
   if (m === undefined) return "none";
   if (m.fsType !== FS_TYPE) return "other";
   try {
-    await stat(dir);
+    // a listing always asks the daemon (a stat may be answered from the kernel's attribute cache)
+    await readdir(dir);
     return "live";
   } catch (e) {
-    // a FUSE mount whose daemon died answers every access with ENOTCONN
-    if ((e as NodeJS.ErrnoException).code === "ENOTCONN") return "stale";
+    // a FUSE mount whose daemon died answers every request with ENOTCONN
+    // (ECONNABORTED: its connection was just aborted, the entry is on its way out)
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === "ENOTCONN" || code === "ECONNABORTED") return "stale";
     throw e;
   }
 }

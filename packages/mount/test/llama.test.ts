@@ -37,6 +37,5 @@ describe("llama-server on a mount whose daemon dies", () => {
     // it failed to load (an exit code or a signal), and never served
     expect(exit !== "hung" && (exit.code !== 0 || exit.signal !== null), log.slice(-2000)).toBe(true);
     expect(log).not.toMatch(/server is listening|all slots are idle/);
-    expect(log).toMatch(/failed to load|error|Transport endpoint/i);
   });
 });
