@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { clipView } from "@compat/clip";
 import { translate } from "@compat/handlers";
 import { planView } from "@compat/mount";
-import { buildOllamaStore } from "@compat/server-bridge";
+import { buildOllamaStore, freePort } from "@compat/server-bridge";
 import { GgmlType, writeGguf } from "@compat/gguf";
 import { findLlamaTools, generateFixture } from "@compat/testkit";
 import { writeVisionBlob } from "./files";
@@ -64,7 +64,7 @@ async function timeToHealth(server: string, args: string[]): Promise<void> {
 }
 
 /** Polls the URL the child's log names until /health is 200. */
-async function untilHealthy(child: ChildProcess, urlOf: (log: string) => string | undefined, stream: "stdout" | "stderr" = "stderr"): Promise<void> {
+async function untilHealthy(child: ChildProcess, urlOf: (log: string) => string | undefined, stream: "stdout" | "stderr" = "stderr", path = "/health"): Promise<void> {
   let log = "";
   child[stream]!.on("data", (d: Buffer) => (log += d));
   const deadline = Date.now() + 120_000;
@@ -72,7 +72,7 @@ async function untilHealthy(child: ChildProcess, urlOf: (log: string) => string 
     if (child.exitCode !== null || Date.now() > deadline) throw new Error(`not healthy: ${log.slice(-2000)}`);
     const url = urlOf(log);
     if (url !== undefined) {
-      const ok = await fetch(`${url}/health`).then(
+      const ok = await fetch(`${url}${path}`).then(
         (r) => r.status === 200,
         () => false,
       );
@@ -171,9 +171,11 @@ export async function mountBench(ctx: MountBenchContext): Promise<void> {
   }
   await buildOllamaStore(many, specs);
   const serveAll = async () => {
-    const child = spawn(process.execPath, [cli, "serve", "--all", "--models", many, "--cache-dir", join(work, "cache10"), "--llama-server", server], { stdio: ["ignore", "pipe", "pipe"] });
+    // Ollama's API in front of the router, on a free port rather than Ollama's 11434
+    const env = { ...process.env, OLLAMA_HOST: `127.0.0.1:${await freePort()}` };
+    const child = spawn(process.execPath, [cli, "serve", "--all", "--models", many, "--cache-dir", join(work, "cache10"), "--llama-server", server], { stdio: ["ignore", "pipe", "pipe"], env });
     child.stderr!.resume();
-    await untilHealthy(child, (log) => /^(http:\/\/[\d.]+:\d+)$/m.exec(log)?.[1], "stdout");
+    await untilHealthy(child, (log) => /^(http:\/\/[\d.]+:\d+)$/m.exec(log)?.[1], "stdout", "/api/version");
     child.kill("SIGTERM");
     await new Promise((r) => child.once("close", r));
   };

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { generateFixtureFiles, findLlamaTools } from "@compat/testkit";
-import { buildOllamaStore } from "@compat/server-bridge";
+import { buildOllamaStore, freePort } from "@compat/server-bridge";
 import { bin, collect, exited, runToEnd, tsx } from "./helpers";
 
 const dirs: string[] = [];
@@ -183,7 +183,8 @@ describe("ollama-compat serve on a mount of its own", () => {
     expect(inMountinfo(mountDir)).toBe(false); // unmounted with llama-server
     expect(existsSync(join(cache, "entries"))).toBe(false);
 
-    const all = await serveUntilReady(["serve", "--all", "--models", store, "--cache-dir", cache, "--llama-server", server, "--", "--threads", "2", "--no-warmup"]);
+    // serve --all answers on Ollama's address: a free one, not 11434
+    const all = await serveUntilReady(["serve", "--all", "--models", store, "--cache-dir", cache, "--llama-server", server, "--", "--threads", "2", "--no-warmup"], { OLLAMA_HOST: `127.0.0.1:${await freePort()}` });
     for (const m of ["gemma3:4b", "llama3.2:1b", "tinyllama:native"]) await chatOk(all.url, m);
     all.child.kill("SIGTERM");
     await exited(all.child);
