@@ -51,6 +51,7 @@ const commands = {
   ls: () => import("./commands/ls"),
   serve: () => import("./commands/serve"),
   exportModels: () => import("./commands/export"),
+  mount: () => import("./commands/mount"),
   verify: () => import("./commands/verify"),
   demo: () => import("./commands/demo"),
 };
@@ -153,6 +154,7 @@ function buildProgram(argv: readonly string[], io: CliIo, result: { code: number
     .option("--rpc <servers>", "llama.cpp RPC workers, host:port,...")
     .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
     .option("--cache-dir <dir>", CACHE_DIR_HELP)
+    .option("--no-mount", "serve from the translation cache even where a FUSE mount of the store could be used (the default when FUSE is usable)")
     .option("--start-timeout <seconds>", "how long to wait for llama-server to be ready", "600")
     .addOption(profileOption())
     .addHelpText(
@@ -235,6 +237,28 @@ function buildProgram(argv: readonly string[], io: CliIo, result: { code: number
       ),
     )
     .action(async (models: string[], opts) => set(await (await commands.exportModels()).exportCommand(models, opts, io)));
+
+  program
+    .command("mount")
+    .description("every installed model as llama.cpp expects it, under DIR, taking no disk: a read-only FUSE mount (translated files are served from the blobs); runs until SIGINT/SIGTERM")
+    .argument("<dir>", "an empty folder to mount on (created if missing)")
+    .addOption(new Option("--layout <layout>", "models-dir: llama-server --models-dir; lmstudio: publisher/model/file.gguf").choices(["models-dir", "lmstudio"]).default("models-dir"))
+    .option("--allow-other", "let other users read the files (FUSE allow_other; users other than root need user_allow_other in /etc/fuse.conf)")
+    .option("--daemon", "run in the background; the pid file names it, kill stops it")
+    .option("--pid-file <file>", "where the pid goes (default with --daemon: DIR.pid)")
+    .option("--log <file>", "with --daemon: where its output goes (default DIR.log)")
+    .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
+    .option("--cache-dir <dir>", "where computed tensors are kept (its sidecars/ folder; default beside the translation cache)")
+    .addOption(profileOption())
+    .addHelpText(
+      "after",
+      footer(
+        ["ollama-compat mount ~/llama-models --daemon && llama-server --models-dir ~/llama-models", "ollama-compat mount ~/.lmstudio/models/ollama --layout lmstudio", "kill $(cat ~/llama-models.pid)"],
+        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT"],
+        "Exit codes: 0 unmounted after a signal (or started, with --daemon), 1 error (FUSE not usable here, the mount refused, the daemon died), 2 usage.",
+      ),
+    )
+    .action(async (dir: string, opts) => set(await (await commands.mount()).mountCommand(dir, opts, io)));
 
   program
     .command("verify")

@@ -142,7 +142,7 @@ describe("ollama-compat serve (real llama-server)", () => {
     await mkdir(join(translations, "locks"), { recursive: true });
     await writeFile(lock, `${process.pid} test`);
     const launches = Array.from({ length: 8 }, () =>
-      start(["serve", "gemma3:1b", "--models", root, "--cache-dir", cacheDir, "--llama-server", tools.server, "--", "--threads", "1", "--no-warmup"]),
+      start(["serve", "gemma3:1b", "--models", root, "--cache-dir", cacheDir, "--no-mount", "--llama-server", tools.server, "--", "--threads", "1", "--no-warmup"]),
     );
     for (const s of launches) await s.waitFor(/^ollama-compat: translating gemma3:1b/m, "stderr", 600_000);
     await rm(lock);
@@ -257,7 +257,7 @@ describe("ollama-compat serve (real llama-server)", () => {
     await writeWithZeroTail(f.text, path, 768 * 2 ** 20);
     await buildOllamaStore(root, [{ name: "big:1", model: path }]);
     const cacheDir = await temp();
-    const s = start(["serve", "big:1", "--models", root, "--cache-dir", cacheDir, "--llama-server", (await findLlamaTools()).server]);
+    const s = start(["serve", "big:1", "--models", root, "--cache-dir", cacheDir, "--no-mount", "--llama-server", (await findLlamaTools()).server]);
     await s.waitFor(/writing text [\d.]+ \//, "stderr");
     s.child.kill("SIGTERM");
     const { code } = await s.closed;

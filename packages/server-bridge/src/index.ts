@@ -5,7 +5,9 @@ export { ModelStore, defaultModelsDir, isPathLike, parseManifest, type Manifest,
 export { buildOllamaStore, type BuiltModel, type StoreLayer, type StoreModelSpec } from "./store-writer";
 export { TranslationCache, defaultCacheDir, TRANSLATOR_VERSION, type CacheEntry, type CacheKind, type CacheOptions, type ObtainOptions } from "./cache";
 export { projectorFor, loadClipView, type ClipViewFn, type ProjectorSource } from "./projector";
-export { prepareModel, type PrepareOptions, type PreparedModel } from "./prepare";
+export { prepareModel, modelFacts, type PrepareOptions, type PreparedModel } from "./prepare";
+export { StoreMount, serveMount, defaultSidecarDir, type StoreMountOptions, type MountedModel, type ServeMount } from "./store-mount";
+export { modelFiles, fileStem, MODELS_LAYOUTS, type ModelsLayout } from "./layout";
 export { modelArgs, DEFAULT_NUM_CTX } from "./args";
 export { builtinTemplateFor } from "./template";
 export { findLlamaTool } from "./locate";

@@ -1,7 +1,7 @@
 import { lstat, mkdir, stat } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import type { TranslationProfile } from "@compat/handlers";
-import { findLlamaTool, modelArgs, ModelStore, parseModelName, prepareModel, presetSection, type PreparedModel } from "@compat/server-bridge";
+import { findLlamaTool, modelArgs, modelFiles, ModelStore, prepareModel, presetSection, type PreparedModel } from "@compat/server-bridge";
 import { CliError } from "../errors";
 import { ExitCode, type CliIo } from "../io";
 import { cacheProgress, progressBar } from "../progress";
@@ -9,6 +9,7 @@ import { bridgeEnv, commandCache } from "./cache-dir";
 import { LLAMA_SWAP_FILE, llamaSwapFile, PRESET_FILE, presetFile, shellWord } from "./export-configs";
 import { checkReplaceable, makeFolders, placeCopy, placeLink, readRecord, relativeTo, sweepLeftovers, writeRecord, writeText } from "./export-files";
 
+/** Where the files go (a llama-swap folder is laid out as a models-dir one) and which configuration is written beside them. */
 export type ExportLayout = "models-dir" | "llama-swap" | "lmstudio";
 
 export interface ExportFlags {
@@ -36,28 +37,10 @@ export interface ExportedModel {
 /** The configuration file each layout writes beside the models (LM Studio reads the folder itself). */
 const CONFIG_FILE: Partial<Record<ExportLayout, string>> = { "models-dir": PRESET_FILE, "llama-swap": LLAMA_SWAP_FILE };
 
-/** `gemma3:4b` -> `gemma3-4b`; `ns/model:tag` -> `ns-model-tag`: a file name every front end and file system takes. */
-export function fileStem(name: string): string {
-  return name.replace(/[:/\\]/g, "-").replace(/[^A-Za-z0-9._-]/g, "_");
-}
-
-/**
- * Where a model's files go. models-dir and llama-swap: a text-only model is one `<stem>.gguf`
- * at the top; a multimodal one is a folder `<stem>/` holding `<stem>.gguf` and
- * `mmproj-<stem>.gguf` (llama-server --models-dir takes the file whose name starts with
- * "mmproj" as the projector). lmstudio: `<publisher>/<model>-<tag>/<stem>.gguf` (+ `mmproj-…`
- * beside it), the publisher being the Ollama namespace ("library" for official models).
- */
+/** Where a model's files go under `root`: the bridge's modelFiles, the one answer `mount` gives too. */
 export function exportPaths(root: string, name: string, layout: ExportLayout, multimodal: boolean): { model: string; mmproj: string } {
-  if (layout === "lmstudio") {
-    const n = parseModelName(name);
-    const stem = fileStem(n ? `${n.model}-${n.tag}` : name.replace(/\.gguf$/i, ""));
-    const dir = join(root, n ? fileStem(n.namespace) : "local", stem);
-    return { model: join(dir, `${stem}.gguf`), mmproj: join(dir, `mmproj-${stem}.gguf`) };
-  }
-  const stem = fileStem(name);
-  const dir = multimodal ? join(root, stem) : root;
-  return { model: join(dir, `${stem}.gguf`), mmproj: join(dir, `mmproj-${stem}.gguf`) };
+  const files = modelFiles(name, layout === "lmstudio" ? "lmstudio" : "models-dir", multimodal);
+  return { model: join(root, files.model), mmproj: join(root, files.mmproj) };
 }
 
 /**
@@ -149,6 +132,10 @@ export async function exportCommand(refs: string[], opts: ExportFlags, io: CliIo
     if (command) io.out(`serve them with: ${command}\n`);
     if (opts.copy !== true && exported.some((d) => d.translated)) {
       io.err(`ollama-compat: translated files are links into the cache (${cache.dir}); pass --copy for files that outlive it\n`);
+    }
+    if (exported.some((d) => d.translated)) {
+      // a mount shows the same folder with no translated copy at all (it works while it runs)
+      io.err(`ollama-compat: to use no disk for translated files, mount the store instead: ollama-compat mount DIR${layout === "lmstudio" ? " --layout lmstudio" : ""}\n`);
     }
   }
   return done.some((d) => d.error) ? ExitCode.error : ExitCode.ok;

@@ -1,6 +1,19 @@
 import { readFile } from "node:fs/promises";
 import type { TranslationProfile } from "@compat/handlers";
-import { bindingFromArgs, BridgeError, crashCause, isLoopback, ModelStore, ollamaAddress, serveOllama, startServer, type ExitInfo, type ServeOllamaOptions } from "@compat/server-bridge";
+import {
+  bindingFromArgs,
+  BridgeError,
+  crashCause,
+  isLoopback,
+  ModelStore,
+  ollamaAddress,
+  serveMount,
+  serveOllama,
+  startServer,
+  type ExitInfo,
+  type ServeOllamaOptions,
+  type StoreMount,
+} from "@compat/server-bridge";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
 import { startFailureText } from "../llama-check";
@@ -22,6 +35,8 @@ export interface ServeFlags {
   insecure?: boolean;
   modelsMax?: string;
   keepAlive?: string;
+  /** false (--no-mount): serve from the translation cache even where a mount could be used. */
+  mount?: boolean;
 }
 
 const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 };
@@ -33,7 +48,7 @@ const SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
  * write (which removes its own staging files), then return the signal's exit code.
  * Returns a function that gives the signals back.
  */
-function takeSignals(onSignal: (sig: NodeJS.Signals) => void): () => void {
+export function takeSignals(onSignal: (sig: NodeJS.Signals) => void): () => void {
   const saved = SIGNALS.map((sig) => [sig, process.rawListeners(sig) as Array<(...a: unknown[]) => void>] as const);
   for (const sig of SIGNALS) {
     process.removeAllListeners(sig);
@@ -122,8 +137,14 @@ export async function serveCommand(model: string | undefined, passthrough: strin
 
   const env = bridgeEnv(io.env, opts.cacheDir);
   const progress = cacheProgress(io);
+  const store = new ModelStore(opts.models, io.env);
+  const files = await serveFiles(store, opts.all ? "all" : model!, opts, io, env).catch((e: unknown) => {
+    giveBack();
+    throw e;
+  });
   const common = {
-    store: new ModelStore(opts.models, io.env),
+    store,
+    ...(files.mount ? { mount: files.mount } : {}),
     cache: commandCache(env, opts.profile),
     env,
     // serve --all answers on Ollama's address (OLLAMA_HOST) unless told; one model on loopback
@@ -151,13 +172,17 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     }
     throw serveFailure(e, host, hostFlag, what);
   } finally {
-    if (!server) giveBack();
+    if (!server) {
+      await files.close();
+      giveBack();
+    }
   }
   if (!caught) {
     io.err(opts.all ? `ollama-compat: Ollama API ready on ${server.url} (llama-server router, pid ${server.pid})\n` : `ollama-compat: llama-server (pid ${server.pid}) ready\n`);
     io.out(`${server.url}\n`);
   }
   const exit: ExitInfo = await server.exited;
+  await files.close();
   giveBack();
   if (caught) return SIGNAL_EXIT[caught] ?? 1;
   const crash = crashCause(exit.signal);
@@ -203,6 +228,35 @@ function serveFailure(e: unknown, host: string, hostFlag: string, what: string):
 async function serveAll(common: Omit<ServeOllamaOptions, "models">, modelsMax: number | undefined, keepAlive: string | undefined) {
   const s = await serveOllama({ ...common, models: "all", modelsMax, keepAlive });
   return { pid: s.router.pid, url: s.url, exited: s.exited, stop: s.stop };
+}
+
+/**
+ * Where llama-server reads the models from: a private mount of the store (nothing written, the
+ * router starts at once) whenever FUSE is usable, else the translation cache, with the reason
+ * in one line. --no-mount asks for the cache.
+ */
+/**
+ * The mount `serve` reads from where FUSE is usable (none with --no-mount, or with the reason
+ * it is not); its sidecars sit beside the translation cache of `env` (so under --cache-dir).
+ */
+async function serveFiles(store: ModelStore, models: string, opts: ServeFlags, io: CliIo, env: Record<string, string | undefined>): Promise<{ mount?: StoreMount; close(): Promise<void> }> {
+  const none = { close: async () => undefined };
+  if (opts.mount === false) return none;
+  const m = await serveMount({
+    store,
+    models: models === "all" ? "all" : [models],
+    ...(opts.profile ? { profile: opts.profile } : {}),
+    env,
+    onStatus: (line) => {
+      if (line.startsWith("mount: ") || line.includes("not mounted")) io.err(`ollama-compat: ${line}\n`);
+    },
+  });
+  if (m.mount === undefined) {
+    io.err(`ollama-compat: not mounting (${m.reason}); serving from the translation cache\n`);
+    return none;
+  }
+  io.err(`ollama-compat: serving from a mount of the store (${m.mount.dir}): nothing is translated up front, no copy is written\n`);
+  return m;
 }
 
 async function readApiKey(path: string): Promise<string> {
