@@ -228,7 +228,7 @@ describe("7. a stale lock naming a live, unrelated PID", () => {
     const key = new TranslationCache({ dir: translated }).keyFor(gemma.layers.find((l) => l.mediaType === MediaType.model)!.digest, "text");
     await mkdir(join(translated, "locks"), { recursive: true });
     await writeFile(join(translated, "locks", `${key}.lock`), "1 0123456789ab");
-    const s = start(["serve", "gemma3:1b", "--models", root, "--cache-dir", cacheDir, "--llama-server", llamaServer]);
+    const s = start(["serve", "gemma3:1b", "--no-mount", "--models", root, "--cache-dir", cacheDir, "--llama-server", llamaServer]);
     await until("the wait said", () => /waiting for cache entry/.test(s.stderr()));
     expect(s.stderr()).toMatch(/ollama-compat: waiting for cache entry \w+ \(text of .*\): pid 1 \(not one this machine can check: the lock is taken over if it is not refreshed within \d+ s\) is writing it; lock /);
     s.child.kill("SIGTERM");
@@ -246,7 +246,7 @@ describe("7. a stale lock naming a live, unrelated PID", () => {
       await writeFile(path, lock);
       const old = new Date(Date.now() - 3600_000);
       await utimes(path, old, old);
-      const s = start(["serve", "gemma3:1b", "--models", root, "--cache-dir", cacheDir, "--llama-server", llamaServer, "--", ...SMALL]);
+      const s = start(["serve", "gemma3:1b", "--no-mount", "--models", root, "--cache-dir", cacheDir, "--llama-server", llamaServer, "--", ...SMALL]);
       await until("serve ready", () => /ready/.test(s.stderr()));
       expect(s.stderr()).not.toMatch(/waiting/);
       s.child.kill("SIGTERM");
@@ -336,11 +336,12 @@ describe("9. untrusted text reaches the terminal escaped, every error on one lin
 });
 
 describe("11. errors in words; one rule for FILE-or-MODEL", () => {
+  // the cache's errors: --no-mount, since a mount of the store writes no translation
   it("a cache below a file: the file is named, not 'ENOTDIR: … mkdir'; on a read-only mount: EROFS (as root)", async () => {
     const { root } = await store();
     const file = join(await sub(), "plain-file");
     await writeFile(file, "x");
-    const r = await run(["serve", "gemma3:1b", "--models", root, "--cache-dir", join(file, "cache"), "--llama-server", llamaServer]);
+    const r = await run(["serve", "gemma3:1b", "--no-mount", "--models", root, "--cache-dir", join(file, "cache"), "--llama-server", llamaServer]);
     expect(r.code).toBe(1);
     // serve's status lines, then the error: one line
     expect(oneLine(r.stderr).filter((l) => !/^ollama-compat: translating /.test(l))).toHaveLength(1);
@@ -350,7 +351,7 @@ describe("11. errors in words; one rule for FILE-or-MODEL", () => {
     const mnt = await sub();
     execFileSync("mount", ["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", mnt]);
     try {
-      const ro = await run(["serve", "gemma3:1b", "--models", root, "--cache-dir", join(mnt, "cache"), "--llama-server", llamaServer]);
+      const ro = await run(["serve", "gemma3:1b", "--no-mount", "--models", root, "--cache-dir", join(mnt, "cache"), "--llama-server", llamaServer]);
       expect(ro.code).toBe(1);
       expect(ro.stderr).toContain(`${mnt} is on a read-only file system (EROFS)`);
       expect(ro.stderr).not.toMatch(/ENOENT/);

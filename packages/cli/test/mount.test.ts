@@ -181,21 +181,21 @@ describe("ollama-compat serve on a mount of its own", () => {
     one.child.kill("SIGINT");
     await exited(one.child);
     expect(inMountinfo(mountDir)).toBe(false); // unmounted with llama-server
-    expect(existsSync(join(cache, "entries"))).toBe(false);
+    expect(existsSync(join(cache, "translated", "entries"))).toBe(false);
 
     // serve --all answers on Ollama's address: a free one, not 11434
     const all = await serveUntilReady(["serve", "--all", "--models", store, "--cache-dir", cache, "--llama-server", server, "--", "--threads", "2", "--no-warmup"], { OLLAMA_HOST: `127.0.0.1:${await freePort()}` });
     for (const m of ["gemma3:4b", "llama3.2:1b", "tinyllama:native"]) await chatOk(all.url, m);
     all.child.kill("SIGTERM");
     await exited(all.child);
-    expect(existsSync(join(cache, "entries"))).toBe(false);
+    expect(existsSync(join(cache, "translated", "entries"))).toBe(false);
 
     const cached = await serveUntilReady(["serve", "llama3.2:1b", "--no-mount", "--models", store, "--cache-dir", cache, "--llama-server", server, "--", "--threads", "2", "--no-warmup"]);
     expect(cached.err()).not.toMatch(/serving from a mount|not mounting/);
     expect(cached.err()).toMatch(/translated llama3.2:1b -> /);
     cached.child.kill("SIGINT");
     await exited(cached.child);
-    expect((await readdir(join(cache, "entries"))).length).toBe(1);
+    expect((await readdir(join(cache, "translated", "entries"))).length).toBe(1);
   });
 
   it("falls back to the cache, with the reason in one line, where FUSE cannot be used", async () => {

@@ -159,10 +159,10 @@ describe("status lines", () => {
     const root = await store();
     const cache = await temp();
     const server = await refusingServer("error: stand-in");
-    const first = await run(["serve", "gemma3:1b", "--models", root, "--cache-dir", cache, "--llama-server", server]);
+    const first = await run(["serve", "gemma3:1b", "--no-mount", "--models", root, "--cache-dir", cache, "--llama-server", server]);
     expect(first.stderr).toMatch(/^ollama-compat: translating gemma3:1b \(gemma3\)$/m);
     expect(first.stderr).toMatch(/^ollama-compat: translated gemma3:1b -> /m);
-    const second = await run(["serve", "gemma3:1b", "--models", root, "--cache-dir", cache, "--llama-server", server]);
+    const second = await run(["serve", "gemma3:1b", "--no-mount", "--models", root, "--cache-dir", cache, "--llama-server", server]);
     expect(second.stderr).toMatch(/^ollama-compat: cached gemma3:1b -> /m);
     expect(second.stderr).not.toMatch(/translating/);
   });
@@ -172,14 +172,14 @@ describe("status lines", () => {
     const path = join(await temp(), "big.gguf");
     await writeWithZeroTail(generateFixture("gemma3", { seed: 3, layout: "ollama", variant: "1b" }).text, path, 64 * 2 ** 20);
     await buildOllamaStore(root, [{ name: "big:1", model: path }]);
-    const r = await run(["serve", "big:1", "--models", root, "--cache-dir", await temp(), "--llama-server", await refusingServer("error: stand-in")]);
+    const r = await run(["serve", "big:1", "--no-mount", "--models", root, "--cache-dir", await temp(), "--llama-server", await refusingServer("error: stand-in")]);
     const lines = r.stderr.split("\n").filter((l) => l.includes("writing"));
     expect(lines.length, r.stderr).toBeGreaterThanOrEqual(2);
     expect(lines.length).toBeLessThanOrEqual(11);
     expect(new Set(lines).size).toBe(lines.length);
     for (const l of lines) expect(l).toMatch(/^ollama-compat: writing text [\d.]+ \/ 64\.\d MiB \(\d+%\)$/);
     expect(lines.at(-1)).toMatch(/\(100%\)$/);
-    const small = await run(["serve", "gemma3:1b", "--models", await store(), "--cache-dir", await temp(), "--llama-server", await refusingServer("error: stand-in")]);
+    const small = await run(["serve", "gemma3:1b", "--no-mount", "--models", await store(), "--cache-dir", await temp(), "--llama-server", await refusingServer("error: stand-in")]);
     expect(small.stderr).not.toMatch(/writing/);
   });
 
@@ -234,8 +234,8 @@ describe("--cache-dir D and OLLAMA_COMPAT_CACHE=D are the same folder", () => {
     const server = await refusingServer("error: stand-in");
     const viaFlag = await temp();
     const viaEnv = await temp();
-    await run(["serve", "gemma3:1b", "--models", root, "--cache-dir", viaFlag, "--llama-server", server]);
-    await run(["serve", "gemma3:1b", "--models", root, "--llama-server", server], { OLLAMA_COMPAT_CACHE: viaEnv });
+    await run(["serve", "gemma3:1b", "--no-mount", "--models", root, "--cache-dir", viaFlag, "--llama-server", server]);
+    await run(["serve", "gemma3:1b", "--no-mount", "--models", root, "--llama-server", server], { OLLAMA_COMPAT_CACHE: viaEnv });
     for (const d of [viaFlag, viaEnv]) expect(await readdir(join(d, "translated", "entries"))).toHaveLength(1);
     // what one wrote, the other finds
     const ls = await run(["ls", "--models", root, "--cache-dir", viaEnv]);

@@ -69,8 +69,8 @@ export class StoreMount {
   private readonly opts: StoreMountOptions;
   private readonly env: Record<string, string | undefined>;
   private readonly mounted = new Map<string, MountedModel & { signature: string; paths: string[] }>();
-  /** Models that could not be mounted: why, and which version of them (not retried until it changes). */
-  private readonly failed = new Map<string, { error: string; signature?: string }>();
+  /** Models that could not be mounted: why (the error itself, for prepare to rethrow), and which version of them (not retried until it changes). */
+  private readonly failed = new Map<string, { error: string; cause?: unknown; signature?: string }>();
   private timer: NodeJS.Timeout | undefined;
   private syncing: Promise<void> = Promise.resolve();
 
@@ -130,7 +130,12 @@ export class StoreMount {
     if (known?.signature === signature(resolved)) return known.prepared;
     await this.queue(() => this.add(resolved));
     const now = this.mounted.get(resolved.name);
-    if (!now) throw new BridgeError("UNSUPPORTED_MODEL", `${resolved.name}: ${this.failed.get(resolved.name)?.error ?? "not mounted"}`, { ref: resolved.ref });
+    if (!now) {
+      // the model's own error (KV_TYPE, a bad manifest, ...), as serving it from the cache would have thrown
+      const failure = this.failed.get(resolved.name);
+      if (failure?.cause instanceof Error) throw failure.cause;
+      throw new BridgeError("UNSUPPORTED_MODEL", `${resolved.name}: ${failure?.error ?? "not mounted"}`, { ref: resolved.ref });
+    }
     return now.prepared;
   }
 
@@ -150,7 +155,7 @@ export class StoreMount {
           const known = this.mounted.get(name);
           if (known) await this.drop(name, known);
           if (known || !this.failed.has(name)) this.opts.onStatus?.(`${name}: not mounted: ${entry.error}`);
-          this.failed.set(name, { error: entry.error });
+          this.failed.set(name, { error: entry.error, cause: entry.cause });
           continue;
         }
         const sig = signature(entry.model);
@@ -173,10 +178,10 @@ export class StoreMount {
     return run;
   }
 
-  private async wanted(): Promise<Map<string, { model: ResolvedModel } | { error: string }>> {
-    const out = new Map<string, { model: ResolvedModel } | { error: string }>();
+  private async wanted(): Promise<Map<string, { model: ResolvedModel } | { error: string; cause: unknown }>> {
+    const out = new Map<string, { model: ResolvedModel } | { error: string; cause: unknown }>();
     if (this.opts.models === undefined || this.opts.models === "all") {
-      for (const e of await this.store.list()) out.set(e.name, e.model ? { model: e.model } : { error: e.error!.message });
+      for (const e of await this.store.list()) out.set(e.name, e.model ? { model: e.model } : { error: e.error!.message, cause: e.error });
       return out;
     }
     for (const ref of this.opts.models) {
@@ -184,7 +189,7 @@ export class StoreMount {
         const m = await this.store.resolve(ref);
         out.set(m.name, { model: m });
       } catch (e) {
-        out.set(ref, { error: (e as Error).message });
+        out.set(ref, { error: (e as Error).message, cause: e });
       }
     }
     return out;
@@ -207,7 +212,7 @@ export class StoreMount {
       this.opts.onStatus?.(`${name} -> ${m.files.model}${m.files.mmproj ? ` + ${m.files.mmproj}` : ""} (${m.prepared.translated ? "translated" : "native"})`);
     } catch (e) {
       const why = e instanceof Error ? e.message.split("\n")[0]! : String(e);
-      this.failed.set(name, { error: why, signature: signature(resolved) });
+      this.failed.set(name, { error: why, cause: e, signature: signature(resolved) });
       this.opts.onStatus?.(`${name}: not mounted: ${why}`);
     }
   }

@@ -101,6 +101,8 @@ describe("StoreMount: the Ollama store as a read-only FUSE mount", () => {
     await until(["gemma3-1b.gguf", "llama3.2-1b.gguf"]);
     await rm(join(root, "manifests/registry.ollama.ai/library/gemma3"), { recursive: true });
     await until(["llama3.2-1b.gguf"]);
+    // said once the last of its files is gone, which a listing can see first
+    for (let i = 0; i < 100 && !status.some((l) => l.includes("gemma3:1b: removed from the store")); i++) await new Promise((r) => setTimeout(r, 50));
     expect(status.some((l) => l.includes("gemma3:1b: removed from the store"))).toBe(true);
     // a model whose blob is gone is not shown
     await rm(mount.models()[0]!.prepared.resolved.modelPath);

@@ -178,6 +178,7 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     }
   }
   if (!caught) {
+    if (files.note) io.err(`ollama-compat: ${files.note}\n`);
     io.err(opts.all ? `ollama-compat: Ollama API ready on ${server.url} (llama-server router, pid ${server.pid})\n` : `ollama-compat: llama-server (pid ${server.pid}) ready\n`);
     io.out(`${server.url}\n`);
   }
@@ -233,30 +234,30 @@ async function serveAll(common: Omit<ServeOllamaOptions, "models">, modelsMax: n
 /**
  * Where llama-server reads the models from: a private mount of the store (nothing written, the
  * router starts at once) whenever FUSE is usable, else the translation cache, with the reason
- * in one line. --no-mount asks for the cache.
+ * in one line. --no-mount asks for the cache. The mount's sidecars sit beside the translation
+ * cache of `env` (so under --cache-dir). The mount's `note` is printed once the server is
+ * ready: a start that fails is one line, its error.
  */
-/**
- * The mount `serve` reads from where FUSE is usable (none with --no-mount, or with the reason
- * it is not); its sidecars sit beside the translation cache of `env` (so under --cache-dir).
- */
-async function serveFiles(store: ModelStore, models: string, opts: ServeFlags, io: CliIo, env: Record<string, string | undefined>): Promise<{ mount?: StoreMount; close(): Promise<void> }> {
+async function serveFiles(store: ModelStore, models: string, opts: ServeFlags, io: CliIo, env: Record<string, string | undefined>): Promise<{ mount?: StoreMount; note?: string; close(): Promise<void> }> {
   const none = { close: async () => undefined };
   if (opts.mount === false) return none;
+  const all = models === "all";
   const m = await serveMount({
     store,
-    models: models === "all" ? "all" : [models],
+    models: all ? "all" : [models],
     ...(opts.profile ? { profile: opts.profile } : {}),
     env,
+    // the daemon's warnings; which models of the store are left out (one model's failure is serve's error)
     onStatus: (line) => {
-      if (line.startsWith("mount: ") || line.includes("not mounted")) io.err(`ollama-compat: ${line}\n`);
+      if (line.startsWith("mount: ") || (all && line.includes("not mounted"))) io.err(`ollama-compat: ${terminalSafe(line)}\n`);
     },
   });
   if (m.mount === undefined) {
-    io.err(`ollama-compat: not mounting (${m.reason}); serving from the translation cache\n`);
+    // at once: it says why translating comes next
+    io.err(`ollama-compat: not mounting (${terminalSafe(m.reason)}); serving from the translation cache\n`);
     return none;
   }
-  io.err(`ollama-compat: serving from a mount of the store (${m.mount.dir}): nothing is translated up front, no copy is written\n`);
-  return m;
+  return { ...m, note: `serving from a mount of the store (${m.mount.dir}): nothing is translated up front, no copy is written` };
 }
 
 async function readApiKey(path: string): Promise<string> {
