@@ -16,7 +16,7 @@ interface Common {
 
 function common(body: Json): Common {
   if (body.stream !== undefined && typeof body.stream !== "boolean") throw badRequest("stream: expected a boolean");
-  return { keepAliveMs: parseKeepAlive(body.keep_alive), stream: body.stream !== false, created: () => new Date().toISOString() };
+  return { keepAliveMs: parseKeepAlive(body.keep_alive), stream: body.stream !== false, created: now };
 }
 
 /** llama-server's response_format for Ollama's `format`: "json", a JSON schema, or nothing. */
@@ -146,7 +146,19 @@ export async function chatRequest(m: ApiModel, body: Json): Promise<AnswerReques
  * to build and stringify (this runs once per token).
  */
 const lineHead = (model: string) => `{"model":${JSON.stringify(model)},"created_at":"`;
-const now = () => new Date().toISOString();
+
+/** Now as toISOString says it, formatted whole once a second: created_at is on every line. */
+let second = -1;
+let secondText = "";
+function now(): string {
+  const t = Date.now();
+  const ms = t % 1000;
+  if (t - ms !== second) {
+    second = t - ms;
+    secondText = new Date(second).toISOString().slice(0, 20); // "2026-12-01T23:37:47."
+  }
+  return `${secondText}${ms < 10 ? "00" : ms < 100 ? "0" : ""}${ms}Z`;
+}
 
 /** api.ChatResponse: `message` with content, thinking and tool calls. */
 function chatShape(model: string): AnswerShape {

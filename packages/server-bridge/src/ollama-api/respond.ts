@@ -72,7 +72,7 @@ export interface AnswerRequest {
  *
  * The per-token path is synchronous from llama-server's socket to the client's: each network
  * read is split into events, each event shaped into one line, and the lines of one read leave
- * in one corked write.
+ * in one write (LineWriter).
  */
 export async function answer(scheduler: ModelScheduler, upstream: Upstream, res: ServerResponse, a: AnswerRequest, want: LoadWant): Promise<void> {
   const startedAt = performance.now();
@@ -90,6 +90,7 @@ export async function answer(scheduler: ModelScheduler, upstream: Upstream, res:
   }
   let started = false;
   let finished = false;
+  const out = new LineWriter(res);
   const begin = () => {
     if (started) return;
     started = true;
@@ -108,6 +109,7 @@ export async function answer(scheduler: ModelScheduler, upstream: Upstream, res:
         const last = { ...a.shape.final(p, whole), ...metrics(p, startedAt, lease.loadMs) };
         if (whole) return sendJson(res, 200, last);
         begin();
+        out.flush();
         res.end(JSON.stringify(last) + "\n");
         return;
       }
@@ -119,18 +121,61 @@ export async function answer(scheduler: ModelScheduler, upstream: Upstream, res:
         return;
       }
       begin();
-      res.write(a.shape.piece(p));
+      out.add(a.shape.piece(p));
     };
-    const cork = a.stream ? { start: () => res.cork(), end: () => res.uncork() } : undefined;
-    await readEvents(up, (event) => decode(event, emit), cork);
+    await readEvents(up, (event) => decode(event, emit), a.stream ? out : undefined);
     if (!finished) throw new StreamError("llama-server ended the answer before it was finished (its log may say why)");
   } catch (e) {
     if (abort.signal.aborted || finished) return; // nobody is listening, or the answer is complete
     scheduler.suspect(a.model);
     if (!started) throw e;
+    out.flush();
     if (!res.writableEnded) res.end(JSON.stringify({ error: e instanceof Error ? e.message : String(e) }) + "\n");
   } finally {
     res.off("close", onClose);
     lease.release();
+  }
+}
+
+/**
+ * The NDJSON lines of a streamed answer, gathered over one network read from llama-server and
+ * written as one HTTP chunk straight to the socket: one write call per read, where
+ * ServerResponse.write makes three (chunk size, data, CRLF) through its own cork per line. The
+ * first batch goes through ServerResponse.write, with the header in the same packet; direct
+ * writes follow only while the response owns its socket and is chunked, which is the case but
+ * for an HTTP/1.0 client or a pipelined request still waiting its turn.
+ */
+class LineWriter {
+  private batch = "";
+  private gathering = false;
+  private direct = false;
+
+  constructor(private readonly res: ServerResponse) {}
+
+  add(line: string): void {
+    this.batch += line;
+    if (!this.gathering) this.flush();
+  }
+
+  /** readEvents' bracket around the events of one read. */
+  readonly startRead = () => {
+    this.gathering = true;
+  };
+
+  readonly endRead = () => {
+    this.gathering = false;
+    this.flush();
+  };
+
+  flush(): void {
+    if (this.batch === "") return;
+    const res = this.res as ServerResponse & { chunkedEncoding?: boolean };
+    const socket = res.socket;
+    if (this.direct && socket && !socket.destroyed) socket.write(`${Buffer.byteLength(this.batch).toString(16)}\r\n${this.batch}\r\n`);
+    else if (!res.writableEnded) {
+      res.write(this.batch);
+      this.direct = res.socket !== null && res.chunkedEncoding === true;
+    }
+    this.batch = "";
   }
 }

@@ -269,15 +269,24 @@ const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
 };
 
 /** A request body, refused beyond `max` bytes (413). */
-async function readBytes(req: IncomingMessage, max: number): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const c of req) {
-    size += (c as Buffer).length;
-    if (size > max) throw new ApiError(413, `request body larger than ${max} bytes`);
-    chunks.push(c as Buffer);
-  }
-  return Buffer.concat(chunks);
+function readBytes(req: IncomingMessage, max: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on("data", (c: Buffer) => {
+      size += c.length;
+      if (size > max) {
+        req.removeAllListeners("data");
+        req.resume();
+        reject(new ApiError(413, `request body larger than ${max} bytes`));
+      } else chunks.push(c);
+    });
+    req.once("end", () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)));
+    req.once("error", reject);
+    req.once("close", () => {
+      if (!req.complete) reject(new ApiError(400, "the client closed the connection before the whole request body came"));
+    });
+  });
 }
 
 async function readBody(req: IncomingMessage, max: number): Promise<string> {

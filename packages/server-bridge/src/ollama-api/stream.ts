@@ -6,11 +6,11 @@ type Json = Record<string, unknown>;
 /**
  * Reads a llama-server event stream (`data: {…}` lines; `data: [DONE]` ends it) and hands each
  * JSON event to `onEvent` as soon as its line is complete, synchronously, in the socket's own
- * `data` callback: one event per token, so no promise or generator step per token. `onChunk`
- * brackets the events of one network read (the caller corks its output around them). Resolves
- * when the stream ends; rejects when it breaks off or `onEvent` throws.
+ * `data` callback: one event per token, so no promise or generator step per token. `reads`
+ * brackets the events of one network read (the caller writes what they made at its end).
+ * Resolves when the stream ends; rejects when it breaks off or `onEvent` throws.
  */
-export function readEvents(res: IncomingMessage, onEvent: (event: Json) => void, onChunk?: { start(): void; end(): void }): Promise<void> {
+export function readEvents(res: IncomingMessage, onEvent: (event: Json) => void, reads?: { startRead(): void; endRead(): void }): Promise<void> {
   return new Promise((resolve, reject) => {
     const decoder = new StringDecoder("utf8");
     let partial = "";
@@ -29,7 +29,7 @@ export function readEvents(res: IncomingMessage, onEvent: (event: Json) => void,
       const text = partial === "" ? decoder.write(chunk) : partial + decoder.write(chunk);
       let start = 0;
       let nl: number;
-      onChunk?.start();
+      reads?.startRead();
       try {
         while ((nl = text.indexOf("\n", start)) >= 0) {
           // "data: " lines; blank separators and comments (": ping") are skipped
@@ -43,7 +43,7 @@ export function readEvents(res: IncomingMessage, onEvent: (event: Json) => void,
         settle(e);
         return;
       } finally {
-        onChunk?.end();
+        reads?.endRead();
       }
       partial = start === text.length ? "" : text.slice(start);
     };
