@@ -290,7 +290,7 @@ async function loadOps(): Promise<void> {
 
 async function ollamaApi(): Promise<void> {
   for (const r of await ollamaApiRows(RUNS)) {
-    const fmt = (x: number) => (r.unit === "ms" ? ms(x) : `${x.toFixed(0)} tok/s`);
+    const fmt = (x: number) => (r.unit === "ms" ? ms(x) : `${x.toFixed(0)} ${r.unit}`);
     row({ scenario: r.scenario, ours: fmt(r.ours), baseline: fmt(r.baseline), ratio: r.ours / r.baseline, target: r.target, pass: r.pass });
   }
 }

@@ -49,7 +49,8 @@ describe("the scheduler in front of the router: more models than may be loaded a
     ];
     for (const [i, round] of rounds.entries()) {
       const answers = await Promise.all(round.map((n, j) => ask(`${n}:latest`, (i + j) % 2 === 0 ? "ollama" : "openai")));
-      expect(answers.map((a) => a.status), JSON.stringify(answers)).toEqual(round.map(() => 200));
+      // on a failure, what llama-server said about it
+      expect(answers.map((a) => a.status), `${JSON.stringify(answers)}\n${server.router.lastLines(60).join("\n")}`).toEqual(round.map(() => 200));
       expect((await loaded()).length).toBeLessThanOrEqual(4);
     }
     expect(lines.some((l) => /unloading m\d:latest to make room/.test(l))).toBe(true);

@@ -2,8 +2,8 @@ import { parseKeepAlive } from "./duration";
 import { ApiError, badRequest } from "./errors";
 import type { ApiModel } from "./models";
 import { samplingFields } from "./options";
-import type { AnswerRequest } from "./respond";
-import { chatPieces, completionPieces, type Finish, type Piece } from "./stream";
+import type { AnswerRequest, AnswerShape } from "./respond";
+import { chatDecoder, completionDecoder } from "./stream";
 
 type Json = Record<string, unknown>;
 
@@ -13,8 +13,6 @@ interface Common {
   stream: boolean;
   created: () => string;
 }
-
-const now = () => new Date().toISOString();
 
 function common(body: Json): Common {
   if (body.stream !== undefined && typeof body.stream !== "boolean") throw badRequest("stream: expected a boolean");
@@ -30,17 +28,24 @@ function responseFormat(format: unknown): Json | undefined {
 }
 
 /**
- * `think` as llama-server's chat_template_kwargs. Ollama turns thinking on for models that can
- * think when a request does not say, and refuses it for models that cannot.
+ * `think` as llama-server takes it. Ollama turns thinking on for a model that can think when a
+ * request does not say, and refuses it for one that cannot. On: `enable_thinking` for the chat
+ * template, and a level ("low", "medium", "high", "max") as llama-server's `reasoning_effort`,
+ * which it hands to templates that take one (gpt-oss's harmony knows low to high, so "max" is
+ * "high" there, as in Ollama); llama-server returns the reasoning as `reasoning_content`, which
+ * becomes `thinking`. Off: `enable_thinking` false, so templates that can close the thinking
+ * section do so in the prompt.
  */
-function thinkKwargs(think: unknown, m: ApiModel, caps: string[]): Json | undefined {
+function thinkFields(think: unknown, m: ApiModel, caps: string[]): Json {
   if (think !== undefined && think !== null && typeof think !== "boolean" && !["high", "medium", "low", "max"].includes(think as string)) {
     throw badRequest(`invalid think value: ${JSON.stringify(think)} (must be "high", "medium", "low", "max", true, or false)`);
   }
   const canThink = caps.includes("thinking");
-  if (think === undefined || think === null) return canThink ? { enable_thinking: true } : undefined;
+  if (think === undefined || think === null) return canThink ? { chat_template_kwargs: { enable_thinking: true } } : {};
   if (think !== false && !canThink) throw badRequest(`"${m.name}" does not support thinking`);
-  return typeof think === "string" ? { enable_thinking: true, reasoning_effort: think } : { enable_thinking: think };
+  if (typeof think !== "string") return { chat_template_kwargs: { enable_thinking: think } };
+  const level = think === "max" && /^gpt-?oss$/.test(m.prepared.architecture) ? "high" : think;
+  return { chat_template_kwargs: { enable_thinking: true }, reasoning_effort: level };
 }
 
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
@@ -88,8 +93,7 @@ function chatBody(m: ApiModel, caps: string[], body: Json, messages: Json[]): Js
   const out: Json = { model: m.name, messages, stream: true, cache_prompt: true, ...samplingFields(m.prepared.resolved.params, body.options) };
   const format = responseFormat(body.format);
   if (format) out.response_format = format;
-  const kwargs = thinkKwargs(body.think, m, caps);
-  if (kwargs) out.chat_template_kwargs = kwargs;
+  Object.assign(out, thinkFields(body.think, m, caps));
   if (body.logprobs === true) {
     const top = body.top_logprobs ?? 0;
     if (typeof top !== "number" || top < 0 || top > 20) throw badRequest("top_logprobs must be between 0 and 20");
@@ -132,23 +136,66 @@ export async function chatRequest(m: ApiModel, body: Json): Promise<AnswerReques
     stream: c.stream,
     path: "/v1/chat/completions",
     body: upstreamBody,
-    pieces: chatPieces,
-    shape: {
-      piece: (p: Piece) => ({ model: m.name, created_at: c.created(), message: { role: "assistant", content: p.content, ...(p.thinking ? { thinking: p.thinking } : {}) }, ...(p.logprobs ? { logprobs: p.logprobs } : {}), done: false }),
-      final: (f: Finish, whole) => ({
-        model: m.name,
-        created_at: c.created(),
-        message: {
-          role: "assistant",
-          content: whole?.content ?? "",
-          ...(whole?.thinking ? { thinking: whole.thinking } : {}),
-          ...(f.toolCalls ? { tool_calls: f.toolCalls } : {}),
-        },
-        ...(whole?.logprobs.length ? { logprobs: whole.logprobs } : {}),
-        done: true,
-        done_reason: f.reason,
-      }),
-    },
+    decoder: chatDecoder,
+    shape: chatShape(m.name),
+  };
+}
+
+/**
+ * An NDJSON line is built from a prefix made once per answer: one string per token, no object
+ * to build and stringify (this runs once per token).
+ */
+const lineHead = (model: string) => `{"model":${JSON.stringify(model)},"created_at":"`;
+
+/** Now as toISOString says it, formatted whole once a second: created_at is on every line. */
+let second = -1;
+let secondText = "";
+function now(): string {
+  const t = Date.now();
+  const ms = t % 1000;
+  if (t - ms !== second) {
+    second = t - ms;
+    secondText = new Date(second).toISOString().slice(0, 20); // "2026-12-01T23:37:47."
+  }
+  return `${secondText}${ms < 10 ? "00" : ms < 100 ? "0" : ""}${ms}Z`;
+}
+
+/** api.ChatResponse: `message` with content, thinking and tool calls. */
+function chatShape(model: string): AnswerShape {
+  const head = lineHead(model);
+  return {
+    piece: (p) =>
+      `${head}${now()}","message":{"role":"assistant","content":${JSON.stringify(p.content)}${p.thinking ? `,"thinking":${JSON.stringify(p.thinking)}` : ""}${p.toolCalls ? `,"tool_calls":${JSON.stringify(p.toolCalls)}` : ""}}${p.logprobs ? `,"logprobs":${JSON.stringify(p.logprobs)}` : ""},"done":false}\n`,
+    final: (f, whole) => ({
+      model,
+      created_at: now(),
+      message: {
+        role: "assistant",
+        content: whole?.content ?? "",
+        ...(whole?.thinking ? { thinking: whole.thinking } : {}),
+        ...(whole?.toolCalls.length ? { tool_calls: whole.toolCalls } : {}),
+      },
+      ...(whole?.logprobs.length ? { logprobs: whole.logprobs } : {}),
+      done: true,
+      done_reason: f.reason,
+    }),
+  };
+}
+
+/** api.GenerateResponse: `response` and `thinking`. */
+function generateShape(model: string): AnswerShape {
+  const head = lineHead(model);
+  return {
+    piece: (p) => `${head}${now()}","response":${JSON.stringify(p.content)}${p.thinking ? `,"thinking":${JSON.stringify(p.thinking)}` : ""}${p.logprobs ? `,"logprobs":${JSON.stringify(p.logprobs)}` : ""},"done":false}\n`,
+    final: (f, whole) => ({
+      model,
+      created_at: now(),
+      response: whole?.content ?? "",
+      ...(whole?.thinking ? { thinking: whole.thinking } : {}),
+      ...(whole?.logprobs.length ? { logprobs: whole.logprobs } : {}),
+      done: true,
+      done_reason: f.reason,
+    }),
   };
 }
 
@@ -175,21 +222,10 @@ export async function generateRequest(m: ApiModel, body: Json): Promise<AnswerRe
   requireCompletion(m, caps, "generate");
   const images = body.images ?? [];
   if (!Array.isArray(images)) throw badRequest("images: expected an array of base64 strings");
-  const shape = {
-    piece: (p: Piece) => ({ model: m.name, created_at: c.created(), response: p.content, ...(p.thinking ? { thinking: p.thinking } : {}), done: false }),
-    final: (f: Finish, whole: { content: string; thinking: string } | undefined) => ({
-      model: m.name,
-      created_at: c.created(),
-      response: whole?.content ?? "",
-      ...(whole?.thinking ? { thinking: whole.thinking } : {}),
-      done: true,
-      done_reason: f.reason,
-    }),
-  };
   const sampling = samplingFields(m.prepared.resolved.params, body.options);
-  const request = { model: m.name, keepAliveMs: c.keepAliveMs, stream: c.stream, shape };
+  const request = { model: m.name, keepAliveMs: c.keepAliveMs, stream: c.stream, shape: generateShape(m.name) };
   if (suffix !== "") {
-    return { ...request, path: "/infill", body: { model: m.name, input_prefix: prompt, input_suffix: suffix, stream: true, cache_prompt: true, ...sampling }, pieces: completionPieces };
+    return { ...request, path: "/infill", body: { model: m.name, input_prefix: prompt, input_suffix: suffix, stream: true, cache_prompt: true, ...sampling }, decoder: completionDecoder };
   }
   if (body.raw === true) {
     // llama-server's media marker stands where Ollama's [img-N] tags were, else before the text
@@ -198,11 +234,11 @@ export async function generateRequest(m: ApiModel, body: Json): Promise<AnswerRe
     const promptField = images.length === 0 ? prompt : { prompt_string: promptString, multimodal_data: images };
     const format = responseFormat(body.format);
     const json = format?.type === "json_object" ? { json_schema: {} } : format ? { json_schema: (format.json_schema as Json).schema } : {};
-    return { ...request, path: "/completion", body: { model: m.name, prompt: promptField, stream: true, cache_prompt: true, ...sampling, ...json }, pieces: completionPieces };
+    return { ...request, path: "/completion", body: { model: m.name, prompt: promptField, stream: true, cache_prompt: true, ...sampling, ...json }, decoder: completionDecoder };
   }
   const user: Json = { role: "user", content: prompt, ...(images.length ? { images } : {}) };
   const messages = withSystem(m, [...(system ? [{ role: "system", content: system }] : []), user].map(chatMessage));
-  return { ...request, path: "/v1/chat/completions", body: chatBody(m, caps, body, messages), pieces: chatPieces };
+  return { ...request, path: "/v1/chat/completions", body: chatBody(m, caps, body, messages), decoder: chatDecoder };
 }
 
 export function isHousekeeping(r: AnswerRequest | Housekeeping): r is Housekeeping {

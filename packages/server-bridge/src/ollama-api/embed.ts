@@ -1,5 +1,6 @@
 import { parseKeepAlive } from "./duration";
 import { ApiError, badRequest, upstreamMessage } from "./errors";
+import type { LoadWant } from "./load-config";
 import type { ApiModel } from "./models";
 import type { ModelScheduler } from "./scheduler";
 import type { Upstream } from "./upstream";
@@ -17,11 +18,11 @@ function normalize(v: number[]): number[] {
   return v.map((x) => x * k);
 }
 
-async function embedTexts(scheduler: ModelScheduler, upstream: Upstream, m: ApiModel, input: string[], keepAliveMs: number | undefined): Promise<{ vectors: number[][]; tokens: number; loadMs: number }> {
-  const lease = await scheduler.acquire(m.name, keepAliveMs);
+async function embedTexts(scheduler: ModelScheduler, upstream: Upstream, m: ApiModel, input: string[], keepAliveMs: number | undefined, want: LoadWant): Promise<{ vectors: number[][]; tokens: number; loadMs: number }> {
+  const lease = await scheduler.acquire(m.name, want, keepAliveMs);
   try {
     if (input.length === 0) return { vectors: [], tokens: 0, loadMs: lease.loadMs };
-    const { status, text } = await upstream.call("POST", "/v1/embeddings", { model: m.name, input });
+    const { status, text } = await upstream.call("POST", "/v1/embeddings", { model: lease.target, input });
     if (status >= 400) {
       const msg = upstreamMessage(text);
       // what Ollama says for an input longer than the context (llm/llama_server.go)
@@ -37,7 +38,7 @@ async function embedTexts(scheduler: ModelScheduler, upstream: Upstream, m: ApiM
 }
 
 /** POST /api/embed: `input` (a string or strings) → unit-length `embeddings`, cut to `dimensions` if asked. */
-export async function embed(scheduler: ModelScheduler, upstream: Upstream, m: ApiModel, body: Json): Promise<Json> {
+export async function embed(scheduler: ModelScheduler, upstream: Upstream, m: ApiModel, body: Json, want: LoadWant): Promise<Json> {
   const startedAt = performance.now();
   const raw = body.input;
   let input: string[];
@@ -47,7 +48,7 @@ export async function embed(scheduler: ModelScheduler, upstream: Upstream, m: Ap
   else throw badRequest("invalid input type");
   const dims = body.dimensions;
   if (dims !== undefined && (typeof dims !== "number" || !Number.isInteger(dims) || dims < 0)) throw badRequest("dimensions: expected a non-negative integer");
-  const { vectors, tokens, loadMs } = await embedTexts(scheduler, upstream, m, input, parseKeepAlive(body.keep_alive));
+  const { vectors, tokens, loadMs } = await embedTexts(scheduler, upstream, m, input, parseKeepAlive(body.keep_alive), want);
   const embeddings = vectors.map((v) => {
     const unit = normalize(v);
     return dims && dims < unit.length ? normalize(unit.slice(0, dims)) : unit;
@@ -60,9 +61,9 @@ export async function embed(scheduler: ModelScheduler, upstream: Upstream, m: Ap
 }
 
 /** POST /api/embeddings (the older call): one `prompt` → `embedding`, as llama-server returns it. */
-export async function embeddings(scheduler: ModelScheduler, upstream: Upstream, m: ApiModel, body: Json): Promise<Json> {
+export async function embeddings(scheduler: ModelScheduler, upstream: Upstream, m: ApiModel, body: Json, want: LoadWant): Promise<Json> {
   if (body.prompt !== undefined && typeof body.prompt !== "string") throw badRequest("prompt: expected a string");
   const prompt = (body.prompt as string | undefined) ?? "";
-  const { vectors } = await embedTexts(scheduler, upstream, m, prompt === "" ? [] : [prompt], parseKeepAlive(body.keep_alive));
+  const { vectors } = await embedTexts(scheduler, upstream, m, prompt === "" ? [] : [prompt], parseKeepAlive(body.keep_alive), want);
   return { embedding: vectors[0] ?? [] };
 }

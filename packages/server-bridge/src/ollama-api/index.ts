@@ -6,6 +6,7 @@ import { checkPortFree } from "../child";
 import { asStore, isLoopback } from "../server";
 import { allowedOrigins, checkAccess, originMatchers } from "./access";
 import { parseKeepAlive } from "./duration";
+import { LoadConfigs } from "./load-config";
 import { apiModel, type ApiModel } from "./models";
 import { OllamaRoutes } from "./routes";
 import { ModelScheduler } from "./scheduler";
@@ -77,9 +78,10 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
 
   const router = await startRouter({ ...opts, host: "127.0.0.1", port: undefined, insecure: false, modelsMax: 0, stopWordsPerRequest: true });
   const upstream = new Upstream(router.url, opts.apiKey);
-  const scheduler = new ModelScheduler(upstream, { maxLoaded: modelsMax, keepAliveMs, onStatus: opts.onStatus });
+  const configs = new LoadConfigs(router.presetPath, upstream);
+  const scheduler = new ModelScheduler(upstream, { maxLoaded: modelsMax, keepAliveMs, onStatus: opts.onStatus, define: (c, inUse) => configs.define(c, inUse) });
   const served: ApiModel[] = router.models.filter((m) => m.model).map((m) => apiModel(m.name, m.model!));
-  const routes = new OllamaRoutes({ models: served, scheduler, upstream, storeRoot: asStore(opts.store, env).root, maxBodyBytes: opts.maxBodyBytes ?? 256 * 2 ** 20 });
+  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, storeRoot: asStore(opts.store, env).root, maxBodyBytes: opts.maxBodyBytes ?? 256 * 2 ** 20 });
   const access = { origins: allowedOrigins(env), listenHost: host, apiKey: opts.apiKey };
   const matchers = originMatchers(access.origins);
   const http = createServer({ noDelay: true, keepAliveTimeout: 65_000 }, (req, res) => {

@@ -130,9 +130,15 @@ function capabilities(gguf: GgufModel, arch: string, p: PreparedModel, chatTempl
   if (chatTemplate.includes("tools") || chatTemplate.includes("tool_call")) caps.push("tools");
   const fim = gguf.has("tokenizer.ggml.fim_pre_token_id") || gguf.has("tokenizer.ggml.prefix_token_id");
   if (fim && (p.resolved.template ?? "").includes(".Suffix")) caps.push("insert");
-  if (chatTemplate.includes("<think>") && chatTemplate.includes("</think>")) caps.push("thinking");
+  if (THINKING.test(chatTemplate)) caps.push("thinking");
   return caps;
 }
+
+/**
+ * A chat template that thinks: a `<think>` section, a switch for it (enable_thinking), a
+ * reasoning level (reasoning_effort), or harmony's analysis channel (gpt-oss).
+ */
+const THINKING = /<think>[\s\S]*<\/think>|\benable_thinking\b|\breasoning_effort\b|<\|channel\|>analysis/;
 
 /** 1234567890 → "1.2B", as Ollama's format.HumanNumber. */
 function humanCount(n: number): string {

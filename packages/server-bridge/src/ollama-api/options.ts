@@ -23,13 +23,14 @@ const SAMPLING_FIELDS: ReadonlyArray<readonly [option: string, field: string, ki
   ["mirostat_eta", "mirostat_eta", "float"],
 ];
 
-/** api.DefaultOptions, the request-time part. */
+/** api.DefaultOptions, the request-time part; min_p is 0 there (unset), and Ollama sends it all the same. */
 const DEFAULTS: Readonly<Record<string, number>> = {
   num_predict: -1,
   num_keep: 4,
   temperature: 0.8,
   top_k: 40,
   top_p: 0.9,
+  min_p: 0,
   typical_p: 1,
   repeat_last_n: 64,
   repeat_penalty: 1,
@@ -41,8 +42,8 @@ const DEFAULTS: Readonly<Record<string, number>> = {
 /**
  * The llama-server sampling fields of one request: defaults, then the model's params layer,
  * then the request's options. A value of the wrong type is a 400, as in Ollama's Options.FromMap.
- * Options fixed when a model loads (num_ctx, num_batch, num_thread, …: api.Runner) are those
- * of the params layer, which the router loaded the model with; a request's are not applied.
+ * Options fixed when a model loads (num_ctx, num_batch, num_thread, …: api.Runner) are not
+ * sampling fields: they choose the configuration the model is loaded in (load-config.ts).
  */
 export function samplingFields(params: Record<string, unknown>, requestOptions: unknown): Record<string, unknown> {
   if (requestOptions !== undefined && requestOptions !== null && (typeof requestOptions !== "object" || Array.isArray(requestOptions))) {

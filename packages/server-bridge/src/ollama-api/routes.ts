@@ -4,11 +4,12 @@ import { join } from "node:path";
 import { displayName, parseModelName } from "../name";
 import { chatRequest, generateRequest, isHousekeeping, jsonBody } from "./chat";
 import { embed, embeddings } from "./embed";
+import type { LoadConfigs, LoadWant } from "./load-config";
 import { ApiError, badRequest, modelNotFound } from "./errors";
 import { modelfileText, parametersText, tensorList, type ApiModel } from "./models";
 import { stopWords } from "./options";
 import { answer, sendError, sendJson } from "./respond";
-import type { ModelScheduler } from "./scheduler";
+import type { Lease, ModelScheduler } from "./scheduler";
 import type { Upstream } from "./upstream";
 
 /** The Ollama release whose API this implements (what /api/version says; clients check minimums). */
@@ -22,6 +23,7 @@ type Json = Record<string, unknown>;
 export interface RoutesOptions {
   models: ApiModel[];
   scheduler: ModelScheduler;
+  configs: LoadConfigs;
   upstream: Upstream;
   /** The store's root (HEAD /api/blobs/:digest looks there). */
   storeRoot: string;
@@ -76,6 +78,11 @@ export class OllamaRoutes {
     return m;
   }
 
+  /** The load configuration a request's `options` need (num_ctx and the other load-time options). */
+  private async want(m: ApiModel, options: unknown): Promise<LoadWant> {
+    return this.o.configs.want(m, options, (await m.facts).contextLength);
+  }
+
   async tags(_req: IncomingMessage, res: ServerResponse): Promise<void> {
     const models = await Promise.all(
       this.o.models.map(async (m) => {
@@ -112,11 +119,11 @@ export class OllamaRoutes {
     const statuses = await this.o.upstream.statuses();
     const models = [];
     for (const m of this.o.models) {
-      const s = statuses.get(m.name);
+      const config = this.o.scheduler.configOf(m.name) ?? (await this.want(m, undefined)).config;
+      const s = statuses.get(config.routerName);
       if (s !== "loaded" && s !== "sleeping" && s !== "loading") continue;
       const f = await m.facts;
       const expires = this.o.scheduler.expiresAt(m.name) ?? Date.now();
-      const numCtx = m.prepared.resolved.params.num_ctx;
       models.push({
         name: m.name,
         model: m.name,
@@ -125,7 +132,7 @@ export class OllamaRoutes {
         details: f.details,
         expires_at: new Date(expires).toISOString(),
         size_vram: 0,
-        context_length: typeof numCtx === "number" ? numCtx : 4096,
+        context_length: config.numCtx,
       });
     }
     models.sort((a, b) => b.expires_at.localeCompare(a.expires_at));
@@ -136,9 +143,10 @@ export class OllamaRoutes {
     const body = await this.body(req);
     const m = this.model(body);
     const r = path === "/api/chat" ? await chatRequest(m, body) : await generateRequest(m, body);
-    if (!isHousekeeping(r)) return answer(this.o.scheduler, this.o.upstream, req, res, r);
+    const want = await this.want(m, body.options);
+    if (!isHousekeeping(r)) return answer(this.o.scheduler, this.o.upstream, res, r, want);
     if (r.kind === "unload") await this.o.scheduler.unload(m.name);
-    else (await this.o.scheduler.acquire(m.name, r.keepAliveMs)).release();
+    else (await this.o.scheduler.acquire(m.name, want, r.keepAliveMs)).release();
     sendJson(res, 200, r.reply);
   }
 
@@ -146,7 +154,7 @@ export class OllamaRoutes {
     const body = await this.body(req);
     const m = this.model(body);
     const run = path === "/api/embed" ? embed : embeddings;
-    sendJson(res, 200, await run(this.o.scheduler, this.o.upstream, m, body));
+    sendJson(res, 200, await run(this.o.scheduler, this.o.upstream, m, body, await this.want(m, body.options)));
   }
 
   async readOnly(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -170,8 +178,13 @@ export class OllamaRoutes {
     if (req.method === "GET" && (path === "/v1/models" || path.startsWith("/v1/models/"))) return this.openAiModels(res, path);
     // bytes as they came (multipart uploads are not text); JSON bodies get Ollama's names
     let body: Buffer | undefined = req.method === "GET" || req.method === "HEAD" ? undefined : await readBytes(req, this.o.maxBodyBytes);
-    let lease: { release(): void } | undefined;
-    if (body && /json/.test(req.headers["content-type"] ?? "json")) {
+    let lease: Lease | undefined;
+    const abort = new AbortController();
+    res.on("close", () => {
+      if (!res.writableFinished) abort.abort();
+    });
+    // JSON bodies get Ollama's names, whatever content type the client gave them (fetch says text/plain)
+    if (body && !/multipart|octet-stream|^audio|^image/.test(req.headers["content-type"] ?? "")) {
       let parsed: Json | undefined;
       try {
         const v = JSON.parse(body.toString("utf8")) as unknown;
@@ -182,17 +195,13 @@ export class OllamaRoutes {
       if (parsed && typeof parsed.model === "string") {
         const m = this.find(parsed.model);
         if (!m) return sendJson(res, 404, { error: { message: `model "${parsed.model}" not found, try pulling it first`, type: "api_error", param: null, code: null } });
-        parsed.model = m.name;
         const stop = stopWords(m.prepared.resolved.params.stop);
         if (parsed.stop === undefined && stop.length > 0 && /completions$/.test(path)) parsed.stop = stop;
+        lease = await this.o.scheduler.acquire(m.name, await this.want(m, undefined), undefined, abort.signal);
+        parsed.model = lease.target;
         body = Buffer.from(JSON.stringify(parsed));
-        lease = await this.o.scheduler.acquire(m.name);
       }
     }
-    const abort = new AbortController();
-    res.on("close", () => {
-      if (!res.writableFinished) abort.abort();
-    });
     try {
       const headers = { ...req.headers };
       for (const h of ["host", "connection", "content-length", "authorization", "keep-alive", "transfer-encoding"]) delete headers[h];
@@ -200,8 +209,12 @@ export class OllamaRoutes {
       const out: Record<string, string | string[]> = {};
       for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !["connection", "keep-alive", "transfer-encoding", "content-length"].includes(k)) out[k] = v;
       res.writeHead(up.statusCode ?? 502, out);
-      for await (const chunk of up) res.write(chunk);
-      res.end();
+      // event streams pass through chunk by chunk as llama-server writes them
+      await new Promise<void>((resolve, reject) => {
+        up.once("error", reject);
+        up.once("close", () => (up.complete ? resolve() : reject(new Error("llama-server closed the connection before the answer was finished"))));
+        up.pipe(res);
+      });
     } catch (e) {
       if (abort.signal.aborted) return;
       if (res.headersSent) res.destroy();
@@ -256,15 +269,24 @@ const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
 };
 
 /** A request body, refused beyond `max` bytes (413). */
-async function readBytes(req: IncomingMessage, max: number): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const c of req) {
-    size += (c as Buffer).length;
-    if (size > max) throw new ApiError(413, `request body larger than ${max} bytes`);
-    chunks.push(c as Buffer);
-  }
-  return Buffer.concat(chunks);
+function readBytes(req: IncomingMessage, max: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on("data", (c: Buffer) => {
+      size += c.length;
+      if (size > max) {
+        req.removeAllListeners("data");
+        req.resume();
+        reject(new ApiError(413, `request body larger than ${max} bytes`));
+      } else chunks.push(c);
+    });
+    req.once("end", () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)));
+    req.once("error", reject);
+    req.once("close", () => {
+      if (!req.complete) reject(new ApiError(400, "the client closed the connection before the whole request body came"));
+    });
+  });
 }
 
 async function readBody(req: IncomingMessage, max: number): Promise<string> {

@@ -1,31 +1,43 @@
-import { upstreamMessage, ApiError } from "./errors";
+import { ApiError, upstreamMessage } from "./errors";
+import type { LoadConfig, LoadWant } from "./load-config";
 import type { RouterStatus, Upstream } from "./upstream";
 
 export interface SchedulerOptions {
   /** Models loaded at once; 0: no limit. */
   maxLoaded: number;
-  /** How long an idle model stays loaded when a request names no keep_alive (ms; Infinity: forever). */
+  /** How long an idle model stays loaded when the request that loaded it names no keep_alive (ms; Infinity: forever). */
   keepAliveMs: number;
   /** How often a load's progress is polled (ms). */
   pollMs?: number;
+  /** Makes the router know a configuration before it is loaded; `inUse`: router names that must stay known. */
+  define?(config: LoadConfig, inUse: ReadonlySet<string>): Promise<void>;
   onStatus?(line: string): void;
 }
 
 /** A model held loaded for one request; release it when the answer is done. */
 export interface Lease {
+  /** The router name to send the request to: the configuration that serves it. */
+  target: string;
   /** How long the request waited for the model to load (0 when it was loaded). */
   loadMs: number;
   release(): void;
 }
 
 interface Slot {
+  /** The Ollama name. */
   name: string;
-  /** Requests holding a lease: a model with any is never unloaded. */
+  /** The configuration loaded, loading, or claimed to be loaded next; at most one per model. */
+  config?: LoadConfig;
+  /** Requests holding a lease on `config`: while any does, it is neither unloaded nor changed. */
   inFlight: number;
   /** Loaded or loading, as far as the last look at the router and our own loads tell. */
   running: boolean;
   /** Seen loaded (ready for requests). */
   loaded: boolean;
+  /** Requests that need another configuration, first come first served; none joins `config` past them. */
+  queue: object[];
+  /** Called when inFlight drops to 0, the configuration goes, or the queue moves. */
+  wakers: Array<() => void>;
   lastUsed: number;
   keepAliveMs: number;
   expiresAt?: number;
@@ -34,14 +46,23 @@ interface Slot {
 
 const RUNNING: ReadonlySet<RouterStatus> = new Set(["loaded", "loading", "sleeping"]);
 
+/** Whether the loaded configuration `c` can answer a request that wants `w`. */
+function serves(c: LoadConfig, w: LoadWant): boolean {
+  return c.routerName === w.config.routerName || (w.flexible && c.numCtx >= w.config.numCtx);
+}
+
 /**
- * Which models are loaded in the router, decided in one place. llama-server's own limit
- * (--models-max) lets two concurrent first requests for unloaded models evict the same idle
- * model, after which one of them waits for a slot nobody frees (server-models.cpp: pick_victim
- * skips neither a model already being stopped nor one another request picked). The router
- * therefore runs without a limit and this scheduler keeps it: loads are decided one at a time,
- * a model with a request in flight is never evicted, and a request that finds every slot busy
- * waits for one to go idle. Idle models are unloaded after their keep_alive, as Ollama does.
+ * Which models are loaded in the router, and in which configuration, decided in one place.
+ * llama-server's own limit (--models-max) lets two concurrent first requests for unloaded models
+ * evict the same idle model, after which one of them waits for a slot nobody frees
+ * (server-models.cpp: pick_victim skips neither a model already being stopped nor one another
+ * request picked). The router therefore runs without a limit and this scheduler keeps it: loads
+ * are decided one at a time, a model with a request in flight is never evicted, and a request
+ * that finds every slot busy waits for one to go idle. A request that needs another
+ * configuration of a loaded model (a larger num_ctx) waits until the one loaded is idle, then
+ * it is unloaded and the new one loaded, as Ollama reloads a runner whose options differ;
+ * requests for the same model queue behind it in order, so a stream of requests for the old
+ * configuration cannot keep it waiting. Idle models are unloaded after their keep_alive.
  */
 export class ModelScheduler {
   private readonly slots = new Map<string, Slot>();
@@ -56,33 +77,45 @@ export class ModelScheduler {
   ) {}
 
   /**
-   * Holds `name` loaded for one request: loads it (unloading the least recently used idle model
-   * when the limit is reached) and waits until llama-server reports it loaded.
+   * Holds model `name` loaded in a configuration that serves `want` for one request: loads it
+   * (unloading the least recently used idle model when the limit is reached, or this model's
+   * other configuration once it is idle) and waits until llama-server reports it loaded.
    */
-  async acquire(name: string, keepAliveMs?: number, signal?: AbortSignal): Promise<Lease> {
-    const slot = this.slot(name);
-    slot.inFlight++;
-    if (keepAliveMs !== undefined) slot.keepAliveMs = keepAliveMs;
-    clearTimeout(slot.timer);
-    slot.timer = undefined;
-    slot.expiresAt = undefined;
+  async acquire(name: string, want: LoadWant, keepAliveMs?: number, signal?: AbortSignal): Promise<Lease> {
     const start = performance.now();
-    let released = false;
-    const release = () => {
-      if (released) return;
-      released = true;
-      this.release(slot);
-    };
-    if (slot.loaded) return { loadMs: 0, release };
+    const slot = this.slot(name);
+    if (slot.queue.length === 0 && slot.config && serves(slot.config, want)) return this.join(slot, keepAliveMs, start, signal);
+    const ticket = {};
+    slot.queue.push(ticket);
     try {
-      // behind any load or unload under way (this very model may be on its way out)
-      await this.serialized(() => this.admit(slot));
-      await this.waitLoaded(slot, signal);
-    } catch (e) {
-      release();
-      throw e;
+      for (;;) {
+        if (this.closed) throw new ApiError(503, "the server is shutting down");
+        if (signal?.aborted) throw new ApiError(499, "request canceled");
+        if (slot.queue[0] === ticket) {
+          if (!slot.config) {
+            // a fresh load: its keep_alive is this request's, else the server's
+            slot.config = want.config;
+            slot.keepAliveMs = keepAliveMs ?? this.opts.keepAliveMs;
+          }
+          if (serves(slot.config, want)) break;
+          if (slot.inFlight === 0) {
+            const from = slot.config.routerName;
+            await this.serialized(async () => {
+              if (slot.config && slot.inFlight === 0) {
+                this.opts.onStatus?.(`unloading ${from} to load ${want.config.routerName}`);
+                await this.stop(slot);
+              }
+            });
+            continue;
+          }
+        }
+        await this.changed(slot, signal);
+      }
+    } finally {
+      slot.queue.splice(slot.queue.indexOf(ticket), 1);
+      this.notify(slot); // the next in line looks again
     }
-    return { loadMs: performance.now() - start, release };
+    return this.join(slot, keepAliveMs, start, signal);
   }
 
   /** Unloads `name` now (keep_alive 0 with nothing to answer); waits until it is gone. */
@@ -93,7 +126,12 @@ export class ModelScheduler {
     });
   }
 
-  /** When an idle loaded model will be unloaded (undefined: in use, or kept forever). */
+  /** The configuration of `name` loaded, loading or about to be (undefined: none). */
+  configOf(name: string): LoadConfig | undefined {
+    return this.slots.get(name)?.config;
+  }
+
+  /** When an idle loaded model will be unloaded (undefined: never asked for). */
   expiresAt(name: string): number | undefined {
     const s = this.slots.get(name);
     if (!s) return undefined;
@@ -101,19 +139,54 @@ export class ModelScheduler {
     return s.expiresAt;
   }
 
+  /** An answer failed: look at the router again before the next request trusts the model to be loaded. */
+  suspect(name: string): void {
+    const s = this.slots.get(name);
+    if (s) s.loaded = false;
+  }
+
   close(): void {
     this.closed = true;
-    for (const s of this.slots.values()) clearTimeout(s.timer);
+    for (const s of this.slots.values()) {
+      clearTimeout(s.timer);
+      this.notify(s);
+    }
     for (const w of this.idleWaiters.splice(0)) w();
   }
 
   private slot(name: string): Slot {
     let s = this.slots.get(name);
     if (!s) {
-      s = { name, inFlight: 0, running: false, loaded: false, lastUsed: 0, keepAliveMs: this.opts.keepAliveMs };
+      s = { name, inFlight: 0, running: false, loaded: false, queue: [], wakers: [], lastUsed: 0, keepAliveMs: this.opts.keepAliveMs };
       this.slots.set(name, s);
     }
     return s;
+  }
+
+  /** A lease on the slot's configuration, loaded first if it is not. */
+  private async join(slot: Slot, keepAliveMs: number | undefined, start: number, signal?: AbortSignal): Promise<Lease> {
+    slot.inFlight++;
+    if (keepAliveMs !== undefined) slot.keepAliveMs = keepAliveMs;
+    clearTimeout(slot.timer);
+    slot.timer = undefined;
+    slot.expiresAt = undefined;
+    const target = slot.config!.routerName;
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      this.release(slot);
+    };
+    if (slot.loaded) return { target, loadMs: 0, release };
+    try {
+      // behind any load or unload under way (this very model may be on its way out)
+      await this.serialized(() => this.admit(slot));
+      await this.waitLoaded(slot, signal);
+    } catch (e) {
+      release();
+      throw e;
+    }
+    return { target, loadMs: performance.now() - start, release };
   }
 
   private release(slot: Slot): void {
@@ -121,7 +194,9 @@ export class ModelScheduler {
     slot.lastUsed = performance.now();
     if (slot.inFlight > 0 || this.closed) return;
     for (const w of this.idleWaiters.splice(0)) w();
-    if (slot.keepAliveMs === Infinity) return;
+    this.notify(slot);
+    // a request waiting for another configuration unloads this one now
+    if (slot.queue.length > 0 || slot.keepAliveMs === Infinity) return;
     slot.expiresAt = Date.now() + slot.keepAliveMs;
     slot.timer = setTimeout(() => {
       slot.timer = undefined;
@@ -135,13 +210,29 @@ export class ModelScheduler {
     slot.timer.unref();
   }
 
+  private notify(slot: Slot): void {
+    for (const w of slot.wakers.splice(0)) w();
+  }
+
+  /** Resolves at the slot's next change (or when the request is cancelled). */
+  private changed(slot: Slot, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        signal?.removeEventListener("abort", done);
+        resolve();
+      };
+      slot.wakers.push(done);
+      signal?.addEventListener("abort", done, { once: true });
+    });
+  }
+
   private serialized<T>(job: () => Promise<T>): Promise<T> {
     const run = this.admitting.then(job, job);
     this.admitting = run.catch(() => undefined);
     return run;
   }
 
-  /** Under the admission lock: make room for `slot` and start its load. */
+  /** Under the admission lock: make room for the slot's configuration and start its load. */
   private async admit(slot: Slot): Promise<void> {
     for (;;) {
       await this.refresh();
@@ -158,8 +249,10 @@ export class ModelScheduler {
       await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
       if (this.closed) throw new ApiError(503, "the server is shutting down");
     }
-    const { status, text } = await this.upstream.call("POST", "/models/load", { model: slot.name });
-    if (status !== 200 && !/already running/.test(text)) throw new ApiError(500, `llama-server could not start ${slot.name}: ${upstreamMessage(text)}`);
+    const config = slot.config!;
+    await this.opts.define?.(config, new Set([...this.slots.values()].flatMap((s) => (s.config ? [s.config.routerName] : []))));
+    const { status, text } = await this.upstream.call("POST", "/models/load", { model: config.routerName });
+    if (status !== 200 && !/already running/.test(text)) throw new ApiError(500, `llama-server could not start ${config.routerName}: ${upstreamMessage(text)}`);
     slot.running = true;
   }
 
@@ -167,32 +260,39 @@ export class ModelScheduler {
   private async refresh(): Promise<void> {
     const statuses = await this.upstream.statuses();
     for (const s of this.slots.values()) {
-      const now = statuses.get(s.name) ?? "unloaded";
+      const now = s.config ? (statuses.get(s.config.routerName) ?? "unloaded") : "unloaded";
       s.running = RUNNING.has(now);
       s.loaded = now === "loaded" || now === "sleeping";
     }
   }
 
+  /** Unloads the slot's configuration and waits until the router says it is gone. */
   private async stop(slot: Slot): Promise<void> {
+    const config = slot.config;
+    if (!config) return;
     // from now on a request for it waits for the admission lock, which this stop holds
     slot.loaded = false;
     clearTimeout(slot.timer);
     slot.timer = undefined;
     slot.expiresAt = undefined;
-    const { status, text } = await this.upstream.call("POST", "/models/unload", { model: slot.name });
-    if (status !== 200 && !/not running/.test(text)) throw new ApiError(500, `llama-server could not unload ${slot.name}: ${upstreamMessage(text)}`);
+    const { status, text } = await this.upstream.call("POST", "/models/unload", { model: config.routerName });
+    if (status !== 200 && !/not running/.test(text)) throw new ApiError(500, `llama-server could not unload ${config.routerName}: ${upstreamMessage(text)}`);
     for (;;) {
-      const now = (await this.upstream.statuses()).get(slot.name) ?? "unloaded";
+      const now = (await this.upstream.statuses()).get(config.routerName) ?? "unloaded";
       if (!RUNNING.has(now)) break;
       await sleep(this.opts.pollMs ?? 25);
     }
     slot.running = false;
     slot.loaded = false;
+    // a request that joined while it was on its way out loads it again
+    if (slot.inFlight === 0) slot.config = undefined;
+    this.notify(slot);
   }
 
   private async waitLoaded(slot: Slot, signal?: AbortSignal): Promise<void> {
+    const name = slot.config!.routerName;
     for (;;) {
-      const now = (await this.upstream.statuses()).get(slot.name) ?? "unloaded";
+      const now = (await this.upstream.statuses()).get(name) ?? "unloaded";
       if (now === "loaded" || now === "sleeping") {
         slot.loaded = true;
         return;
@@ -200,7 +300,7 @@ export class ModelScheduler {
       if (now === "failed" || now === "unloaded") {
         slot.running = false;
         slot.loaded = false;
-        throw new ApiError(500, `llama-server failed to load ${slot.name} (its log says why)`);
+        throw new ApiError(500, `llama-server failed to load ${name} (its log says why)`);
       }
       if (signal?.aborted) throw new ApiError(499, "request canceled");
       await sleep(this.opts.pollMs ?? 25);

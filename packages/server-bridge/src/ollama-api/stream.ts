@@ -1,24 +1,58 @@
 import type { IncomingMessage } from "node:http";
+import { StringDecoder } from "node:string_decoder";
+
+type Json = Record<string, unknown>;
 
 /**
- * The JSON events of a llama-server event stream (`data: {…}` lines; `data: [DONE]` ends it),
- * each as soon as its line is complete.
+ * Reads a llama-server event stream (`data: {…}` lines; `data: [DONE]` ends it) and hands each
+ * JSON event to `onEvent` as soon as its line is complete, synchronously, in the socket's own
+ * `data` callback: one event per token, so no promise or generator step per token. `reads`
+ * brackets the events of one network read (the caller writes what they made at its end).
+ * Resolves when the stream ends; rejects when it breaks off or `onEvent` throws.
  */
-export async function* sseEvents(res: IncomingMessage): AsyncGenerator<Record<string, unknown>> {
-  let partial = "";
-  res.setEncoding("utf8");
-  for await (const chunk of res as AsyncIterable<string>) {
-    partial += chunk;
-    let nl: number;
-    while ((nl = partial.indexOf("\n")) >= 0) {
-      const line = partial.slice(0, nl).trimEnd();
-      partial = partial.slice(nl + 1);
-      if (!line.startsWith("data: ")) continue; // blank separators, comments (": ping")
-      const data = line.slice(6);
-      if (data === "[DONE]") return;
-      yield JSON.parse(data) as Record<string, unknown>;
-    }
-  }
+export function readEvents(res: IncomingMessage, onEvent: (event: Json) => void, reads?: { startRead(): void; endRead(): void }): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const decoder = new StringDecoder("utf8");
+    let partial = "";
+    let settled = false;
+    const settle = (e?: unknown) => {
+      if (settled) return;
+      settled = true;
+      res.off("data", onData);
+      if (e === undefined) resolve();
+      else {
+        res.destroy();
+        reject(e);
+      }
+    };
+    const onData = (chunk: Buffer) => {
+      const text = partial === "" ? decoder.write(chunk) : partial + decoder.write(chunk);
+      let start = 0;
+      let nl: number;
+      reads?.startRead();
+      try {
+        while ((nl = text.indexOf("\n", start)) >= 0) {
+          // "data: " lines; blank separators and comments (": ping") are skipped
+          if (text.startsWith("data: ", start)) {
+            const end = text.charCodeAt(nl - 1) === 13 ? nl - 1 : nl;
+            if (!(end - start === 12 && text.startsWith("[DONE]", start + 6))) onEvent(JSON.parse(text.slice(start + 6, end)) as Json);
+          }
+          start = nl + 1;
+        }
+      } catch (e) {
+        settle(e);
+        return;
+      } finally {
+        reads?.endRead();
+      }
+      partial = start === text.length ? "" : text.slice(start);
+    };
+    res.on("data", onData);
+    res.once("end", () => settle());
+    res.once("error", (e) => settle(e));
+    // a connection closed before the end of the response (llama-server died, or we aborted it)
+    res.once("close", () => settle(res.complete ? undefined : new StreamError("llama-server closed the connection before the answer was finished")));
+  });
 }
 
 /** llama-server's `timings` of a finished completion. */
@@ -30,20 +64,20 @@ export interface Timings {
   predicted_ms?: number;
 }
 
-/** The end of an answer: why it stopped, tool calls, and llama-server's timings. */
+/** The end of an answer: why it stopped, and llama-server's timings. */
 export interface Finish {
   done: true;
   reason: "stop" | "length";
   timings: Timings;
-  toolCalls?: OllamaToolCall[];
 }
 
-/** Text as it arrives: answer and reasoning. */
+/** Text as it arrives (answer and reasoning), or the tool calls, whole. */
 export interface Piece {
   done: false;
   content: string;
   thinking: string;
   logprobs?: unknown[];
+  toolCalls?: OllamaToolCall[];
 }
 
 /** api.ToolCall. */
@@ -55,51 +89,52 @@ export interface OllamaToolCall {
 /** Thrown when the stream ends, or says it failed, before the answer was finished. */
 export class StreamError extends Error {}
 
+/** Turns each event of one answer's stream into what it says: pieces, then one finish. */
+export type Decoder = (event: Json, emit: (p: Piece | Finish) => void) => void;
+
+type ToolCallDelta = { index?: number; id?: string; function?: { name?: string; arguments?: string } };
+
 /**
- * An OpenAI chat-completion stream from llama-server as pieces of text and one finish (the
- * chunk with `finish_reason`, whose `timings` llama-server adds). Tool calls arrive in fragments
- * and are handed over whole with the finish, as Ollama does.
+ * An OpenAI chat-completion stream from llama-server: pieces of text, then the chunk with
+ * `finish_reason` (whose `timings` llama-server adds). Tool calls arrive in fragments; they are
+ * handed over whole, as one piece just before the finish, as Ollama streams them.
  */
-export async function* chatPieces(res: IncomingMessage): AsyncGenerator<Piece | Finish> {
-  const calls = new Map<number, { id: string; name: string; args: string }>();
-  for await (const event of sseEvents(res)) {
+export function chatDecoder(): Decoder {
+  let calls: Map<number, { id: string; name: string; args: string }> | undefined;
+  return (event, emit) => {
     if (event.error !== undefined) throw new StreamError(errorText(event.error));
-    const choice = (event.choices as Array<Record<string, unknown>> | undefined)?.[0];
-    if (!choice) continue;
-    const delta = (choice.delta ?? {}) as { content?: string | null; reasoning_content?: string | null; tool_calls?: Array<{ index?: number; id?: string; function?: { name?: string; arguments?: string } }> };
-    for (const tc of delta.tool_calls ?? []) {
-      const i = tc.index ?? 0;
-      const acc = calls.get(i) ?? { id: "", name: "", args: "" };
-      acc.id += tc.id ?? "";
-      acc.name += tc.function?.name ?? "";
-      acc.args += tc.function?.arguments ?? "";
-      calls.set(i, acc);
+    const choice = (event.choices as Json[] | undefined)?.[0];
+    if (!choice) return;
+    const delta = choice.delta as { content?: string | null; reasoning_content?: string | null; tool_calls?: ToolCallDelta[] } | undefined;
+    if (delta?.tool_calls) {
+      calls ??= new Map();
+      for (const tc of delta.tool_calls) {
+        const i = tc.index ?? 0;
+        const acc = calls.get(i) ?? { id: "", name: "", args: "" };
+        acc.id += tc.id ?? "";
+        acc.name += tc.function?.name ?? "";
+        acc.args += tc.function?.arguments ?? "";
+        calls.set(i, acc);
+      }
     }
-    const content = delta.content ?? "";
-    const thinking = delta.reasoning_content ?? "";
+    const content = delta?.content ?? "";
+    const thinking = delta?.reasoning_content ?? "";
     const logprobs = (choice.logprobs as { content?: unknown[] } | null | undefined)?.content;
-    if (content || thinking || logprobs?.length) yield { done: false, content, thinking, ...(logprobs?.length ? { logprobs } : {}) };
-    if (choice.finish_reason) {
-      const toolCalls = [...calls.entries()].sort(([a], [b]) => a - b).map(([index, c]) => toolCall(index, c));
-      yield { done: true, reason: choice.finish_reason === "length" ? "length" : "stop", timings: (event.timings ?? {}) as Timings, ...(toolCalls.length ? { toolCalls } : {}) };
-      return;
-    }
-  }
-  throw new StreamError("llama-server ended the answer before it was finished (its log may say why)");
+    if (content || thinking || logprobs?.length) emit({ done: false, content, thinking, ...(logprobs?.length ? { logprobs } : {}) });
+    if (!choice.finish_reason) return;
+    if (calls) emit({ done: false, content: "", thinking: "", toolCalls: [...calls.entries()].sort(([a], [b]) => a - b).map(([index, c]) => toolCall(index, c)) });
+    emit({ done: true, reason: choice.finish_reason === "length" ? "length" : "stop", timings: (event.timings ?? {}) as Timings });
+  };
 }
 
 /** llama-server's own completion stream (/completion, /infill): `content` pieces, then `stop: true` with timings. */
-export async function* completionPieces(res: IncomingMessage): AsyncGenerator<Piece | Finish> {
-  for await (const event of sseEvents(res)) {
+export function completionDecoder(): Decoder {
+  return (event, emit) => {
     if (event.error !== undefined) throw new StreamError(errorText(event.error));
     const content = typeof event.content === "string" ? event.content : "";
-    if (content) yield { done: false, content, thinking: "" };
-    if (event.stop === true) {
-      yield { done: true, reason: event.stop_type === "limit" ? "length" : "stop", timings: (event.timings ?? {}) as Timings };
-      return;
-    }
-  }
-  throw new StreamError("llama-server ended the answer before it was finished (its log may say why)");
+    if (content) emit({ done: false, content, thinking: "" });
+    if (event.stop === true) emit({ done: true, reason: event.stop_type === "limit" ? "length" : "stop", timings: (event.timings ?? {}) as Timings });
+  };
 }
 
 function toolCall(index: number, c: { id: string; name: string; args: string }): OllamaToolCall {
