@@ -373,7 +373,18 @@ export class Translation {
       async produce() {
         const inputs: OpInput[] = [];
         for (const c of captured) inputs.push({ name: c.name, type: c.type, shape: c.shape, bytes: await readTensorData(c) });
-        const out = await spec.compute(inputs);
+        let out: Uint8Array;
+        try {
+          out = await spec.compute(inputs);
+        } catch (cause) {
+          if (cause instanceof TranslationError) throw cause;
+          const given = captured.map((c) => `${c.name} (${ggmlTypeName(c.type)} [${c.shape.join(", ")}])`).join(", ");
+          throw new TranslationError("OP_FAILED", `op "${label}" for "${dest}" cannot take ${given}: ${cause instanceof Error ? cause.message : String(cause)}`, {
+            ...(handler !== undefined ? { handler } : {}),
+            tensor: dest,
+            cause,
+          });
+        }
         if (out.length !== length) {
           throw new TranslationError("OP_LENGTH", `op "${label}" produced ${out.length} bytes for "${dest}", expected ${length}`, {
             ...(handler !== undefined ? { handler } : {}),
@@ -505,12 +516,10 @@ export class Translation {
   fix(spec: FixSpec): void {
     if (!spec.needed()) return;
     const record: FixRecord = { handler: this.handler ?? "", name: spec.name, reason: spec.reason };
-    if (this.profile !== "native") {
-      this.gapsKept.push(record);
-      return;
-    }
-    spec.apply();
-    this.fixes.push(record);
+    // a fix a handler offers once per tensor (or block) is listed once
+    const list = this.profile === "native" ? this.fixes : this.gapsKept;
+    if (!list.some((r) => r.name === record.name)) list.push(record);
+    if (this.profile === "native") spec.apply();
   }
 
   // ---- finishing -------------------------------------------------------------------------
@@ -553,6 +562,10 @@ export class Translation {
   private ctx(tensor: string): { handler?: string; tensor: string } {
     return this.handler !== undefined ? { handler: this.handler, tensor } : { tensor };
   }
+}
+
+function ggmlTypeName(type: number): string {
+  return GgmlType[type] ?? `type ${type}`;
 }
 
 function elementCount(shape: readonly number[]): number {
