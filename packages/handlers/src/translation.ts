@@ -1,4 +1,4 @@
-import { GgmlType, GgufKeys, GgufValueType, readTensorData, tensorByteSize, type GgufModel, type GgufTensor, type GgufValue, type TensorData } from "@compat/gguf";
+import { GgmlType, GgufKeys, GgufValueType, ggmlTypeInfo, readTensorData, tensorByteSize, type GgufModel, type GgufTensor, type GgufValue, type TensorData } from "@compat/gguf";
 import { concat, permuteQK, split, toF32 } from "@compat/tensor-ops";
 import { blocksWithTensors, intArrayKv, missingOrDefault, stringArrayKv, stringKv, u32ArrayKv, u32Kv } from "./detect";
 import { TranslationError } from "./errors";
@@ -330,10 +330,15 @@ export class Translation {
     if (t !== undefined) t.type = type;
   }
 
-  /** Changes a tensor's shape in the metadata only (see retype). */
+  /**
+   * Changes a tensor's shape in the metadata only (see retype). A block-quantized tensor
+   * keeps its bytes only if the new rows are whole blocks; otherwise a typed error.
+   */
   reshape(name: string, shape: readonly number[]): void {
     const t = this.draft.findTensor(name);
-    if (t !== undefined) t.shape = shape.slice();
+    if (t === undefined) return;
+    this.checkWholeBlocks(name, t.type, shape);
+    t.shape = shape.slice();
   }
 
   /** Hides every tensor whose final name starts with prefix from the output. */
@@ -363,6 +368,7 @@ export class Translation {
     if (type === undefined || shape === undefined) {
       throw new TranslationError("OP_SHAPE", `op "${spec.label}" creates "${dest}" and must give its type and shape`, this.ctx(dest));
     }
+    this.checkWholeBlocks(dest, type, shape);
     const length = tensorByteSize(type, shape);
     const label = spec.label;
     const handler = this.handler;
@@ -557,6 +563,18 @@ export class Translation {
       fixes: this.fixes.slice(),
       gapsKept: this.gapsKept.slice(),
     };
+  }
+
+  /** A tensor of `type` may take `shape` only with rows of whole blocks (ggml's row layout). */
+  private checkWholeBlocks(name: string, type: number, shape: readonly number[]): void {
+    const block = ggmlTypeInfo(type).blockSize;
+    const row = shape[0] ?? 1;
+    if (row % block === 0) return;
+    throw new TranslationError(
+      "ROWS_NOT_BLOCKS",
+      `"${name}" (${ggmlTypeName(type)}) cannot take shape [${shape.join(", ")}]: rows of ${row} are not whole ${ggmlTypeName(type)} blocks of ${block}`,
+      this.ctx(name),
+    );
   }
 
   private ctx(tensor: string): { handler?: string; tensor: string } {
