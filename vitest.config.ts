@@ -13,6 +13,7 @@ export const compatAliases = {
   "@compat/clip": pkg("clip"),
   "@compat/cli": pkg("cli"),
   "@compat/server-bridge": pkg("server-bridge"),
+  "@compat/mount": pkg("mount"),
   "@compat/testkit": pkg("testkit"),
   "@compat/fuzz": pkg("fuzz"),
 };

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The packages as a user gets them: `npm pack` every published package, install the
 # tarballs into a scratch project outside the workspace, and use them from there:
-# ollama-compat --help and translate on an Ollama-format file, ESM and CJS imports,
+# ollama-compat --help, translate and mount on an Ollama-format file, ESM and CJS imports,
 # the native tensor-ops kernels (not the JS fallback), its WASM tier and its build-from-source
 # fallback (prebuilds removed: npm rebuild, compat-tensor-ops-build); with LLAMA_BIN set, the
 # examples' serve and `ollama-compat demo` against the real llama-server; every tarball checked by
@@ -20,7 +20,7 @@ if [ -z "$src" ]; then
     console.log((await writeFixture(f, process.argv[1])).text);' "$scratch")
 fi
 
-packages=(gguf tensor-ops handlers clip server-bridge cli)
+packages=(gguf tensor-ops handlers clip mount server-bridge cli)
 mkdir -p "$scratch/tarballs" "$scratch/app"
 for p in "${packages[@]}"; do
   # publint: exports, files and types resolve as published
@@ -94,6 +94,20 @@ const { parseGguf } = require("@compat/gguf");
 const { translate } = require("@compat/handlers");
 if (typeof parseGguf !== "function" || typeof translate !== "function") throw new Error("CJS entry points missing");
 '
+# the mount from the tarballs: the prebuilt daemon, a store holding the fixture, `mount --daemon`,
+# and the mounted file equal to what translate wrote
+node -e '
+const s = require("@compat/mount").fuseSupport();
+if (!s.usable || !s.daemon.includes("node_modules/@compat/mount/prebuilds/")) throw new Error("mount daemon: " + JSON.stringify(s));
+' || { echo "pack-smoke: no usable prebuilt mount daemon" >&2; exit 1; }
+node --input-type=module -e 'import { buildOllamaStore } from "@compat/server-bridge"; await buildOllamaStore(process.argv[1], [{ name: "fixture:1", model: process.argv[2] }]);' "$scratch/store" "$src"
+"$bin" mount "$scratch/mnt" --models "$scratch/store" --cache-dir "$scratch/cache" --daemon >"$scratch/mount.log" 2>&1 || { cat "$scratch/mount.log" >&2; echo "pack-smoke: ollama-compat mount failed" >&2; exit 1; }
+same=yes
+cmp -s "$scratch/mnt/fixture-1.gguf" "$scratch/app/translated.gguf" || same=no
+kill "$(cat "$scratch/mnt.pid")"
+for _ in $(seq 100); do [ -e "$scratch/mnt.pid" ] || break; sleep 0.05; done
+[ "$same" = yes ] || { echo "pack-smoke: the mounted file differs from translate's output" >&2; exit 1; }
+
 # the examples, as a user would run them
 cp "$root"/examples/*.mjs "$scratch/app/"
 node read-metadata.mjs "$src" | grep -q "tensors" || { echo "pack-smoke: examples/read-metadata.mjs failed" >&2; exit 1; }
@@ -141,4 +155,4 @@ console.log(`pack-smoke: release dry run bumps ${bumped.join(", ")}`);
 [ "$(ls "$scratch/release-tarballs" | wc -l)" -eq "${#packages[@]}" ] || { echo "pack-smoke: release packs missing" >&2; exit 1; }
 
 echo "pack-smoke: @compat/tensor-ops tarball $(stat -c %s "$scratch"/tarballs/compat-tensor-ops-*.tgz) bytes ($(tar tzf "$scratch"/tarballs/compat-tensor-ops-*.tgz | grep -c '^package/prebuilds/.*\.node$') prebuilds)"
-echo "pack-smoke: ok ($(ls "$scratch/tarballs" | wc -l) tarballs, attw, translate, ESM+CJS, tensor-ops native+wasm+build from source, release dry run${demo:-})"
+echo "pack-smoke: ok ($(ls "$scratch/tarballs" | wc -l) tarballs, attw, translate, mount, ESM+CJS, tensor-ops native+wasm+build from source, release dry run${demo:-})"

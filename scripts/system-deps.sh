@@ -3,8 +3,10 @@
 # WASM kernels), the cross compilers for @compat/tensor-ops' prebuilt addons (linux-arm64 glibc,
 # linux-x64 musl, win32-x64), and qemu-user + Wine with arm64 runtime libraries to run those
 # prebuilds under a Node of their platform (packages/tensor-ops/scripts/foreign-nodes.sh), and
-# xfsprogs for the reflink filesystem of the shared-extent tests (scripts/reflink-fs.sh), and GNU
-# time, through which `npm run bench` runs every command it measures (peak RSS).
+# xfsprogs for the reflink filesystem of the shared-extent tests (scripts/reflink-fs.sh), GNU
+# time, through which `npm run bench` runs every command it measures (peak RSS), curl, with
+# which a test runs the README's curl example against a served model, and libfuse 3 (fuse3 for
+# fusermount3, libfuse3-dev and pkg-config to build @compat/mount's daemon).
 # Installs what is missing; needs root and apt-get.
 set -euo pipefail
 # "command-or-file package" pairs
@@ -20,6 +22,10 @@ needs=(
   "/usr/lib/wine/wine64 wine64"
   "mkfs.xfs xfsprogs"
   "/usr/bin/time time"
+  "curl curl"
+  "fusermount3 fuse3"
+  "/usr/include/fuse3/fuse_lowlevel.h libfuse3-dev"
+  "pkg-config pkg-config"
 )
 missing=()
 for pair in "${needs[@]}"; do

@@ -15,8 +15,9 @@ export default [
   // dist/cli.cjs: the command line in one CommonJS file with its dependencies inlined, so the
   // binary resolves no modules and V8 can use a code cache for all of it (src/bin.ts). Each
   // command's modules stay lazy: esbuild initialises a dynamically imported module on first use.
-  // @compat/tensor-ops finds its native addon and WASM from its own folder (import.meta.url): inlined,
-  // its import.meta.url becomes the URL of the installed package's own entry (resolved on use).
+  // @compat/tensor-ops finds its native addon and WASM from its own folder (import.meta.url), and
+  // @compat/mount its daemon: inlined, their import.meta.url becomes the URL of the installed
+  // package's own entry (resolved on use).
   packageBuild({
     entry: { cli: "src/main.ts" },
     format: ["cjs"],
@@ -27,10 +28,16 @@ export default [
     // a third less to read and hand to V8 at every start; names stay, for stack traces
     minifyWhitespace: true,
     minifySyntax: true,
-    noExternal: ["commander", "@compat/gguf", "@compat/handlers", "@compat/clip", "@compat/server-bridge", "@compat/tensor-ops"],
+    noExternal: ["commander", "@compat/gguf", "@compat/handlers", "@compat/clip", "@compat/server-bridge", "@compat/tensor-ops", "@compat/mount"],
     // a fresh id per build: scripts/code-cache.ts stamps the cache with it, src/bin.ts compares (src/bundle-loader.ts)
     footer: { js: `// ollama-compat build ${randomUUID()}` },
-    banner: { js: '"use strict";\nconst __tensorOpsUrl = () => require("node:url").pathToFileURL(require.resolve("@compat/tensor-ops")).href;' },
+    banner: {
+      js: [
+        '"use strict";',
+        'const __tensorOpsUrl = () => require("node:url").pathToFileURL(require.resolve("@compat/tensor-ops")).href;',
+        'const __mountUrl = () => require("node:url").pathToFileURL(require.resolve("@compat/mount")).href;',
+      ].join("\n"),
+    },
     esbuildPlugins: [
       {
         // commander loads node:child_process (and with it net, dgram and the streams) at start
@@ -51,6 +58,16 @@ export default [
         setup(build) {
           build.onLoad({ filter: /[\\/]tensor-ops[\\/]dist[\\/][^\\/]+\.js$/ }, async (args) => ({
             contents: (await readFile(args.path, "utf8")).replaceAll("import.meta.url", "__tensorOpsUrl()"),
+            loader: "js",
+          }));
+        },
+      },
+      {
+        // @compat/mount finds its daemon (build/, prebuilds/) from its own folder, as tensor-ops its addon
+        name: "mount-own-folder",
+        setup(build) {
+          build.onLoad({ filter: /[\\/]mount[\\/]dist[\\/][^\\/]+\.js$/ }, async (args) => ({
+            contents: (await readFile(args.path, "utf8")).replaceAll("import.meta.url", "__mountUrl()"),
             loader: "js",
           }));
         },

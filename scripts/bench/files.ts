@@ -31,9 +31,11 @@ function ollamaGemma3Header(vocab: GgufModel): GgufModel {
 /**
  * An Ollama-style gemma3 vision blob of about `totalMiB`: text blocks plus inline `v.*` and
  * `mm.*` tensors, F16. `sparse`: tensor data left as holes (no disk writes for the data).
+ * `name`: a general.name, so that blobs of the same size differ.
  */
-export async function writeVisionBlob(path: string, totalMiB: number, sparse: boolean): Promise<void> {
+export async function writeVisionBlob(path: string, totalMiB: number, sparse: boolean, name?: string): Promise<void> {
   const m = ollamaGemma3Header(buildModel());
+  if (name !== undefined) m.setString("general.name", name); // another blob (digest) of the same shape
   const ne0 = 4096;
   const names: string[] = ["token_embd.weight"];
   for (let b = 0; b < 8; b++) for (const n of ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]) names.push(`blk.${b}.${n}.weight`);

@@ -1,8 +1,9 @@
 import { archKey, GgufError, readGguf, type GgufModel } from "@compat/gguf";
-import { compatEnabled, translateModel, type TranslateOptions } from "@compat/handlers";
+import { compatEnabled, translateModel, type TranslatedView, type TranslateOptions } from "@compat/handlers";
 import { TranslationCache, type CacheKind, type CacheOptions } from "./cache";
 import { projectorFor, type ClipViewFn } from "./projector";
 import type { ResolvedModel } from "./store";
+import type { StoreMount } from "./store-mount";
 
 export interface PrepareOptions {
   /** A cache, or options for one (default location and limit). */
@@ -15,6 +16,8 @@ export interface PrepareOptions {
   onStatus?(line: string): void;
   /** Override @compat/clip's clipView (null: never look for an embedded projector). */
   clipView?: ClipViewFn | null;
+  /** Serve from this mount instead of the cache: nothing is written, the files are the mount's. */
+  mount?: StoreMount;
 }
 
 /** A model's files as llama-server will read them, with the facts its arguments depend on. */
@@ -34,15 +37,27 @@ export interface PreparedModel {
   hasChatTemplate: boolean;
 }
 
+/** What llama-server's arguments depend on, from the source model and its translation (null: served as it is). */
+export function modelFacts(source: GgufModel, view: TranslatedView | null): Pick<PreparedModel, "architecture" | "embedding" | "hasChatTemplate"> {
+  const architecture = source.getString("general.architecture", "");
+  return {
+    architecture,
+    embedding: architecture !== "" && source.has(archKey(architecture, "pooling_type")),
+    hasChatTemplate: (view?.model ?? source).has("tokenizer.chat_template"),
+  };
+}
+
 export function asCache(c: TranslationCache | CacheOptions | undefined, env?: Record<string, string | undefined>): TranslationCache {
   return c instanceof TranslationCache ? c : new TranslationCache({ env, ...c });
 }
 
 /**
  * Makes a resolved model servable: its text GGUF (and clip projector, when it embeds one)
- * translated into the cache once; files that need nothing are passed through untouched.
+ * translated into the cache once, or with `mount`, the mount's files; files that need
+ * nothing are passed through untouched.
  */
 export async function prepareModel(resolved: ResolvedModel, opts: PrepareOptions = {}): Promise<PreparedModel> {
+  if (opts.mount) return opts.mount.prepare(resolved);
   const env = opts.env ?? process.env;
   const cache = asCache(opts.cache, env);
   let source: GgufModel;
@@ -56,28 +71,19 @@ export async function prepareModel(resolved: ResolvedModel, opts: PrepareOptions
   }
   let closeSource = true;
   try {
-    const architecture = source.getString("general.architecture", "");
-    const embedding = architecture !== "" && source.has(archKey(architecture, "pooling_type"));
     const translateOpts: TranslateOptions = { env, profile: cache.profile };
     const view = translateModel(source, translateOpts);
-    const out: PreparedModel = {
-      resolved,
-      modelPath: resolved.modelPath,
-      translated: false,
-      cacheHit: false,
-      architecture,
-      embedding,
-      hasChatTemplate: source.has("tokenizer.chat_template"),
-    };
+    const out: PreparedModel = { resolved, modelPath: resolved.modelPath, translated: false, cacheHit: false, ...modelFacts(source, view) };
     if (view) {
       closeSource = false; // the view reads from it; view.close() closes it
       try {
-        out.hasChatTemplate = view.model.has("tokenizer.chat_template");
-        opts.onStatus?.(`translating ${resolved.name} (${view.report.handlers.map((h) => h.name).join(", ")})`);
         const entry = await cache.obtain(resolved.modelPath, "text", view, {
           sourceDigest: resolved.modelDigest,
           signal: opts.signal,
+          // a hit says "cached", and nothing about translating
+          onMiss: () => opts.onStatus?.(`translating ${resolved.name} (${view.report.handlers.map((h) => h.name).join(", ")})`),
           onProgress: (written, total) => opts.onProgress?.({ file: resolved.modelPath, kind: "text", written, total }),
+          ...(opts.onStatus ? { onWait: opts.onStatus } : {}),
         });
         opts.onStatus?.(`${entry.hit ? "cached" : "translated"} ${resolved.name} -> ${entry.path}`);
         Object.assign(out, { modelPath: entry.path, translated: true, cacheHit: entry.hit });
@@ -115,7 +121,9 @@ async function attachProjector(out: PreparedModel, resolved: ResolvedModel, cach
       const entry = await cache.obtain(projector.sourcePath, "mmproj", projector.view, {
         sourceDigest: projector.sourceDigest,
         signal: opts.signal,
+        onMiss: () => opts.onStatus?.(`translating projector of ${resolved.name} (${projector.view.report.handlers.map((h) => h.name).join(", ")})`),
         onProgress: (written, total) => opts.onProgress?.({ file: projector.sourcePath, kind: "mmproj", written, total }),
+        ...(opts.onStatus ? { onWait: opts.onStatus } : {}),
       });
       opts.onStatus?.(`${entry.hit ? "cached" : "wrote"} projector of ${resolved.name} -> ${entry.path}`);
       out.mmproj = entry.path;

@@ -4,6 +4,7 @@ import { clipViewModel } from "@compat/clip";
 import { ExitCode, paint, type CliIo } from "../io";
 import { LLAMA_CPP_ARCHS } from "../llama-archs";
 import { ollamaWriterMarkers } from "../ollama-written";
+import { jsonText, terminalSafe } from "../terminal";
 import { resolveInput } from "./resolve";
 
 /**
@@ -47,7 +48,7 @@ export function unsupportedArch(ollamaWriter: string[] | null, architecture: str
 }
 
 export async function detectCommand(file: string, opts: { json?: boolean; profile?: TranslationProfile }, io: CliIo): Promise<number> {
-  const model = await readGguf(await resolveInput(file, io));
+  const model = await readGguf((await resolveInput(file, io)).path);
   let d: Detection;
   try {
     d = classify(model, io.env, opts.profile);
@@ -56,28 +57,32 @@ export async function detectCommand(file: string, opts: { json?: boolean; profil
   }
   const exit = d.status === "not-supported" ? ExitCode.notSupported : ExitCode.ok;
   if (opts.json) {
-    io.out(JSON.stringify({ file, ...d, compatEnabled: d.status !== "disabled", profile: opts.profile ?? "native", exitCode: exit }, null, 2) + "\n");
+    io.out(jsonText({ file, ...d, compatEnabled: d.status !== "disabled", profile: opts.profile ?? "native", exitCode: exit }, 2) + "\n");
     return exit;
   }
   const c = paint(io, "out");
+  // the argument and everything read from the file (architecture, markers naming keys) printed escaped
+  const f = terminalSafe(file);
+  const arch = terminalSafe(d.architecture);
+  const list = (items: readonly string[]) => terminalSafe(items.join("; "));
   switch (d.status) {
     case "disabled":
-      io.out(`${file}: nothing to do (OLLAMA_LLAMA_CPP_COMPAT=0 disables translation)\n`);
+      io.out(`${f}: nothing to do (OLLAMA_LLAMA_CPP_COMPAT=0 disables translation)\n`);
       break;
     case "native":
       io.out(
-        `${file}: ${c(32, "native")}, nothing to do (llama.cpp loads ${d.architecture} as it is${d.ollamaWriter ? "; written by Ollama, no handler needed" : ""})\n`,
+        `${f}: ${c(32, "native")}, nothing to do (llama.cpp loads ${arch} as it is${d.ollamaWriter ? "; written by Ollama, no handler needed" : ""})\n`,
       );
       break;
     case "supported":
-      io.out(`${file}: ${c(36, "Ollama-format, supported")} (${d.architecture}); translate it with: ollama-compat translate ${file} -o OUT.gguf\n`);
-      for (const h of d.handlers) io.out(`${file}: ${h.name} (markers: ${h.markers.join("; ")})\n`);
-      for (const h of d.clipHandlers) io.out(`${file}: mmproj ${h.name} (markers: ${h.markers.join("; ")})\n`);
+      io.out(`${f}: ${c(36, "Ollama-format, supported")} (${arch}); translate it with: ollama-compat translate ${f} -o OUT.gguf\n`);
+      for (const h of d.handlers) io.out(`${f}: ${h.name} (markers: ${list(h.markers)})\n`);
+      for (const h of d.clipHandlers) io.out(`${f}: mmproj ${h.name} (markers: ${list(h.markers)})\n`);
       break;
     case "not-supported":
       io.out(
-        `${file}: ${c(33, "Ollama-format but not supported by this version")}: neither a handler nor llama.cpp knows architecture "${d.architecture}" ` +
-          `(Ollama writer markers: ${d.ollamaWriter!.join("; ")})\n`,
+        `${f}: ${c(33, "Ollama-format but not supported by this version")}: neither a handler nor llama.cpp knows architecture "${arch}" ` +
+          `(Ollama writer markers: ${list(d.ollamaWriter!)})\n`,
       );
       break;
   }

@@ -1,4 +1,4 @@
-import { type Handler, type Translation } from "@compat/handlers";
+import type { Handler, Translation } from "@compat/handlers";
 import { asMmproj, embeddedVision } from "../tower";
 
 /**

@@ -1,5 +1,5 @@
 import { GgmlType } from "@compat/gguf";
-import { type Handler, type Translation } from "@compat/handlers";
+import type { Handler, Translation } from "@compat/handlers";
 import { concat, permute, resamplePositionGrid, toF32 } from "@compat/tensor-ops";
 import { asMmproj, embeddedVision } from "../tower";
 

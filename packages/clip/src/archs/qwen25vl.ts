@@ -1,4 +1,4 @@
-import { type Handler } from "@compat/handlers";
+import type { Handler } from "@compat/handlers";
 import { asMmproj, embeddedVision, widenBf16ForCpu } from "../tower";
 
 /** CLIP's normalization, as Qwen2.5-VL's preprocessor_config.json gives it. */

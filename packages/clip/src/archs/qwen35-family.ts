@@ -1,5 +1,5 @@
 import { GgufValueType } from "@compat/gguf";
-import { type Translation } from "@compat/handlers";
+import type { Translation } from "@compat/handlers";
 import { mergeVisionQkv, QWEN_BF16_ON_CPU, splitPatchEmbedding, visionBlockCount } from "../qwen-tower";
 import { asMmproj, widenBf16ForCpu } from "../tower";
 

@@ -1,0 +1,130 @@
+import { fstat } from "node:fs";
+import { promisify } from "node:util";
+import type { ByteSource, GgufLayout, GgufModel, GgufTensor } from "@compat/gguf";
+import { MountError } from "./errors";
+
+/** A file the daemon reads ranges of, as it was when the plan was made (a read checks it still is). */
+export interface SourceFile {
+  path: string;
+  dev: bigint;
+  ino: bigint;
+  size: number;
+  mtimeNs: bigint;
+}
+
+/** A file of computed bytes (an op tensor's output), written on first read. */
+export interface Sidecar {
+  path: string;
+  length: number;
+}
+
+/** One piece of a virtual file, in file order; together they cover it exactly. */
+export type Extent =
+  | { kind: "zero"; length: number }
+  /** Bytes of the plan's `memory` (the header, small in-memory tensors). */
+  | { kind: "memory"; offset: number; length: number }
+  | { kind: "source"; source: number; offset: number; length: number }
+  | { kind: "sidecar"; sidecar: number; offset: number; length: number };
+
+/** A virtual file as the daemon serves it. */
+export interface FilePlan {
+  size: number;
+  mtimeNs: bigint;
+  memory: Uint8Array;
+  sources: SourceFile[];
+  sidecars: Sidecar[];
+  extents: Extent[];
+}
+
+/** How to write one sidecar: `produce` returns exactly `length` bytes. */
+export interface ComputedPart extends Sidecar {
+  /** The tensor it holds: its index and name in the view's model. */
+  tensor: { index: number; name: string };
+  label: string;
+  produce(): Promise<Uint8Array>;
+}
+
+/** What planView needs of a TranslatedView (@compat/handlers). */
+export interface PlannableView {
+  readonly model: GgufModel;
+  readonly layout: GgufLayout;
+}
+
+export interface PlanOptions {
+  /** Where the output of tensor `index` (computed data) is kept: a content-addressed path. */
+  sidecarPath(tensor: GgufTensor, index: number): string;
+}
+
+const fstatBig = promisify(fstat);
+
+/** The identity of an open file source (its fd: exactly the file that was parsed). */
+async function sourceFile(src: ByteSource): Promise<SourceFile> {
+  if (src.fd === undefined) {
+    throw new MountError("BAD_PLAN", `${src.name}: a mounted file can only read ranges of local files (this source has no file descriptor)`, { source: src.name });
+  }
+  const st = await fstatBig(src.fd, { bigint: true });
+  return { path: src.name, dev: st.dev, ino: st.ino, size: Number(st.size), mtimeNs: st.mtimeNs };
+}
+
+/**
+ * The plan of a translated view: its header from memory, every untouched tensor as a range of
+ * its source file (adjacent ranges merged), padding as zeros, and each computed tensor as a
+ * sidecar file (`computed` says how to write it). The bytes it describes are exactly
+ * `view.read()`'s, i.e. `writeTo()`'s.
+ */
+export async function planView(view: PlannableView, opts: PlanOptions): Promise<{ plan: FilePlan; computed: ComputedPart[] }> {
+  const { header, dataOffset, tensorOffsets, tensorSizes, totalSize } = view.layout;
+  const sources: SourceFile[] = [];
+  const sourceIndex = new Map<ByteSource, number>();
+  const sidecars: Sidecar[] = [];
+  const computed: ComputedPart[] = [];
+  const memoryParts: Uint8Array[] = [header];
+  let memorySize = header.length;
+  const extents: Extent[] = [];
+  let at = 0;
+
+  const push = (x: Extent) => {
+    const last = extents[extents.length - 1];
+    if (last?.kind === "zero" && x.kind === "zero") last.length += x.length;
+    else if (last?.kind === "memory" && x.kind === "memory" && last.offset + last.length === x.offset) last.length += x.length;
+    else if (last?.kind === "source" && x.kind === "source" && last.source === x.source && last.offset + last.length === x.offset) last.length += x.length;
+    else extents.push(x);
+    at += x.length;
+  };
+  push({ kind: "memory", offset: 0, length: header.length });
+
+  const tensors = view.model.tensors;
+  for (let i = 0; i < tensors.length; i++) {
+    const t = tensors[i]!;
+    const start = dataOffset + tensorOffsets[i]!;
+    if (start > at) push({ kind: "zero", length: start - at });
+    const size = tensorSizes[i]!;
+    const d = t.data;
+    if (size === 0) continue;
+    if (d.kind === "range") {
+      let s = sourceIndex.get(d.source);
+      if (s === undefined) {
+        s = sources.push(await sourceFile(d.source)) - 1;
+        sourceIndex.set(d.source, s);
+      }
+      if (d.offset + size > sources[s]!.size) {
+        throw new MountError("BAD_PLAN", `tensor "${t.name}" reads [${d.offset}, +${size}) of ${d.source.name}, which has ${sources[s]!.size} bytes`, { source: d.source.name, tensor: t.name });
+      }
+      push({ kind: "source", source: s, offset: d.offset, length: size });
+    } else if (d.kind === "bytes") {
+      memoryParts.push(d.bytes);
+      push({ kind: "memory", offset: memorySize, length: size });
+      memorySize += size;
+    } else {
+      const path = opts.sidecarPath(t, i);
+      const sidecar = sidecars.push({ path, length: size }) - 1;
+      computed.push({ path, length: size, tensor: { index: i, name: t.name }, label: `${t.name} (${d.label})`, produce: () => d.produce() });
+      push({ kind: "sidecar", sidecar, offset: 0, length: size });
+    }
+  }
+  if (totalSize > at) push({ kind: "zero", length: totalSize - at });
+  if (at !== totalSize) throw new MountError("BAD_PLAN", `the plan covers ${at} bytes of a ${totalSize}-byte file`);
+  const memory = memoryParts.length === 1 ? header : Buffer.concat(memoryParts);
+  const mtimeNs = sources.reduce((m, s) => (s.mtimeNs > m ? s.mtimeNs : m), 0n);
+  return { plan: { size: totalSize, mtimeNs, memory, sources, sidecars, extents }, computed };
+}

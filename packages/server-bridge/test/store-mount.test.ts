@@ -1,0 +1,172 @@
+import { createHash } from "node:crypto";
+import { createReadStream } from "node:fs";
+import { readdir, readlink, rm, stat } from "node:fs/promises";
+import { join } from "node:path";
+import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { allFixtureVariants, generateFixtureFiles, runMtmdCli } from "@compat/testkit";
+import { buildOllamaStore, ModelStore, prepareModel, startRouter, startServer, StoreMount, TranslationCache, type RunningServer, type StoreMountOptions } from "@compat/server-bridge";
+import { chat, chatContent, llamaServerPath, SMALL, tempDirs } from "./helpers";
+
+const temp = tempDirs();
+const mounts: StoreMount[] = [];
+const running: RunningServer[] = [];
+afterEach(async () => {
+  for (const s of running.splice(0)) await s.stop();
+});
+afterAll(async () => {
+  for (const m of mounts) await m.close().catch(() => undefined);
+});
+
+async function sha256(path: string): Promise<string> {
+  const h = createHash("sha256");
+  for await (const chunk of createReadStream(path)) h.update(chunk as Buffer);
+  return h.digest("hex");
+}
+
+async function open(opts: Omit<StoreMountOptions, "dir" | "sidecarDir">): Promise<StoreMount> {
+  const dir = await temp();
+  const m = await StoreMount.open({ dir: join(dir, "mnt"), sidecarDir: join(dir, "sidecars"), rescanMs: 0, ...opts });
+  mounts.push(m);
+  return m;
+}
+
+/** An Ollama store of fixtures (Ollama layout unless `native`). */
+async function fixtureStore(models: Array<{ name: string; arch: string; variant?: string; native?: boolean }>): Promise<string> {
+  const root = await temp();
+  const dir = await temp();
+  const specs = [];
+  for (const m of models) {
+    const fx = await generateFixtureFiles(m.arch, { seed: 1, layout: m.native ? "native" : "ollama", ...(m.variant ? { variant: m.variant } : {}) }, join(dir, m.name.replace(/[:/]/g, "-")));
+    specs.push({ name: m.name, model: fx.text, ...(fx.mmproj ? { projector: fx.mmproj } : {}), params: { num_ctx: 1024 } });
+  }
+  await buildOllamaStore(root, specs);
+  return root;
+}
+
+describe("StoreMount: the Ollama store as a read-only FUSE mount", () => {
+  it("shows every model of a store of all fixture architectures, each file equal to the cache's translation (sha256)", async () => {
+    const variants = allFixtureVariants();
+    const root = await fixtureStore([
+      ...variants.map((v) => ({ name: `${v.arch.replace(/_/g, "-")}:${v.variant}`, arch: v.arch, variant: v.variant })),
+      { name: "native-llama:1", arch: "llama", native: true },
+    ]);
+    const store = new ModelStore(root);
+    const mount = await open({ store });
+    expect(mount.failures()).toEqual([]);
+    const cache = new TranslationCache({ dir: await temp() });
+    let translated = 0;
+    let projectors = 0;
+    for (const m of mount.models()) {
+      const cached = await prepareModel(m.prepared.resolved, { cache });
+      expect(m.prepared.translated, m.name).toBe(cached.translated);
+      expect(await sha256(m.prepared.modelPath), m.name).toBe(await sha256(cached.modelPath));
+      expect(m.prepared.mmproj === undefined, m.name).toBe(cached.mmproj === undefined);
+      if (cached.mmproj) expect(await sha256(m.prepared.mmproj!), `${m.name} mmproj`).toBe(await sha256(cached.mmproj));
+      if (cached.translated) translated++;
+      else expect(await readlink(m.prepared.modelPath)).toBe(cached.modelPath); // native: a link to its blob
+      if (cached.mmproj) projectors++;
+    }
+    expect(mount.models().length).toBe(variants.length + 1);
+    expect(translated).toBe(variants.length);
+    expect(projectors).toBe(variants.filter((v) => v.vision).length);
+  }, 600_000);
+
+  it("lays models out for llama-server --models-dir and for LM Studio", async () => {
+    const root = await fixtureStore([
+      { name: "gemma3:4b", arch: "gemma3", variant: "4b-vision" },
+      { name: "someone/tiny:q8", arch: "llama", native: true },
+    ]);
+    const md = await open({ store: root });
+    expect((await readdir(md.dir)).sort()).toEqual(["gemma3-4b", "someone-tiny-q8.gguf"]);
+    expect((await readdir(join(md.dir, "gemma3-4b"))).sort()).toEqual(["gemma3-4b.gguf", "mmproj-gemma3-4b.gguf"]);
+    const lm = await open({ store: root, layout: "lmstudio" });
+    expect((await readdir(lm.dir)).sort()).toEqual(["library", "someone"]);
+    expect((await readdir(join(lm.dir, "library/gemma3-4b"))).sort()).toEqual(["gemma3-4b.gguf", "mmproj-gemma3-4b.gguf"]);
+    expect(await readdir(join(lm.dir, "someone/tiny-q8"))).toEqual(["tiny-q8.gguf"]);
+  });
+
+  it("picks up models added to and removed from the store while mounted", async () => {
+    const root = await fixtureStore([{ name: "gemma3:1b", arch: "gemma3", variant: "1b" }]);
+    const status: string[] = [];
+    const dir = await temp();
+    const mount = await StoreMount.open({ dir: join(dir, "mnt"), sidecarDir: join(dir, "s"), store: root, rescanMs: 100, onStatus: (l) => status.push(l) });
+    mounts.push(mount);
+    expect(await readdir(mount.dir)).toEqual(["gemma3-1b.gguf"]);
+    const fx = await generateFixtureFiles("llama", { seed: 2, layout: "ollama" }, await temp());
+    await buildOllamaStore(root, [{ name: "llama3.2:1b", model: fx.text }]);
+    const until = async (want: string[]) => {
+      for (let i = 0; i < 100 && JSON.stringify((await readdir(mount.dir)).sort()) !== JSON.stringify(want); i++) await new Promise((r) => setTimeout(r, 50));
+      expect((await readdir(mount.dir)).sort()).toEqual(want);
+    };
+    await until(["gemma3-1b.gguf", "llama3.2-1b.gguf"]);
+    await rm(join(root, "manifests/registry.ollama.ai/library/gemma3"), { recursive: true });
+    await until(["llama3.2-1b.gguf"]);
+    expect(status.some((l) => l.includes("gemma3:1b: removed from the store"))).toBe(true);
+    // a model whose blob is gone is not shown
+    await rm(mount.models()[0]!.prepared.resolved.modelPath);
+    await until([]);
+    expect(mount.failures()).toEqual([expect.objectContaining({ name: "llama3.2:1b" })]);
+  });
+
+  it("costs the headers and the computed tensors on disk, not the model", async () => {
+    const root = await fixtureStore([{ name: "gemma3:4b", arch: "gemma3", variant: "4b-vision" }]);
+    const dir = await temp();
+    const mount = await StoreMount.open({ dir: join(dir, "mnt"), sidecarDir: join(dir, "s"), store: root, rescanMs: 0 });
+    mounts.push(mount);
+    const m = mount.models()[0]!;
+    await sha256(m.prepared.modelPath);
+    await sha256(m.prepared.mmproj!);
+    const onDisk = async (d: string): Promise<number> => {
+      let n = 0;
+      for (const e of await readdir(d, { withFileTypes: true, recursive: true })) if (e.isFile()) n += (await stat(join(e.parentPath, e.name))).size;
+      return n;
+    };
+    // the gemma3 projector's promoted F32 patch and position embeddings, nothing else
+    const sidecars = await onDisk(join(dir, "s"));
+    expect(sidecars).toBeGreaterThan(0);
+    expect(sidecars).toBeLessThan((await stat(m.prepared.mmproj!)).size);
+  });
+});
+
+describe("serving from the mount (real llama.cpp)", () => {
+  it("llama-server serves a vision model straight from the mount, and llama-mtmd-cli answers an image with the mounted pair", async () => {
+    const root = await fixtureStore([{ name: "gemma3:4b", arch: "gemma3", variant: "4b-vision" }]);
+    const mount = await open({ store: root });
+    const server = await startServer({ model: "gemma3:4b", store: root, mount, llamaServer: await llamaServerPath(), args: SMALL });
+    running.push(server);
+    expect(server.model.modelPath.startsWith(mount.dir + "/")).toBe(true);
+    expect(server.command).toEqual(expect.arrayContaining(["--model", server.model.modelPath, "--mmproj", server.model.mmproj!]));
+    const r = await chat(server.url, "gemma3:4b");
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    expect(typeof chatContent(r.body)).toBe("string");
+    await server.stop();
+
+    const dir = await temp();
+    const side = 64;
+    const image = join(dir, "grey.ppm");
+    const { writeFile } = await import("node:fs/promises");
+    await writeFile(image, Buffer.concat([Buffer.from(`P6\n${side} ${side}\n255\n`), Buffer.alloc(side * side * 3, 128)]));
+    const run = await runMtmdCli({ model: server.model.modelPath, mmproj: server.model.mmproj!, image, prompt: "Describe.", args: ["--chat-template", "gemma"] });
+    expect(run.ok, run.stderr.slice(-3000)).toBe(true);
+    expect(run.stderr).toMatch(/encoding mtmd batch/);
+  });
+
+  it("the router serves every model of a store from the mount, started before any model is read", async () => {
+    const root = await fixtureStore([
+      { name: "gemma3:1b", arch: "gemma3", variant: "1b" },
+      { name: "gemma3:4b", arch: "gemma3", variant: "4b-vision" },
+      { name: "llama3.2:1b", arch: "llama" },
+      { name: "native-llama:1", arch: "llama", native: true },
+    ]);
+    const mount = await open({ store: root });
+    const router = await startRouter({ models: "all", store: root, mount, llamaServer: await llamaServerPath(), args: SMALL, keepPreset: true });
+    running.push(router);
+    expect(router.models.map((m) => m.name).sort()).toEqual(["gemma3:1b", "gemma3:4b", "llama3.2:1b", "native-llama:1"]);
+    for (const m of router.models) expect(m.model!.modelPath.startsWith(mount.dir + "/"), m.name).toBe(true);
+    for (const m of router.models) {
+      const r = await chat(router.url, m.name);
+      expect(r.status, `${m.name}: ${JSON.stringify(r.body)}`).toBe(200);
+      expect(typeof chatContent(r.body)).toBe("string");
+    }
+  });
+});
