@@ -1,5 +1,7 @@
+import { GgmlType } from "@compat/gguf";
 import { TranslationError, type Translation } from "@compat/handlers";
 import { split } from "@compat/tensor-ops";
+import type { Bf16CpuUse } from "./tower";
 
 /**
  * The Qwen3-VL-style tower work the reference shares between its qwen35/qwen35moe and
@@ -36,13 +38,27 @@ export function mergeVisionQkv(t: Translation, blocks: number): void {
  * `v.patch_embd.weight` and `v.patch_embd.weight.1` [P, P, C_in, C_out], one per frame,
  * as llama.cpp's converter slices the Conv3D. Planes move whole, so the type stays (F16,
  * as the converter writes it for f16 output; the reference widens both to F32). Left as
- * it is, as by the reference, unless T == 2 and the channels divide the packed axis.
+ * it is, as by the reference, unless T == 2 and the channels divide the packed axis. The
+ * reference splits an F16 source only (it refuses any other type, and clip.cpp then finds
+ * no patch kernels); the planes move whole, so under `native` any type is split (the
+ * named fix `<handler>-split-patch-embd-any-type`).
  */
-export function splitPatchEmbedding(t: Translation, channels: number): void {
+export function splitPatchEmbedding(t: Translation, channels: number, handler: string): void {
   const src = t.tensor("v.patch_embed.weight");
   if (src === undefined || src.shape.length !== 4) return;
   const [w, h, frames, packed] = src.shape as [number, number, number, number];
   if (!(channels > 0) || frames !== 2 || packed % channels !== 0) return;
+  let anyType = src.type === GgmlType.F16;
+  t.fix({
+    name: `${handler}-split-patch-embd-any-type`,
+    reason:
+      "the reference splits the folded Conv3D patch embedding (v.patch_embed.weight) into clip.cpp's two per-frame kernels only when it is F16; any other type (a BF16 tower) is left whole and clip.cpp finds no v.patch_embd.weight/.weight.1 it can run. The planes move whole, so any type splits; llama.cpp's converter slices every type",
+    needed: () => !anyType,
+    apply: () => {
+      anyType = true;
+    },
+  });
+  if (!anyType) return;
   const shape = [w, h, channels, packed / channels];
   const slices = [
     ["v.patch_embd.weight", 0],
@@ -75,3 +91,10 @@ export function visionBlockCount(t: Translation): number {
   }
   return blocks;
 }
+
+/** The Qwen3-VL tower tensors clip.cpp cannot run in BF16 on the CPU backend (see widenBf16ForCpu). */
+export const QWEN_BF16_ON_CPU: Readonly<Record<string, Bf16CpuUse>> = {
+  "v.patch_embd.weight": "conv",
+  "v.patch_embd.weight.1": "conv",
+  "v.position_embd.weight": "interpolate",
+};

@@ -1,11 +1,20 @@
 import { createHash } from "node:crypto";
 import { readFile, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { readGguf, type GgufModel } from "@compat/gguf";
 import { readTensorBytes, translate, type TranslatedView } from "@compat/handlers";
 import { clipView } from "@compat/clip";
 import { toF32 } from "@compat/tensor-ops";
-import { fixtureBaseName, generateFixture, runMtmdCli, writeFixture, type FixtureOptions, type FixturePaths, type GeneratedFixture } from "@compat/testkit";
+import {
+  fixtureBaseName,
+  generateFixture,
+  Prng,
+  runMtmdCli,
+  writeFixture,
+  type FixtureOptions,
+  type FixturePaths,
+  type GeneratedFixture,
+} from "@compat/testkit";
 import { expect } from "vitest";
 import { expectReadMatchesFile } from "../../handlers/test/proof";
 import { compareWithNative, type TwinDifferences, type TwinOptions } from "../../handlers/test/twin";
@@ -72,6 +81,19 @@ export async function greyImage(dir: string, side: number, level: number): Promi
 }
 
 /**
+ * A `side` x `side` binary PPM of random pixels (seeded): unlike one grey level, its patches
+ * differ, so attention between positions (and so RoPE) changes the answer.
+ */
+export async function noiseImage(dir: string, side: number, seed: number): Promise<string> {
+  const path = join(dir, `noise-${side}-${seed}.ppm`);
+  const rng = Prng.forLabel(seed, "noise-image");
+  const pixels = Buffer.alloc(side * side * 3);
+  for (let i = 0; i < pixels.length; i++) pixels[i] = Math.floor(rng.next() * 256);
+  await writeFile(path, Buffer.concat([Buffer.from(`P6\n${side} ${side}\n255\n`), pixels]));
+  return path;
+}
+
+/**
  * llama-mtmd-cli answers one image (or audio) prompt with a text GGUF and an mmproj: it
  * must encode the media and generate. Returns what it generated (stdout), for comparison
  * between pairs. `args` go to llama-mtmd-cli as they are (e.g. an image token budget).
@@ -119,4 +141,38 @@ export function halfToFloat(h: number): number {
   if (exp === 0) return sign * frac * 2 ** -24;
   if (exp === 31) return frac === 0 ? sign * Infinity : NaN;
   return sign * (1 + frac / 1024) * 2 ** (exp - 15);
+}
+
+/**
+ * What a projector computes for one image (or audio clip): the embeddings stock
+ * llama-mtmd-cli's clip.cpp hands the text model, dumped through its MTMD_DEBUG_EMBEDDINGS
+ * hook (a file of int32 n_tokens, int32 n_embd, then the F32 values).
+ */
+export async function mediaEmbeddings(model: string, mmproj: string, media: string, chatTemplate: string, args: readonly string[] = []): Promise<Float32Array> {
+  const dump = join(dirname(mmproj), `embeddings-${createHash("sha256").update(mmproj + media).digest("hex").slice(0, 12)}.bin`);
+  const run = await runMtmdCli({ model, mmproj, image: media, prompt: "Describe.", nPredict: 1, args: ["--chat-template", chatTemplate, ...args], env: { MTMD_DEBUG_EMBEDDINGS: dump } });
+  expect(run.ok, run.stderr.slice(-3000)).toBe(true);
+  const bytes = await readFile(dump);
+  const [tokens, width] = [bytes.readInt32LE(0), bytes.readInt32LE(4)];
+  expect(bytes.length, "the dump holds n_tokens x n_embd floats").toBe(8 + 4 * tokens * width);
+  return new Float32Array(bytes.buffer.slice(bytes.byteOffset + 8, bytes.byteOffset + bytes.length));
+}
+
+/**
+ * Two projectors' embeddings (embeddingDistance) further apart than this come from different
+ * computations. Storing a toy tower's weights BF16 where the twin holds F32 moves them by
+ * 0.3-0.7% (the BF16 tower tests); reruns of one pair are bit-identical.
+ */
+export const EMBEDDINGS_DIFFER = 0.01;
+
+/** Relative RMS difference of two embedding sets: ||a - b|| / ||b||. */
+export function embeddingDistance(a: Float32Array, b: Float32Array): number {
+  expect(a.length, "same number of embedding values").toBe(b.length);
+  let diff = 0;
+  let norm = 0;
+  for (let i = 0; i < a.length; i++) {
+    diff += (a[i]! - b[i]!) ** 2;
+    norm += b[i]! ** 2;
+  }
+  return Math.sqrt(diff / norm);
 }

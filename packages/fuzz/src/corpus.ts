@@ -1,10 +1,13 @@
-/** The fuzz corpus: every fixture arch/variant in both layouts (and native projector files), serialized. */
+/**
+ * The fuzz corpus: every fixture arch/variant in both layouts (and native projector files),
+ * then the quantized fixtures (Ollama's Q4_K_M files and their llama-quantize twins), serialized.
+ */
 import { serializeGguf } from "@compat/gguf";
-import { allFixtureVariants, generateFixture, type FixtureLayout } from "@compat/testkit";
+import { allFixtureVariants, generateFixture, quantizedFixtureVariants, type FixtureLayout } from "@compat/testkit";
 import { scanHeader, type HeaderMap } from "./scan";
 
 export interface CorpusEntry {
-  /** `<arch>/<variant>/<layout>[/mmproj]`. */
+  /** `<arch>/<variant>/<layout>[/<quant>[/bf16towers]][/mmproj]`. */
   readonly name: string;
   readonly bytes: Uint8Array;
   readonly map: HeaderMap;
@@ -14,7 +17,15 @@ export interface CorpusEntry {
 
 const BIG = 1 << 20;
 
-export async function buildFuzzCorpus(seed = 1): Promise<CorpusEntry[]> {
+export interface CorpusOptions {
+  /**
+   * Add the quantized fixtures (default true). Inputs are picked by weight over the whole
+   * corpus, so a recipe (seed, index) found before they existed reproduces only without them.
+   */
+  readonly quantized?: boolean;
+}
+
+export async function buildFuzzCorpus(seed = 1, opts: CorpusOptions = {}): Promise<CorpusEntry[]> {
   const entries: CorpusEntry[] = [];
   const add = async (name: string, model: Parameters<typeof serializeGguf>[0]) => {
     const bytes = (await serializeGguf(model)).slice();
@@ -25,6 +36,15 @@ export async function buildFuzzCorpus(seed = 1): Promise<CorpusEntry[]> {
       const f = generateFixture(arch, { seed, layout, variant });
       await add(`${arch}/${variant}/${layout}`, f.text);
       if (f.mmproj) await add(`${arch}/${variant}/${layout}/mmproj`, f.mmproj);
+    }
+  }
+  if (opts.quantized === false) return entries;
+  for (const c of quantizedFixtureVariants()) {
+    for (const layout of ["ollama", "native"] as FixtureLayout[]) {
+      const f = generateFixture(c.arch, { seed, layout, ...c });
+      const name = `${c.arch}/${c.variant}/${layout}/${c.quant}${c.bf16Towers ? "/bf16towers" : ""}`;
+      await add(name, f.text);
+      if (f.mmproj) await add(`${name}/mmproj`, f.mmproj);
     }
   }
   return entries;

@@ -1,4 +1,4 @@
-export { buildFuzzCorpus, pickEntry, type CorpusEntry } from "./corpus";
+export { buildFuzzCorpus, pickEntry, type CorpusEntry, type CorpusOptions } from "./corpus";
 export { scanHeader, FIELD_KINDS, type HeaderMap, type FieldKind, type FieldPos } from "./scan";
 export { fuzzInput, type FuzzInput } from "./mutate";
 export { FuzzFailure, isTypedError, parseOnly, fullPipeline, loadClipView, type Outcome, type PipelineOptions } from "./target";

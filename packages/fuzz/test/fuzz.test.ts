@@ -1,4 +1,4 @@
-// The CI share of `npm run fuzz`: 20,000 mutated corpus files with a fixed seed. Every input is
+// The CI share of `npm run fuzz`: 20,000 mutated corpus files (quantized fixtures included) with a fixed seed. Every input is
 // parsed; every 20th also goes through detect, translate, view reads, an atomic write (re-read)
 // and the clip view when @compat/clip exports one. Each must end in a result or a typed error.
 import { describe, expect, it } from "vitest";
@@ -8,10 +8,13 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildFuzzCorpus, fullPipeline, fuzzInput, loadClipView, parseOnly, runFuzz, scanHeader, type CorpusEntry } from "@compat/fuzz";
-import { allFixtureVariants, generateFixture } from "@compat/testkit";
+import { allFixtureVariants, generateFixture, quantizedFixtureVariants } from "@compat/testkit";
 
 let corpusOnce: Promise<CorpusEntry[]> | undefined;
 const corpus = () => (corpusOnce ??= buildFuzzCorpus());
+/** The corpus the regressions below were found in: before the quantized fixtures joined it (their recipes pick by weight over all entries). */
+let floatCorpusOnce: Promise<CorpusEntry[]> | undefined;
+const floatCorpus = () => (floatCorpusOnce ??= buildFuzzCorpus(1, { quantized: false }));
 
 /** Inputs that once failed, as (seed, index) recipes of the fuzzer; each must now end in a result or a typed error. */
 const REGRESSIONS: ReadonlyArray<{ seed: number; index: number; found: string }> = [
@@ -23,7 +26,7 @@ const REGRESSIONS: ReadonlyArray<{ seed: number; index: number; found: string }>
 describe("fuzz", () => {
   for (const r of REGRESSIONS) {
     it(`regression: seed ${r.seed} input ${r.index} (${r.found})`, async () => {
-      const input = fuzzInput(await corpus(), r.seed, r.index);
+      const input = fuzzInput(await floatCorpus(), r.seed, r.index);
       const dir = await mkdtemp(join(tmpdir(), "compat-fuzz-regression-"));
       try {
         expect(parseOnly(input.bytes, "regression.gguf")).toMatch(/^(ok|error:)/);
@@ -61,7 +64,7 @@ describe("fuzz", () => {
     expect((await loadClipView()) !== null).toBe(exported);
   });
 
-  it("seeds the corpus from every fixture arch/variant in both layouts, vision ones with their tower (Ollama) and mmproj (native)", async () => {
+  it("seeds the corpus from every fixture arch/variant in both layouts, vision ones with their tower (Ollama) and mmproj (native), and the quantized fixtures", async () => {
     const names = new Set((await corpus()).map((e) => e.name));
     const variants = allFixtureVariants();
     expect(variants.filter((v) => v.vision).length).toBeGreaterThan(0);
@@ -69,6 +72,10 @@ describe("fuzz", () => {
       expect(names.has(`${arch}/${variant}/ollama`)).toBe(true);
       expect(names.has(`${arch}/${variant}/native`)).toBe(true);
       if (vision) expect(names.has(`${arch}/${variant}/native/mmproj`), `${arch}/${variant}`).toBe(true);
+    }
+    // and the quantized ones, as Ollama ships them and as llama-quantize makes their twins
+    for (const c of quantizedFixtureVariants()) {
+      for (const layout of ["ollama", "native"]) expect(names.has(`${c.arch}/${c.variant}/${layout}/${c.quant}${c.bf16Towers ? "/bf16towers" : ""}`)).toBe(true);
     }
   }, 120_000);
 

@@ -15,7 +15,13 @@ export type TranslationErrorCode =
   /** A translation profile name nobody knows. */
   | "UNKNOWN_PROFILE"
   /** A count in the metadata that the tensors present contradict (a damaged or hostile header). */
-  | "BAD_COUNT";
+  | "BAD_COUNT"
+  /** Tensors a transform joins have types it cannot join under the chosen profile. */
+  | "MIXED_TYPES"
+  /** An op's kernel could not take its input (a type it has no path for, rows that are not whole blocks). */
+  | "OP_FAILED"
+  /** A reshape or an op's output would give a block-quantized tensor rows that are not whole blocks. */
+  | "ROWS_NOT_BLOCKS";
 
 /** A translation could not be carried out (bad source layout, a failed op, a missing input). */
 export class TranslationError extends Error {

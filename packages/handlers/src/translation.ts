@@ -1,4 +1,4 @@
-import { GgmlType, GgufKeys, GgufValueType, readTensorData, tensorByteSize, type GgufModel, type GgufTensor, type GgufValue, type TensorData } from "@compat/gguf";
+import { GgmlType, GgufKeys, GgufValueType, ggmlTypeInfo, readTensorData, tensorByteSize, type GgufModel, type GgufTensor, type GgufValue, type TensorData } from "@compat/gguf";
 import { concat, permuteQK, split, toF32 } from "@compat/tensor-ops";
 import { blocksWithTensors, intArrayKv, missingOrDefault, stringArrayKv, stringKv, u32ArrayKv, u32Kv } from "./detect";
 import { TranslationError } from "./errors";
@@ -330,10 +330,15 @@ export class Translation {
     if (t !== undefined) t.type = type;
   }
 
-  /** Changes a tensor's shape in the metadata only (see retype). */
+  /**
+   * Changes a tensor's shape in the metadata only (see retype). A block-quantized tensor
+   * keeps its bytes only if the new rows are whole blocks; otherwise a typed error.
+   */
   reshape(name: string, shape: readonly number[]): void {
     const t = this.draft.findTensor(name);
-    if (t !== undefined) t.shape = shape.slice();
+    if (t === undefined) return;
+    this.checkWholeBlocks(name, t.type, shape);
+    t.shape = shape.slice();
   }
 
   /** Hides every tensor whose final name starts with prefix from the output. */
@@ -363,6 +368,7 @@ export class Translation {
     if (type === undefined || shape === undefined) {
       throw new TranslationError("OP_SHAPE", `op "${spec.label}" creates "${dest}" and must give its type and shape`, this.ctx(dest));
     }
+    this.checkWholeBlocks(dest, type, shape);
     const length = tensorByteSize(type, shape);
     const label = spec.label;
     const handler = this.handler;
@@ -373,7 +379,18 @@ export class Translation {
       async produce() {
         const inputs: OpInput[] = [];
         for (const c of captured) inputs.push({ name: c.name, type: c.type, shape: c.shape, bytes: await readTensorData(c) });
-        const out = await spec.compute(inputs);
+        let out: Uint8Array;
+        try {
+          out = await spec.compute(inputs);
+        } catch (cause) {
+          if (cause instanceof TranslationError) throw cause;
+          const given = captured.map((c) => `${c.name} (${ggmlTypeName(c.type)} [${c.shape.join(", ")}])`).join(", ");
+          throw new TranslationError("OP_FAILED", `op "${label}" for "${dest}" cannot take ${given}: ${cause instanceof Error ? cause.message : String(cause)}`, {
+            ...(handler !== undefined ? { handler } : {}),
+            tensor: dest,
+            cause,
+          });
+        }
         if (out.length !== length) {
           throw new TranslationError("OP_LENGTH", `op "${label}" produced ${out.length} bytes for "${dest}", expected ${length}`, {
             ...(handler !== undefined ? { handler } : {}),
@@ -505,12 +522,10 @@ export class Translation {
   fix(spec: FixSpec): void {
     if (!spec.needed()) return;
     const record: FixRecord = { handler: this.handler ?? "", name: spec.name, reason: spec.reason };
-    if (this.profile !== "native") {
-      this.gapsKept.push(record);
-      return;
-    }
-    spec.apply();
-    this.fixes.push(record);
+    // a fix a handler offers once per tensor (or block) is listed once
+    const list = this.profile === "native" ? this.fixes : this.gapsKept;
+    if (!list.some((r) => r.name === record.name)) list.push(record);
+    if (this.profile === "native") spec.apply();
   }
 
   // ---- finishing -------------------------------------------------------------------------
@@ -550,9 +565,25 @@ export class Translation {
     };
   }
 
+  /** A tensor of `type` may take `shape` only with rows of whole blocks (ggml's row layout). */
+  private checkWholeBlocks(name: string, type: number, shape: readonly number[]): void {
+    const block = ggmlTypeInfo(type).blockSize;
+    const row = shape[0] ?? 1;
+    if (row % block === 0) return;
+    throw new TranslationError(
+      "ROWS_NOT_BLOCKS",
+      `"${name}" (${ggmlTypeName(type)}) cannot take shape [${shape.join(", ")}]: rows of ${row} are not whole ${ggmlTypeName(type)} blocks of ${block}`,
+      this.ctx(name),
+    );
+  }
+
   private ctx(tensor: string): { handler?: string; tensor: string } {
     return this.handler !== undefined ? { handler: this.handler, tensor } : { tensor };
   }
+}
+
+function ggmlTypeName(type: number): string {
+  return GgmlType[type] ?? `type ${type}`;
 }
 
 function elementCount(shape: readonly number[]): number {

@@ -5,22 +5,28 @@ import { describe, expect, it } from "vitest";
 import { GgmlType, GgufValueType, parseGguf, serializeGguf, type GgufModel } from "@compat/gguf";
 import {
   allFixtureVariants,
+  quantizedFixtureVariants,
   compareBytewise,
   FIXTURE_ARCHS,
   generateFixture,
   generateFixtureSpecs,
   ollamaBlockIndex,
   type FixtureLayout,
+  type FixtureOptions,
 } from "@compat/testkit";
 
 const DIGESTS_PATH = fileURLToPath(new URL("./fixtures-digests.json", import.meta.url));
 const LAYOUTS: FixtureLayout[] = ["ollama", "native"];
 const CASES = allFixtureVariants().flatMap((v) => LAYOUTS.map((layout) => ({ ...v, layout })));
+/** The quantized fixtures (Ollama's Q4_K_M files and their llama-quantize twins), by digest key. */
+const QUANT_CASES = quantizedFixtureVariants().flatMap((c) =>
+  LAYOUTS.map((layout) => ({ key: `${c.arch}/${c.variant}/${layout}/${c.quant}${c.bf16Towers ? "/bf16towers" : ""}`, opts: { ...c, layout } })),
+);
 
 const sha256 = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
 
-async function digestOf(arch: string, variant: string, layout: FixtureLayout, seed: number): Promise<string> {
-  const f = generateFixture(arch, { seed, layout, variant });
+async function digestOf(arch: string, variant: string, layout: FixtureLayout, seed: number, extra: Omit<FixtureOptions, "seed" | "layout" | "variant"> = {}): Promise<string> {
+  const f = generateFixture(arch, { seed, layout, variant, ...extra });
   const text = sha256(await serializeGguf(f.text));
   return f.mmproj ? `${text} mmproj:${sha256(await serializeGguf(f.mmproj))}` : text;
 }
@@ -49,7 +55,16 @@ describe("fixture determinism", () => {
   it("matches the committed digests (seed 1); set UPDATE_FIXTURE_DIGESTS=1 to rewrite them", async () => {
     const actual: Record<string, string> = {};
     for (const { arch, variant, layout } of CASES) actual[`${arch}/${variant}/${layout}`] = await digestOf(arch, variant, layout, 1);
-    if (process.env.UPDATE_FIXTURE_DIGESTS === "1") writeFileSync(DIGESTS_PATH, JSON.stringify(actual, null, 2) + "\n");
+    for (const { key, opts } of QUANT_CASES) {
+      const { arch, variant, layout, ...extra } = opts;
+      actual[key] = await digestOf(arch, variant, layout, 1, extra);
+    }
+    if (process.env.UPDATE_FIXTURE_DIGESTS === "1") {
+      // committed order first (a diff shows only what moved), new fixtures after
+      const previous = JSON.parse(readFileSync(DIGESTS_PATH, "utf8")) as Record<string, string>;
+      const order = [...Object.keys(previous).filter((k) => k in actual), ...Object.keys(actual).filter((k) => !(k in previous))];
+      writeFileSync(DIGESTS_PATH, JSON.stringify(Object.fromEntries(order.map((k) => [k, actual[k]])), null, 2) + "\n");
+    }
     const committed = JSON.parse(readFileSync(DIGESTS_PATH, "utf8")) as Record<string, string>;
     const missing = Object.keys(actual).filter((k) => !(k in committed));
     expect(missing, "fixtures without a committed digest: run with UPDATE_FIXTURE_DIGESTS=1").toEqual([]);
@@ -264,5 +279,25 @@ describe("registry", () => {
   it("rejects unknown archs and variants with a helpful message", () => {
     expect(() => generateFixture("nosuch", { seed: 1, layout: "native" })).toThrow(/have: llama/);
     expect(() => generateFixture("gemma3", { seed: 1, layout: "native", variant: "27b" })).toThrow(/1b, 4b-vision/);
+  });
+});
+
+describe("quantized fixtures (Ollama's Q4_K_M files and their twins)", () => {
+  const float = new Set([GgmlType.F32, GgmlType.F16, GgmlType.BF16]);
+  const cases = quantizedFixtureVariants().map((c) => ({ opts: c, arch: c.arch, variant: c.variant, quant: c.quant, towers: c.bf16Towers ? "BF16 towers" : "towers as converted" }));
+  it.each(cases)("$arch/$variant $quant, $towers: file type Q4_K_M, whole blocks, the twin's tensors of one name quantized alike", ({ opts }) => {
+    const ollama = generateFixture(opts.arch, { seed: 2, layout: "ollama", ...opts });
+    const native = generateFixture(opts.arch, { seed: 2, layout: "native", ...opts });
+    for (const m of [ollama.text, native.text]) expect(m.getNumber("general.file_type")).toBe(15);
+    const quantized = ollama.text.tensors.filter((t) => !float.has(t.type));
+    expect(quantized.length).toBeGreaterThan(0);
+    let agree = 0;
+    for (const t of [...native.text.tensors, ...(native.mmproj?.tensors ?? [])]) {
+      const o = ollama.text.findTensor(t.name);
+      if (o === undefined || float.has(o.type) || o.shape.join() !== t.shape.join()) continue;
+      expect(t.type, t.name).toBe(o.type);
+      agree++;
+    }
+    expect(agree).toBeGreaterThan(0);
   });
 });

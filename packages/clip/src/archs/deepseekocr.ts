@@ -1,5 +1,5 @@
 import type { Handler, Translation } from "@compat/handlers";
-import { asMmproj, embeddedVision } from "../tower";
+import { asMmproj, embeddedVision, widenBf16ForCpu } from "../tower";
 
 /** Ollama's SAM / CLIP / projector names, mapped to clip.cpp's (substring, first occurrence, in this order). */
 const RENAMES: ReadonlyArray<readonly [string, string]> = [
@@ -50,6 +50,9 @@ function fixSizes(t: Translation): void {
   });
 }
 
+/** SAM's convolutions (patch embedding, neck, the two downsamplers), under clip.cpp's names. */
+const SAM_CONVS = ["v.sam.patch_embd.weight", "v.sam.neck.0.weight", "v.sam.neck.2.weight", "v.sam.net_2.weight", "v.sam.net_3.weight"];
+
 /**
  * DeepSeek-OCR: a SAM-ViT-B encoder (Ollama: s.*), a CLIP-L tower (v.*) and a linear
  * projector (mm.*) inline. llama.cpp's clip.cpp wants SAM under v.sam.*.
@@ -95,6 +98,7 @@ export const deepseekocrClip: Handler = {
     // The converter stores view_seperator as [n, 1] (same bytes as Ollama's [n]).
     const sep = t.tensor("v.view_seperator");
     if (sep?.shape.length === 1) t.reshape("v.view_seperator", [sep.shape[0]!, 1]);
+    widenBf16ForCpu(t, "deepseekocr-clip", Object.fromEntries(SAM_CONVS.map((n) => [n, "conv"] as const)));
     asMmproj(t);
   },
 };

@@ -1,5 +1,5 @@
 import type { Handler } from "@compat/handlers";
-import { asMmproj, embeddedVision } from "../tower";
+import { asMmproj, embeddedVision, widenBf16ForCpu } from "../tower";
 
 /** Ollama's SigLIP names, mapped to clip.cpp's (substring, first occurrence, in this order). */
 const RENAMES: ReadonlyArray<readonly [string, string]> = [
@@ -41,6 +41,7 @@ export const gemma3Clip: Handler = {
     // llama.cpp's converter forces both to F32; Ollama stored them F16.
     t.promoteF16ToF32("v.patch_embd.weight");
     t.promoteF16ToF32("v.position_embd.weight");
+    widenBf16ForCpu(t, "gemma3-clip", { "v.patch_embd.weight": "conv", "v.position_embd.weight": "add" });
     asMmproj(t);
   },
 };

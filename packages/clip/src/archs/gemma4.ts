@@ -55,13 +55,14 @@ function vision(t: Translation): void {
 
 /** The SSCP's two stride-2 convolutions divide the mel axis by 4 (rounding up). */
 const SSCP_FREQ_DIVISOR = 4;
-/** Gemma 4's feature extractor (input_feat_size of every published audio config). */
-const DEFAULT_MEL_BINS = 128;
+/** What the reference writes: Gemma 4's feature extractor (input_feat_size of every published audio config). */
+const REFERENCE_MEL_BINS = 128;
 
 function audio(t: Translation): void {
   // clip.cpp uses 1e-6 for gemma4a whatever the file says; the epsilon is copied for completeness, as the converter writes one
   copyTowerKvs(t, "audio");
-  t.injectU32("clip.audio.num_mel_bins", melBins(t));
+  fixMelBins(t);
+  t.injectU32("clip.audio.num_mel_bins", REFERENCE_MEL_BINS);
   // The reference needed a llama.cpp hook for gemma4a's output width (its pinned llama.cpp had
   // no gemma4a case in clip_n_mmproj_embd). Current llama.cpp reads it from the rows of
   // AUDIO_EMBEDDER, which the file holds under that very name (checked above), so the
@@ -95,13 +96,17 @@ function audio(t: Translation): void {
 /**
  * clip.audio.num_mel_bins is not in Ollama's file; the reference writes 128, right for every
  * published Gemma 4. The SSCP input projection's width (channels x mel / 4) gives it for any
- * file, so a tower with another mel count gets a filterbank that fits its weights.
+ * file (the named fix, set before the reference's default), so a tower with another mel
+ * count gets a filterbank that fits its weights.
  */
-function melBins(t: Translation): number {
-  const proj = t.tensor("a.pre_encode.out.weight");
-  const conv = t.tensor("a.conv1d.1.weight");
-  const width = proj?.shape[0];
-  const channels = conv?.shape[3];
-  if (width === undefined || channels === undefined || channels === 0 || width % channels !== 0) return DEFAULT_MEL_BINS;
-  return (width / channels) * SSCP_FREQ_DIVISOR;
+function fixMelBins(t: Translation): void {
+  const width = t.tensor("a.pre_encode.out.weight")?.shape[0];
+  const channels = t.tensor("a.conv1d.1.weight")?.shape[3];
+  const derived = width !== undefined && channels !== undefined && channels > 0 && width % channels === 0 ? (width / channels) * SSCP_FREQ_DIVISOR : undefined;
+  t.fix({
+    name: "gemma4-clip-num-mel-bins",
+    reason: `the reference writes clip.audio.num_mel_bins ${REFERENCE_MEL_BINS} (Gemma 4's feature extractor) whatever the tower holds; the SSCP input projection (a.pre_encode.out) is channels x mel / 4 wide, which gives ${derived ?? "?"} here, and llama.cpp's converter writes the checkpoint's input_feat_size`,
+    needed: () => derived !== undefined && derived !== REFERENCE_MEL_BINS && !t.has("clip.audio.num_mel_bins"),
+    apply: () => t.setU32("clip.audio.num_mel_bins", derived!),
+  });
 }

@@ -1,5 +1,5 @@
 import type { Handler } from "@compat/handlers";
-import { asMmproj, embeddedVision } from "../tower";
+import { asMmproj, embeddedVision, widenBf16ForCpu } from "../tower";
 
 /**
  * GLM-OCR: a GLM-4V-style tower (RMS-normed blocks with Q/K norms, fused QKV) and the glm4v
@@ -30,6 +30,7 @@ export const glmocrClip: Handler = {
     t.renameTensor("v.patch_embd_1.weight", "v.patch_embd.weight.1");
     // No F16->F32 promote of the two halves (the reference does one): llama.cpp's converter
     // writes them F16 for f16 output (tensor_force_quant) and clip.cpp runs them as they are.
+    widenBf16ForCpu(t, "glmocr-clip", { "v.patch_embd.weight": "conv", "v.patch_embd.weight.1": "conv", "mm.patch_merger.weight": "conv" });
     asMmproj(t);
   },
 };

@@ -1,7 +1,7 @@
 import { GgmlType, GgufValueType } from "@compat/gguf";
 import { TranslationError, type Handler, type Translation } from "@compat/handlers";
 import { zeros } from "@compat/tensor-ops";
-import { asMmproj, embeddedVision } from "../tower";
+import { asMmproj, embeddedVision, widenBf16ForCpu } from "../tower";
 
 /** Ollama's Pixtral names, mapped to clip.cpp's (substring, first occurrence, in this order). */
 const RENAMES: ReadonlyArray<readonly [string, string]> = [
@@ -51,23 +51,40 @@ export const mistral3Clip: Handler = {
 
     addImageBreak(t);
 
-    const nHead = t.getU32("mistral3.vision.attention.head_count");
-    const nBlock = t.getU32("mistral3.vision.block_count");
-    if (nHead !== undefined && nBlock !== undefined) {
-      // The reference permutes F16 Q/K only and leaves other types in the wrong order;
-      // whole rows move here, so a quantized Q/K gets the same permutation.
-      for (const b of t.blocksWithTensors(nBlock, "v.blk.")) {
-        t.permuteQKRows(`v.blk.${b}.attn_q.weight`, nHead);
-        t.permuteQKRows(`v.blk.${b}.attn_k.weight`, nHead);
-      }
-    }
+    permuteVisionQK(t);
 
     for (const [from, to] of RENAMES) t.renameTensorsContaining(from, to);
     // No F16->F32 promote of v.patch_embd.weight (the reference does one): llama.cpp's own
     // converter writes it F16 for f16 output and current clip.cpp runs it as it is.
+    widenBf16ForCpu(t, "mistral3-clip", { "v.patch_embd.weight": "conv" });
     asMmproj(t);
   },
 };
+
+/**
+ * Pixtral's vision Q/K from Hugging Face's rotate-half order to the pairs llama.cpp's RoPE
+ * expects. The reference permutes them only when they are F16 and passes any other type on
+ * in the wrong order; the permutation moves whole rows, so under `native` every type takes
+ * it (the fix below; Ollama wrote BF16 towers in Aug-Sep 2025, and Q/K are never quantized).
+ */
+function permuteVisionQK(t: Translation): void {
+  const nHead = t.getU32("mistral3.vision.attention.head_count");
+  const nBlock = t.getU32("mistral3.vision.block_count");
+  if (nHead === undefined || nBlock === undefined) return;
+  const names = t.blocksWithTensors(nBlock, "v.blk.").flatMap((b) => [`v.blk.${b}.attn_q.weight`, `v.blk.${b}.attn_k.weight`]);
+  const isF16 = (n: string) => t.tensor(n)?.type === GgmlType.F16;
+  let anyType = false;
+  t.fix({
+    name: "mistral3-clip-permute-qk-any-type",
+    reason:
+      "the reference RoPE-permutes Pixtral's vision Q/K only when they are F16 and leaves other types (a BF16 tower) in Hugging Face's rotate-half order, so clip.cpp's 2-D RoPE rotates the wrong pairs; the permutation moves whole rows, so any type takes it, as llama.cpp's converter applies it",
+    needed: () => names.some((n) => t.hasTensor(n) && !isF16(n)),
+    apply: () => {
+      anyType = true;
+    },
+  });
+  for (const name of names) if (isF16(name) || anyType) t.permuteQKRows(name, nHead);
+}
 
 /**
  * clip.cpp requires the [IMG_BREAK] token's embedding, which llama.cpp's converter copies

@@ -1,5 +1,5 @@
 import type { Handler } from "@compat/handlers";
-import { asMmproj, embeddedVision } from "../tower";
+import { asMmproj, embeddedVision, widenBf16ForCpu } from "../tower";
 
 /** CLIP's normalization, as Qwen2.5-VL's preprocessor_config.json gives it. */
 const CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073];
@@ -47,6 +47,7 @@ export const qwen25vlClip: Handler = {
     for (const [from, to] of RENAMES) t.renameTensor(from, to);
     // No F16->F32 promote of the two patch embeddings (the reference does one): llama.cpp's
     // converter writes them F16 for f16 output and current clip.cpp runs them as they are.
+    widenBf16ForCpu(t, "qwen25vl-clip", { "v.patch_embd.weight": "conv", "v.patch_embd.weight.1": "conv" });
     asMmproj(t);
   },
 };

@@ -1,7 +1,7 @@
 import { GgufValueType } from "@compat/gguf";
 import type { Translation } from "@compat/handlers";
-import { mergeVisionQkv, splitPatchEmbedding, visionBlockCount } from "../qwen-tower";
-import { asMmproj } from "../tower";
+import { mergeVisionQkv, QWEN_BF16_ON_CPU, splitPatchEmbedding, visionBlockCount } from "../qwen-tower";
+import { asMmproj, widenBf16ForCpu } from "../tower";
 
 /** Ollama's names, mapped to clip.cpp's (substring, first occurrence, in this order). */
 const RENAMES: ReadonlyArray<readonly [string, string]> = [
@@ -72,9 +72,10 @@ export function applyQwen35Clip(t: Translation, arch: "qwen35" | "qwen35moe"): v
   t.setString("clip.projector_type", "qwen3vl_merger");
 
   mergeVisionQkv(t, t.getU32("clip.vision.block_count") ?? 27);
-  splitPatchEmbedding(t, t.getU32("clip.vision.num_channels") ?? 3);
+  splitPatchEmbedding(t, t.getU32("clip.vision.num_channels") ?? 3, `${arch}-clip`);
   for (const [from, to] of RENAMES) t.renameTensorsContaining(from, to);
   // llama.cpp's converter keeps the position embedding F32; Ollama stored it F16
   t.promoteF16ToF32("v.position_embd.weight");
+  widenBf16ForCpu(t, `${arch}-clip`, QWEN_BF16_ON_CPU);
   asMmproj(t);
 }

@@ -1,7 +1,7 @@
 import { GgufValueType } from "@compat/gguf";
 import { detect, type Handler } from "@compat/handlers";
-import { mergeVisionQkv, splitPatchEmbedding, visionBlockCount } from "../qwen-tower";
-import { asMmproj, embeddedVision } from "../tower";
+import { mergeVisionQkv, QWEN_BF16_ON_CPU, splitPatchEmbedding, visionBlockCount } from "../qwen-tower";
+import { asMmproj, embeddedVision, widenBf16ForCpu } from "../tower";
 
 /** Ollama's names for the merger, patch bias and position embedding, mapped to clip.cpp's. */
 const RENAMES: ReadonlyArray<readonly [string, string]> = [
@@ -79,7 +79,7 @@ export const qwen3vlClip: Handler = {
     t.setString("clip.projector_type", "qwen3vl_merger");
 
     mergeVisionQkv(t, t.getU32("clip.vision.block_count") ?? 27);
-    splitPatchEmbedding(t, t.getU32(`${a}.vision.num_channels`) ?? 3);
+    splitPatchEmbedding(t, t.getU32(`${a}.vision.num_channels`) ?? 3, "qwen3vl-clip");
     for (const [from, to] of RENAMES) t.renameTensor(from, to);
     // merger K feeds after vision layer deepstack_visual_indexes[K]: clip.cpp names it by that layer
     deepstack.forEach((layer, k) => {
@@ -90,6 +90,7 @@ export const qwen3vlClip: Handler = {
     for (const [from, to] of BLOCK_RENAMES) t.renameTensorsContaining(from, to);
     // llama.cpp's converter keeps the position embedding F32; Ollama stored it F16
     t.promoteF16ToF32("v.position_embd.weight");
+    widenBf16ForCpu(t, "qwen3vl-clip", QWEN_BF16_ON_CPU);
     asMmproj(t);
   },
 };

@@ -2,12 +2,12 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { GgmlType, PADDING_KEY, readGguf, type GgufModel } from "@compat/gguf";
 import { readTensorBytes } from "@compat/handlers";
-import { clipViewModel } from "@compat/clip";
-import { generateFixture, killAllSpawned, writeFixture } from "@compat/testkit";
+import { clipView, clipViewModel } from "@compat/clip";
+import { generateFixture, killAllSpawned, runMtmdCli, writeFixture } from "@compat/testkit";
 import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../../../handlers/test/helpers";
 import { NO_DIFFERENCES } from "../../../handlers/test/proof";
-import { expectAnswersLikeNative, greyImage, halfToFloat, mtmdAnswer, proveClip } from "../proof";
+import { EMBEDDINGS_DIFFER, embeddingDistance, expectAnswersLikeNative, greyImage, halfToFloat, mediaEmbeddings, mtmdAnswer, proveClip } from "../proof";
 
 const dir = tempDir();
 
@@ -140,6 +140,30 @@ describe("gemma4 clip handler (gemma4v vision and gemma4a audio towers inline)",
     expect((await mtmdAnswer(p.textPath, p.mmprojPath, wav, "gemma")).length).toBeGreaterThan(0);
     expect(await mtmdAnswer(native.text, p.mmprojPath, wav, "gemma")).toBe(await mtmdAnswer(native.text, native.mmproj!, wav, "gemma"));
   });
+});
+
+describe("gemma4 clip handler, profiles", () => {
+  it("gemma4-clip-num-mel-bins: the reference's 128 mel bins do not fit the toy tower's 16-bin SSCP; native derives 16 and llama-mtmd-cli encodes audio as with the native mmproj", async () => {
+    const d = join(await dir(), "mel-bins");
+    const p = await proveClip(d, "gemma4", { seed: 5, variant: "dense", twin: { roundedThrough: { "a.input_projection.weight": GgmlType.F16 } } });
+    expect(p.view.report.fixes.map((f) => f.name)).toEqual(["gemma4-clip-num-mel-bins"]);
+    expect(p.mmproj.getNumber("clip.audio.num_mel_bins")).toBe(16);
+    const reference = await clipView(p.ollamaPath, { profile: "reference" });
+    expect(reference!.report.gapsKept.map((f) => f.name)).toEqual(["gemma4-clip-num-mel-bins"]);
+    expect(reference!.model.getNumber("clip.audio.num_mel_bins")).toBe(128);
+    const referencePath = join(d, "mmproj-gemma4-reference.gguf");
+    await reference!.writeTo(referencePath);
+    await reference!.close();
+    const native = await writeFixture(p.native, d);
+    const wav = await sineWav(d);
+    const want = await mediaEmbeddings(native.text, native.mmproj!, wav, "gemma");
+    expect(embeddingDistance(await mediaEmbeddings(native.text, p.mmprojPath, wav, "gemma"), want)).toBeLessThan(EMBEDDINGS_DIFFER);
+    const run = await runMtmdCli({ model: native.text, mmproj: referencePath, image: wav, prompt: "Transcribe.", args: ["--chat-template", "gemma"] });
+    // 128-bin features into an SSCP projection made for 16 bins: llama.cpp aborts
+    expect(run.ok).toBe(false);
+    expect(run.signal).toBe("SIGABRT");
+    expect(run.stderr).toMatch(/GGML_ASSERT\(ggml_can_mul_mat\(a, b\)\)/);
+  }, 300_000);
 });
 
 describe("gemma4 clip handler without the audio embedder", () => {

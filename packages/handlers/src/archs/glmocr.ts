@@ -1,4 +1,6 @@
-import { GgufValueType } from "@compat/gguf";
+import { GgufValueType, tensorByteSize } from "@compat/gguf";
+import { concat } from "@compat/tensor-ops";
+import { TranslationError } from "../errors";
 import type { Handler } from "../handler";
 import type { Translation } from "../translation";
 
@@ -33,10 +35,7 @@ export const glmocr: Handler = {
     // The reference's default when the block count is missing.
     const blocks = t.getU32("glm4.block_count") ?? 16;
     for (const b of t.blocksWithTensors(blocks)) {
-      // ffn_up becomes [ne0, 2*ne1], gate's rows then up's: the reference's raw concat; mixed
-      // types (which its op would fail on, a size mismatch) are widened to F32 first, its rule
-      // for its other mixed-type merges
-      t.concatTensors(`blk.${b}.ffn_up.weight`, [`blk.${b}.ffn_gate.weight`, `blk.${b}.ffn_up.weight`], 1, "ffn_gate+ffn_up");
+      fuseGateUp(t, b);
       t.hide(`blk.${b}.ffn_gate.`);
     }
     t.hide("v.");
@@ -52,6 +51,55 @@ export const glmocr: Handler = {
     });
   },
 };
+
+/**
+ * ffn_up becomes [ne0, 2*ne1], gate's rows then up's. The reference joins the two tensors'
+ * bytes as they are into ffn_up's type, which is right when both have one type. With two
+ * types it is not: halves of the same byte size (F16 and BF16) are joined anyway and one half
+ * is read in the other's format; halves of different sizes (Q8_0 and F16) fail its load op,
+ * and llama.cpp then reads the enlarged slot from ffn_up's offset on (wrong weights). Under
+ * `native` both halves are widened to F32 first (the named fix; the reference's own rule for
+ * its other mixed-type merges); under `reference` the raw join is reproduced where it loads,
+ * and the size mismatch is refused (a typed error rather than a file of wrong weights).
+ */
+function fuseGateUp(t: Translation, b: number): void {
+  const [gateName, upName] = [`blk.${b}.ffn_gate.weight`, `blk.${b}.ffn_up.weight`];
+  const gate = t.tensor(gateName);
+  const up = t.tensor(upName);
+  if (gate === undefined || up === undefined) return;
+  let widen = false;
+  if (gate.type !== up.type) {
+    t.fix({
+      name: "glmocr-ffn-gate-up-mixed-types-f32",
+      reason:
+        "the reference joins ffn_gate and ffn_up's bytes raw into ffn_up's type: with two types one half is read in the other's format (F16 and BF16), or its load op fails and llama.cpp reads the fused slot from the wrong bytes (Q8_0 and F16); both halves are widened to F32 first, values kept",
+      needed: () => true,
+      apply: () => {
+        widen = true;
+      },
+    });
+  }
+  if (gate.type === up.type || widen) {
+    t.concatTensors(upName, [gateName, upName], 1, "ffn_gate+ffn_up");
+    return;
+  }
+  const shape = [up.shape[0]!, up.shape[1]! * 2, ...up.shape.slice(2)];
+  const gateBytes = tensorByteSize(gate.type, gate.shape);
+  if (gateBytes !== tensorByteSize(up.type, up.shape)) {
+    throw new TranslationError(
+      "MIXED_TYPES",
+      `${gateName} (type ${gate.type}) and ${upName} (type ${up.type}) differ in size, so the reference's raw gate+up join fails here and llama.cpp would load wrong weights; translate with the native profile, which widens both to F32`,
+      { handler: "glmocr", tensor: upName },
+    );
+  }
+  t.op(upName, {
+    label: "concat ffn_gate+ffn_up (raw bytes, as the reference)",
+    inputs: [gateName, upName],
+    type: up.type,
+    shape,
+    compute: ([g, u]) => concat([{ data: g!.bytes, shape: u!.shape }, { data: u!.bytes, shape: u!.shape }], up.type, 1).data,
+  });
+}
 
 /** The id of <|user|> when Ollama's eos_token_ids (from generation_config) lists it. */
 function userTurnId(t: Translation): number | undefined {

@@ -158,6 +158,26 @@ function renameMtpTensor(t: Translation, from: string, to: string, alreadyShifte
   });
 }
 
+/**
+ * Whether a stack of MTP experts of more than one type is made (widened to F32). The
+ * reference refuses it (an error in its log; the experts stay hidden, the MTP block is
+ * incomplete and llama.cpp rejects the file: missing tensor blk.<n>.ffn_*_exps.weight).
+ * Widening keeps every value, so `native` stacks them (the named fix).
+ */
+function stacksMixedExperts(t: Translation, convertible: boolean): boolean {
+  let stack = false;
+  t.fix({
+    name: "qwen35moe-mtp-mixed-experts-f32",
+    reason:
+      "the reference refuses to stack MTP experts (mtp.layers.<i>.mlp.experts.<e>.*) of different types, so the MTP block misses its expert tensors and llama.cpp rejects the file; widened to F32 they stack with every value kept",
+    needed: () => convertible,
+    apply: () => {
+      stack = true;
+    },
+  });
+  return stack;
+}
+
 const EXPERT_PROJECTIONS: ReadonlyArray<readonly [from: string, to: string]> = [
   ["gate_proj.weight", "ffn_gate_exps.weight"],
   ["up_proj.weight", "ffn_up_exps.weight"],
@@ -188,9 +208,7 @@ function stackMtpExperts(t: Translation, i: number, block: number): void {
     if (!tensors.every((x) => is2d(x.shape) && x.shape[0] === ne0 && (x.shape[1] ?? 1) === (ne1 ?? 1))) continue;
     const type = tensors[0]!.type;
     const mixed = tensors.some((x) => x.type !== type);
-    // The reference refuses experts of mixed types (the MTP block is then incomplete and llama.cpp
-    // rejects the file); promoting all of them to F32 keeps every value and loads.
-    if (mixed && !tensors.every((x) => canConvertToF32(x.type))) continue;
+    if (mixed && !stacksMixedExperts(t, tensors.every((x) => canConvertToF32(x.type)))) continue;
     const outType = mixed ? GgmlType.F32 : type;
     const dest2d = [ne0!, ne1 ?? 1];
     const destName = `blk.${block}.${dest}`;

@@ -1,10 +1,10 @@
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { GgmlType, GgufModel, GgufValueType, readGguf } from "@compat/gguf";
-import { readTensorBytes, translateModel } from "@compat/handlers";
+import { readTensorBytes, translate, translateModel, type TranslationProfile } from "@compat/handlers";
 import { generateFixture, killAllSpawned, writeFixture } from "@compat/testkit";
 import { addF32, tempDir } from "../helpers";
-import { expectServerAnswersLikeTwin, proveHandler, serverStopsAt, type HandlerProof } from "../proof";
+import { COMPUTES_DIFFERENTLY, distributionDistance, expectServerAnswersLikeTwin, proveHandler, serverStopsAt, type HandlerProof } from "../proof";
 import type { TwinOptions } from "../twin";
 
 const dir = tempDir();
@@ -90,7 +90,7 @@ async function expectFusedGateUp(p: HandlerProof, ollamaPath: string): Promise<v
   }
 }
 
-async function prove(seed: number, opts: { variant?: string; sourceDtype?: "f16" | "bf16"; twin?: TwinOptions } = {}) {
+async function prove(seed: number, opts: { variant?: string; sourceDtype?: "f16" | "bf16"; twin?: TwinOptions; profile?: TranslationProfile } = {}) {
   const d = await dir();
   const p = await proveHandler(d, "glmocr", { seed, nativeTwin: true, profile: "reference", ...opts, twin: { ...REFERENCE_GAPS, ...opts.twin } });
   const ollama = await writeFixture(generateFixture("glmocr", { seed, layout: "ollama", ...opts }), d);
@@ -152,10 +152,11 @@ describe("glmocr handler (GLM-OCR as Ollama converted it: split gate/up, no Next
     await expectServerAnswersLikeTwin(p);
   });
 
-  it("mixed Q8_0 gate + F16 up: both halves are widened to F32 before the concat (a raw concat would not fit)", async () => {
+  it("mixed Q8_0 gate + F16 up, native: both halves are widened to F32 before the concat (a raw concat would not fit)", async () => {
     const fused = Array.from({ length: BLOCKS }, (_, b) => `blk.${b}.ffn_up.weight`);
-    const { p, ollamaPath } = await prove(8, { variant: "mixed", twin: { layoutMayDiffer: fused } });
+    const { p, ollamaPath } = await prove(8, { variant: "mixed", profile: "native", twin: { ...NATIVE_GAPS, layoutMayDiffer: fused } });
     expectCommon(p);
+    expect(p.view.report.fixes.map((f) => f.name)).toEqual(["glmocr-ffn-gate-up-mixed-types-f32", "glmocr-user-turn-end"]);
     const source = await readGguf(ollamaPath);
     try {
       const gate = source.findTensor("blk.0.ffn_gate.weight")!;
@@ -170,6 +171,53 @@ describe("glmocr handler (GLM-OCR as Ollama converted it: split gate/up, no Next
     expect(p.translatedModel.findTensor("blk.0.ffn_up.weight")).toMatchObject({ type: GgmlType.F32, shape: [32, 128] });
     await expectFusedGateUp(p, ollamaPath);
   });
+});
+
+describe("glmocr handler: gate and up of two types", () => {
+  const fused = Array.from({ length: BLOCKS }, (_, b) => `blk.${b}.ffn_up.weight`);
+
+  it("mixed Q8_0 gate + F16 up, reference: refused with a typed error naming the tensor (its raw join does not fit, and llama.cpp would read wrong bytes)", async () => {
+    const ollama = generateFixture("glmocr", { seed: 8, layout: "ollama", variant: "mixed" });
+    expect(() => translateModel(ollama.text, { profile: "reference" })).toThrow(expect.objectContaining({ code: "MIXED_TYPES", tensor: "blk.0.ffn_up.weight" }));
+    const path = (await writeFixture(ollama, join(await dir(), "mixed-reference"))).text;
+    await expect(translate(path, { profile: "reference" })).rejects.toMatchObject({ code: "MIXED_TYPES", handler: "glmocr" });
+  });
+
+  it("mixed-bf16 (BF16 gate + F16 up): the reference joins the bytes raw into F16 and llama.cpp computes another model; native widens both to F32 and computes the twin's", async () => {
+    const d = join(await dir(), "mixed-bf16");
+    const native = await proveHandler(d, "glmocr", { seed: 9, variant: "mixed-bf16", nativeTwin: true, twin: { ...NATIVE_GAPS, layoutMayDiffer: fused } });
+    expectCommon(native);
+    expect(native.view.report.fixes.map((f) => f.name)).toEqual(["glmocr-ffn-gate-up-mixed-types-f32", "glmocr-user-turn-end"]);
+    expect(native.translatedModel.findTensor("blk.0.ffn_up.weight")).toMatchObject({ type: GgmlType.F32, shape: [32, 128] });
+    const ollamaPath = (await writeFixture(generateFixture("glmocr", { seed: 9, layout: "ollama", variant: "mixed-bf16" }), d)).text;
+    await expectFusedGateUp(native, ollamaPath);
+
+    const reference = await proveHandler(d, "glmocr", { seed: 9, variant: "mixed-bf16", profile: "reference", twin: { ...REFERENCE_GAPS, compareData: true } });
+    expect(reference.view.report.gapsKept.map((f) => f.name)).toEqual(["glmocr-ffn-gate-up-mixed-types-f32", "glmocr-user-turn-end"]);
+    // the reference's slot: F16, gate's BF16 bits then up's F16 bits, byte for byte
+    const source = await readGguf(ollamaPath);
+    const translated = await readGguf(reference.outPath);
+    try {
+      for (let b = 0; b < BLOCKS; b++) {
+        const got = translated.findTensor(`blk.${b}.ffn_up.weight`)!;
+        expect(got).toMatchObject({ type: GgmlType.F16, shape: [32, 128] });
+        const [gate, up] = [source.findTensor(`blk.${b}.ffn_gate.weight`)!, source.findTensor(`blk.${b}.ffn_up.weight`)!];
+        expect([gate.type, up.type]).toEqual([GgmlType.BF16, GgmlType.F16]);
+        const raw = Buffer.concat([await readTensorBytes(gate.data), await readTensorBytes(up.data)]);
+        expect(Buffer.from(await readTensorBytes(got.data)).equals(raw)).toBe(true);
+      }
+    } finally {
+      await source.close();
+      await translated.close();
+    }
+    expect(reference.diff.data.sort()).toEqual([...fused].sort());
+    // real llama.cpp: the native output scores next tokens as the twin does (its F32 slot against
+    // the twin's F16 only changes the rounding of the activations), the reference output does not
+    const twin = native.twin!.paths.text;
+    const [ours, theirs] = [await distributionDistance(native.outPath, twin), await distributionDistance(reference.outPath, twin)];
+    expect(ours).toBeLessThan(COMPUTES_DIFFERENTLY);
+    expect(theirs).toBeGreaterThan(COMPUTES_DIFFERENTLY);
+  }, 300_000);
 });
 
 describe("glmocr handler, native profile", () => {

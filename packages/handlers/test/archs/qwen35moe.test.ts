@@ -4,8 +4,8 @@ import { readTensorBytes, translateModel } from "@compat/handlers";
 import { killAllSpawned, runLoaderInSubprocess } from "@compat/testkit";
 import { addF32, tempDir } from "../helpers";
 import { join } from "node:path";
-import { proveHandler } from "../proof";
-import { expectNativeProfile, MTP_BLOCK, MTP_NORM_SHIFTS, proveQwen35Reference, twinOptions } from "./qwen35-family";
+import { NO_DIFFERENCES, proveHandler } from "../proof";
+import { expectMtpDrafts, expectNativeProfile, MTP_BLOCK, MTP_NORM_SHIFTS, proveQwen35Reference, twinOptions } from "./qwen35-family";
 
 const dir = tempDir();
 afterAll(() => killAllSpawned());
@@ -39,21 +39,10 @@ describe("qwen35moe handler (Qwen 3.5 MoE as Ollama's legacy converter wrote it)
       markers: ["kv qwen35moe.ssm.v_head_reordered", "kv qwen35moe.feed_forward_length", "kv qwen35moe.rope.mrope_interleaved"],
       ops: [],
     },
-    {
-      // the reference refuses to stack experts of mixed types (then llama.cpp misses the MTP block's
-      // ffn_gate_exps); we promote that stack to F32, which keeps every value
-      variant: "35b-a3b-mixed",
-      sourceDtype: "f16" as const,
-      mtp: true,
-      markers: ["kv qwen35moe.ssm.v_head_reordered", "kv qwen35moe.feed_forward_length", "kv qwen35moe.rope.mrope_interleaved", "embedded MTP tensors mtp.*"],
-      ops: [...MTP_NORM_SHIFTS, `blk.${MTP_BLOCK}.ffn_down_exps.weight <- stack experts`, `blk.${MTP_BLOCK}.ffn_gate_exps.weight <- stack experts (promoted to F32)`, `blk.${MTP_BLOCK}.ffn_up_exps.weight <- stack experts`],
-      layout: [`blk.${MTP_BLOCK}.ffn_gate_exps.weight`],
-    },
   ])("$variant ($sourceDtype): fixes hparams, renames ssm_dt, moves the MTP head to block 2 (norms +1, experts stacked), hides v.*; real llama.cpp loads it; matches the native twin", async (c) => {
     const loadTwin = (c.variant === "35b-a3b" || c.variant === "35b-a3b-text") && c.sourceDtype === "f16";
     const p = await proveQwen35Reference(await dir(), "qwen35moe", SEED, c, loadTwin);
     if (c.variant === "35b-a3b" && c.sourceDtype === "f16") referenceOut = p.outPath;
-    if (c.variant === "35b-a3b-mixed") await expectRejectedWithoutStack(p.outPath);
   });
 
   it("native profile (qwen35moe-mtp-norms-once): the MTP layer norms equal the twin's; llama-server's MTP head drafts the twin's tokens, the reference output's MTP head drafts others", async () => {
@@ -62,24 +51,28 @@ describe("qwen35moe handler (Qwen 3.5 MoE as Ollama's legacy converter wrote it)
   });
 });
 
-/**
- * Why the mixed-type stack is promoted rather than skipped as the reference does: without
- * it the MTP block lacks ffn_gate_exps, and llama.cpp refuses the file even when it does not
- * load the MTP head (a skipped tensor must still exist).
- */
-async function expectRejectedWithoutStack(outPath: string): Promise<void> {
-  const name = `blk.${MTP_BLOCK}.ffn_gate_exps.weight`;
-  const m = await readGguf(outPath);
-  const without = outPath.replace(/\.gguf$/, "-without-gate-stack.gguf");
-  try {
-    m.dropTensor(name);
-    await writeGguf(m, without);
-  } finally {
-    await m.close();
-  }
-  const load = await runLoaderInSubprocess(without, { maxTokens: 1 });
-  expect(load.ok ? "loaded" : load.error).toContain(`missing tensor '${name}'`);
-}
+describe("qwen35moe handler: MTP experts of two types (35b-a3b-mixed)", () => {
+  const gate = `blk.${MTP_BLOCK}.ffn_gate_exps.weight`;
+
+  it("native (qwen35moe-mtp-mixed-experts-f32): the gate experts stack as F32; real llama.cpp loads the file and its MTP head drafts", async () => {
+    const p = await proveHandler(join(await dir(), "mixed-native"), "qwen35moe", { seed: SEED, variant: "35b-a3b-mixed", twin: twinOptions(true, true, [gate]) });
+    expect(p.view.report.fixes.map((f) => f.name)).toEqual(["qwen35moe-mtp-norms-once", "qwen35moe-mtp-mixed-experts-f32"]);
+    expect(p.view.report.ops.map((o) => `${o.tensor} <- ${o.label}`)).toContain(`${gate} <- stack experts (promoted to F32)`);
+    expect(p.translatedModel.findTensor(gate)?.type).toBe(GgmlType.F32);
+    expect(p.diff).toEqual(NO_DIFFERENCES);
+    expect(p.load.ok ? p.load.tokens.length : p.load.error).toBe(4);
+    await expectMtpDrafts(p.outPath);
+  });
+
+  it("reference: that stack is refused as the reference refuses it; llama.cpp then rejects the file", async () => {
+    const p = await proveHandler(join(await dir(), "mixed-reference"), "qwen35moe", { seed: SEED, variant: "35b-a3b-mixed", profile: "reference", twin: twinOptions(true, true) });
+    expect(p.view.report.gapsKept.map((f) => f.name)).toEqual(["qwen35moe-mtp-norms-once", "qwen35moe-mtp-mixed-experts-f32"]);
+    expect(p.translatedModel.hasTensor(gate)).toBe(false);
+    expect(p.diff.missingTensors).toEqual([gate]);
+    // a skipped MTP tensor must still exist: llama.cpp refuses the file even without loading the MTP head
+    expect(p.load.ok ? "loaded" : p.load.error).toContain(`missing tensor '${gate}'`);
+  });
+});
 
 /** A bare Ollama-style qwen35moe model: 2 trunk blocks plus whatever MTP tensors the case adds. */
 function bareQwen35moe(mtp: Array<[name: string, shape: number[], type?: number]>): GgufModel {

@@ -79,6 +79,8 @@ export interface ToolRunOptions {
   timeoutMs?: number;
   /** Extra command-line arguments, appended. */
   args?: string[];
+  /** Extra environment variables for the tool (e.g. MTMD_DEBUG_EMBEDDINGS). */
+  env?: Readonly<Record<string, string>>;
 }
 
 /** `llama-quantize input output type` (e.g. "Q8_0"); ok when it exits 0. */
@@ -109,7 +111,7 @@ export async function runMtmdCli(options: MtmdCliOptions): Promise<ProcessResult
     ...["-n", String(nPredict), "--temp", "0", "--seed", "0", "-c", "1024", "-t", "2", "--no-warmup"],
     ...(options.args ?? []),
   ];
-  return runProcess(tools.mtmdCli, args, { timeoutMs: options.timeoutMs, env: toolEnv(tools) });
+  return runProcess(tools.mtmdCli, args, { timeoutMs: options.timeoutMs, env: { ...toolEnv(tools), ...options.env } });
 }
 
 /**
