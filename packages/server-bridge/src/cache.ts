@@ -3,6 +3,7 @@ import { createReadStream } from "node:fs";
 import { mkdir, open, readdir, readFile, realpath, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
+import { processAlive, sweepTempFiles, tempPathFor, writeFileAtomic } from "@compat/gguf";
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
 import { BridgeError } from "./errors";
 
@@ -216,7 +217,7 @@ export class TranslationCache {
   private async write(key: string, view: TranslatedView, meta: EntryMeta, opts: ObtainOptions): Promise<void> {
     const tmpBase = join(this.dir, "tmp");
     await mkdir(tmpBase, { recursive: true });
-    const staging = join(tmpBase, `${key}.${process.pid}.${randomBytes(4).toString("hex")}`);
+    const staging = tempPathFor(join(tmpBase, key));
     await mkdir(staging);
     try {
       if (opts.signal?.aborted) throw aborted(meta.source);
@@ -238,23 +239,17 @@ export class TranslationCache {
   }
 
   /**
-   * What killed writers left: their staging directories (`tmp/<key>.<pid>.<hex>`), their
+   * What killed writers left: their staging directories (`tmp/.<key>.<pid>.<hex>.tmp`), their
    * lock files (a writer killed after its rename, before its unlock, would otherwise keep
    * its entry from ever being evicted) and their digest memo temp files. Only files of
-   * processes that are gone are touched.
+   * processes that are gone are touched (@compat/gguf's sweepTempFiles, the one sweep).
    */
   private async sweepLeftovers(): Promise<void> {
-    const tmpBase = join(this.dir, "tmp");
-    for (const name of await readdir(tmpBase).catch(() => [] as string[])) {
-      if (dead(Number(name.split(".")[1]))) await rm(join(tmpBase, name), { recursive: true, force: true });
-    }
+    await sweepTempFiles(join(this.dir, "tmp"));
     for (const name of await readdir(join(this.dir, "locks")).catch(() => [] as string[])) {
       if (name.endsWith(".lock")) await this.removeStaleLock(join(this.dir, "locks", name));
     }
-    for (const name of await readdir(this.dir).catch(() => [] as string[])) {
-      const m = /^digests\.json\.(\d+)\.tmp$/.exec(name);
-      if (m && dead(Number(m[1]))) await rm(join(this.dir, name), { force: true });
-    }
+    await sweepTempFiles(this.dir, "digests.json");
   }
 
   /** Removes a lock file whose owner process is gone; true if it did. */
@@ -314,9 +309,7 @@ export class TranslationCache {
     const digest = `sha256:${hash.digest("hex")}`;
     memo[id] = digest;
     await mkdir(this.dir, { recursive: true });
-    const tmp = `${memoPath}.${process.pid}.tmp`;
-    await writeFile(tmp, JSON.stringify(memo));
-    await rename(tmp, memoPath);
+    await writeFileAtomic(memoPath, JSON.stringify(memo));
     return digest;
   }
 }
@@ -325,18 +318,9 @@ function sha256(bytes: Uint8Array): string {
   return createHash("sha256").update(bytes).digest("hex");
 }
 
-/** A pid (from a file name or lock) of a process that no longer exists; not ours, not garbage. */
+/** A lock owner's pid of a process that no longer exists; not ours, not garbage. */
 function dead(pid: number): boolean {
-  return Number.isInteger(pid) && pid > 0 && pid !== process.pid && !alive(pid);
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
-  }
+  return Number.isInteger(pid) && pid > 0 && pid !== process.pid && !processAlive(pid);
 }
 
 async function exists(path: string): Promise<boolean> {

@@ -211,9 +211,9 @@ describe("translation cache", () => {
     });
     const key = new TranslationCache({ dir }).keyFor(s13.modelDigest!, "text");
     await writeFile(join(dir, "locks", `${key}.lock`), `${deadPid} 0123456789ab`);
-    await mkdir(join(dir, "tmp", `${key}.${deadPid}.00000000`), { recursive: true });
-    await writeFile(join(dir, "tmp", `${key}.${deadPid}.00000000`, ".model.gguf.tmp"), "partial");
-    await writeFile(join(dir, `digests.json.${deadPid}.tmp`), "{");
+    await mkdir(join(dir, "tmp", `.${key}.${deadPid}.00000000.tmp`), { recursive: true });
+    await writeFile(join(dir, "tmp", `.${key}.${deadPid}.00000000.tmp`, `.model.gguf.${deadPid}.00000000.tmp`), "partial");
+    await writeFile(join(dir, `.digests.json.${deadPid}.00000000.tmp`), "{");
     // a live process's lock is left alone
     const liveKey = "f".repeat(40);
     await writeFile(join(dir, "locks", `${liveKey}.lock`), `${process.pid} 0123456789ab`);
@@ -256,7 +256,7 @@ describe("translation cache", () => {
     const model = await store.resolve("gemma3:s10");
     const key = cache.keyFor(model.modelDigest!, "text");
     await mkdir(join(dir, "locks"), { recursive: true });
-    await mkdir(join(dir, "tmp", `${key}.999999999.dead`), { recursive: true });
+    await mkdir(join(dir, "tmp", `.${key}.999999999.dead.tmp`), { recursive: true });
     await writeFile(join(dir, "locks", `${key}.lock`), "999999999 dead");
     const r = await prepareModel(model, { cache, ...noClip });
     expect(r.cacheHit).toBe(false);

@@ -1,14 +1,27 @@
-// Node-only: atomic file output. Kept apart so browser bundles do not pull in node:fs.
+// Node-only: atomic file output, and the sweep of what killed writers left. The browser build
+// swaps this module for node-io.browser.ts, so a bundle never pulls in node:fs.
 import { randomBytes } from "node:crypto";
 import { constants } from "node:fs";
-import { open, readdir, rename, unlink, type FileHandle } from "node:fs/promises";
+import { open, readdir, rename, rm, type FileHandle } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { GgufError } from "./errors";
 import type { RangeCopier } from "./types";
-import { tempFileName, tempFilePid, trackTempFile, untrackTempFile } from "./temp-files";
+import { processAlive, tempFileName, tempFileOwner, trackTempFile, untrackTempFile } from "./temp-files";
 
-/** Appends `length` bytes of another open file at the write position with `copier`; false when it declined. */
-export type FileCopy = (copier: RangeCopier, srcFd: number, srcOffset: number, length: number) => Promise<boolean>;
+/** What a writeFileAtomic producer writes through: bytes, or ranges of another open file. */
+export interface AtomicFileOutput {
+  /** Appends `chunk`; the chunk may be reused once this resolves. */
+  write(chunk: Uint8Array): Promise<void>;
+  /**
+   * Appends `length` bytes of the open file `srcFd` from `srcOffset`, copied in the kernel by
+   * `copier` (e.g. @compat/tensor-ops' kernelRangeCopier()). False when the copier declined
+   * before the first byte: nothing was appended, write the bytes instead.
+   */
+  copyRange(copier: RangeCopier, srcFd: number, srcOffset: number, length: number): Promise<boolean>;
+}
+
+/** The content of an atomic write: bytes, text (UTF-8), or a producer that streams it. */
+export type AtomicFileContent = Uint8Array | string | ((out: AtomicFileOutput) => Promise<void>);
 
 /**
  * Bytes written between two write-behind flushes. While the writer goes on, an fdatasync of
@@ -19,18 +32,15 @@ export type FileCopy = (copier: RangeCopier, srcFd: number, srcOffset: number, l
 const WRITE_BEHIND = 64 * 1024 * 1024;
 
 /**
- * Write a file atomically: `produce` streams chunks into a temp file in the same directory,
- * which is fsynced and renamed over `path`. On any error the temp file is removed; temp
- * files that dead processes left for the same output (a SIGKILL mid-write) are removed first.
+ * Writes a file atomically: the content goes into a temp file next to `path`
+ * (`.NAME.PID.HEX.tmp`), which is fsynced and renamed over `path`, so `path` is either its old
+ * self or complete. On any error the temp file is removed; temp files that dead processes left
+ * for the same output (a SIGKILL mid-write) are removed first. Returns the bytes written.
  */
-export async function writeFileAtomic(
-  path: string,
-  produce: (write: (chunk: Uint8Array) => Promise<void>, copy: FileCopy) => Promise<void>,
-): Promise<number> {
-  const dir = dirname(path);
-  const base = basename(path);
-  await removeStaleTempFiles(dir, base);
-  const tmp = join(dir, tempFileName(base, process.pid, randomBytes(6).toString("hex")));
+export async function writeFileAtomic(path: string, content: AtomicFileContent): Promise<number> {
+  const produce = typeof content === "function" ? content : bytesOf(content);
+  await sweepTempFiles(dirname(path), basename(path));
+  const tmp = tempPathFor(path);
   let fh;
   try {
     fh = await open(tmp, "wx");
@@ -56,7 +66,7 @@ export async function writeFileAtomic(
   try {
     const handle = fh;
     // In write-behind-sized pieces, so a long range does not leave all of its flushing to the end.
-    const copy: FileCopy = async (copier, srcFd, srcOffset, length) => {
+    const copyRange: AtomicFileOutput["copyRange"] = async (copier, srcFd, srcOffset, length) => {
       for (let done = 0; done < length; ) {
         // pieces end on the source's multiples of WRITE_BEHIND: block boundaries, where extents can be shared
         const n = Math.min(WRITE_BEHIND - ((srcOffset + done) % WRITE_BEHIND), length - done);
@@ -83,7 +93,7 @@ export async function writeFileAtomic(
       }
       return true;
     };
-    await produce(async (chunk) => {
+    const write: AtomicFileOutput["write"] = async (chunk) => {
       let off = 0;
       while (off < chunk.length) {
         let bytesWritten: number;
@@ -96,7 +106,8 @@ export async function writeFileAtomic(
         pos += bytesWritten;
       }
       writeBehind(handle);
-    }, copy);
+    };
+    await produce({ write, copyRange });
     try {
       await flushing;
       if (flushError !== undefined) throw flushError;
@@ -120,7 +131,7 @@ export async function writeFileAtomic(
   } finally {
     await flushing; // never close the descriptor under a flush still using it
     if (fh !== undefined) await fh.close().catch(() => undefined);
-    if (!done) await unlink(tmp).catch(() => undefined);
+    if (!done) await rm(tmp, { force: true }).catch(() => undefined);
     untrackTempFile(tmp);
   }
   return pos;
@@ -140,25 +151,39 @@ function writeError(path: string, offset: number, cause: unknown): GgufError {
   return new GgufError("IO", `cannot write: ${what}`, { source: path, offset, cause });
 }
 
-async function removeStaleTempFiles(dir: string, base: string): Promise<void> {
+/**
+ * A fresh temp path next to `path` in the one naming (`.NAME.PID.HEX.tmp`), for an output that is
+ * not a single file (a directory staged there and renamed over `path` by the caller):
+ * sweepTempFiles removes it once this process is gone.
+ */
+export function tempPathFor(path: string): string {
+  return join(dirname(path), tempFileName(basename(path), process.pid, randomBytes(6).toString("hex")));
+}
+
+function bytesOf(content: Uint8Array | string): (out: AtomicFileOutput) => Promise<void> {
+  const bytes = typeof content === "string" ? new TextEncoder().encode(content) : content;
+  return (out) => out.write(bytes);
+}
+
+/**
+ * Removes the temp files (or staged directories) in `dir` named by tempPathFor whose writing
+ * process is gone: what a writer killed mid-write leaves. Only `base`'s when given. A live
+ * writer's, and this process's, are never touched. Returns the names removed.
+ */
+export async function sweepTempFiles(dir: string, base?: string): Promise<string[]> {
   let entries: string[];
   try {
     entries = await readdir(dir);
   } catch {
-    return; // the open below reports a missing or unreadable directory
+    return []; // a missing or unreadable directory: the write itself reports it
   }
+  const removed: string[] = [];
   for (const entry of entries) {
-    const pid = tempFilePid(entry, base);
-    if (pid === undefined || pid === process.pid || processAlive(pid)) continue;
-    await unlink(join(dir, entry)).catch(() => undefined);
+    const owner = tempFileOwner(entry);
+    if (owner === undefined || (base !== undefined && owner.base !== base)) continue;
+    if (owner.pid === process.pid || processAlive(owner.pid)) continue;
+    await rm(join(dir, entry), { recursive: true, force: true }).catch(() => undefined);
+    removed.push(entry);
   }
-}
-
-function processAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
-  }
+  return removed;
 }
