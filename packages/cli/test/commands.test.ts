@@ -11,13 +11,14 @@ import { SourceMap, type SourceMapPayload } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { writeGguf } from "@compat/gguf";
+import { serializeGguf, writeGguf } from "@compat/gguf";
 import { TRANSLATION_PROFILES } from "@compat/handlers";
 import { buildOllamaStore, LlamaChild, freePort, waitHealthy } from "@compat/server-bridge";
-import { findLlamaTools, generateFixtureFiles, generateFixtureSpecs, toGgufModel } from "@compat/testkit";
+import { findLlamaTools, generateFixture, generateFixtureFiles, generateFixtureSpecs, toGgufModel } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI_BUNDLE, loadBundle, readCodeCache } from "../src/bundle-loader";
 import { PROFILES } from "../src/cli";
+import { DEMO_FIXTURE } from "../src/demo-fixture";
 import { runToEnd, type Run } from "./helpers";
 
 interface V8Script {
@@ -435,6 +436,14 @@ describe("export (real llama-server --models-dir)", () => {
 });
 
 describe("demo (real llama-server)", () => {
+  it("ships its model as a file of its own: the built dist/demo-model.gguf is the testkit's gemma3 4b-vision Ollama fixture, byte for byte", async () => {
+    const { arch, ...options } = DEMO_FIXTURE;
+    const expected = await serializeGguf(generateFixture(arch, options).text);
+    expect(Buffer.from(readFileSync(join(pkg, "dist", "demo-model.gguf"))).equals(Buffer.from(expected))).toBe(true);
+    // and the shipped code does not reach for the unpublished testkit
+    expect(readFileSync(join(pkg, "dist", "cli.cjs"), "utf8")).not.toMatch(/testkit|generateFixture/);
+  });
+
   it("builds the tiny Ollama vision model, detects, translates and serves it: a text and an image answer", async () => {
     const r = await cli(["demo"], { ...needsLlama(), OLLAMA_MODELS: join(dir, "no-store") });
     expect(r.code, r.stdout + r.stderr).toBe(0);

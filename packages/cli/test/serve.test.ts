@@ -3,10 +3,10 @@ import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { findLlamaTools, generateFixture, generateFixtureFiles, writeWithZeroTail } from "@compat/testkit";
 import { buildOllamaStore, ModelStore, prepareModel, TranslationCache } from "@compat/server-bridge";
-import { bin, exited, tsx } from "./helpers";
+import { bin, ensureDemoModel, exited, tsx } from "./helpers";
 
 const dirs: string[] = [];
 const children: ChildProcess[] = [];
@@ -15,6 +15,7 @@ async function temp(): Promise<string> {
   dirs.push(d);
   return d;
 }
+beforeAll(ensureDemoModel);
 afterEach(() => {
   for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
 });
