@@ -20,7 +20,7 @@ if [ -z "$src" ]; then
     console.log((await writeFixture(f, process.argv[1])).text);' "$scratch")
 fi
 
-packages=(gguf tensor-ops handlers clip server-bridge cli)
+packages=(gguf tensor-ops handlers clip views server-bridge cli)
 mkdir -p "$scratch/tarballs" "$scratch/app"
 for p in "${packages[@]}"; do
   # publint: exports, files and types resolve as published

@@ -29,7 +29,7 @@ export default [
     // a third less to read and hand to V8 at every start; names stay, for stack traces
     minifyWhitespace: true,
     minifySyntax: true,
-    noExternal: ["commander", "@compat/gguf", "@compat/handlers", "@compat/clip", "@compat/server-bridge", "@compat/tensor-ops"],
+    noExternal: ["commander", "@compat/gguf", "@compat/handlers", "@compat/clip", "@compat/views", "@compat/server-bridge", "@compat/tensor-ops"],
     // a fresh id per build: scripts/code-cache.ts stamps the cache with it, src/bin.ts compares (src/bundle-loader.ts)
     footer: { js: `// ollama-compat build ${randomUUID()}` },
     banner: { js: '"use strict";\nconst __tensorOpsUrl = () => require("node:url").pathToFileURL(require.resolve("@compat/tensor-ops")).href;' },

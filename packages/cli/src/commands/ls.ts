@@ -1,13 +1,14 @@
 import type { TranslationProfile } from "@compat/handlers";
-import { readGguf } from "@compat/gguf";
-import { translate } from "@compat/handlers";
 import { ModelStore, TranslationCache, type ResolvedModel } from "@compat/server-bridge";
+import { openViews, type FileStatus } from "@compat/views";
 import { humanBytes } from "../format";
 import type { CliIo } from "../io";
-import { ollamaWriterMarkers } from "../ollama-written";
-import { unsupportedArch } from "./detect";
 
-export type ModelStatus = "native" | "translatable" | "cached" | "not supported";
+/**
+ * @compat/views' status of the model file, with `supported` told apart by what serving it takes:
+ * `translatable` (a translation to write) or `cached` (its text translation is in the cache).
+ */
+export type ModelStatus = Exclude<FileStatus, "supported"> | "translatable" | "cached";
 
 export interface ListedModel {
   name: string;
@@ -21,27 +22,20 @@ export interface ListedModel {
 /** Reads a model's header and decides what serving it takes. */
 async function statusOf(m: ResolvedModel, cache: TranslationCache, env: Record<string, string | undefined>): Promise<ListedModel> {
   const base = { name: m.name, size: m.size };
-  let source;
+  let views;
   try {
-    source = await readGguf(m.modelPath);
+    views = await openViews(m.modelPath, { env, profile: cache.profile, projectors: m.projectors });
   } catch (e) {
-    return { ...base, status: "not supported", reason: (e as Error).message.split("\n")[0] };
-  }
-  const architecture = source.getString("general.architecture", "?");
-  // translate() owns the source from here: it closes it when there is nothing to do
-  const view = await translate(source, { env, profile: cache.profile });
-  if (!view) {
-    // the same verdict as `detect`: Ollama wrote it, and neither a handler nor llama.cpp knows the arch
-    const unsupported = unsupportedArch(ollamaWriterMarkers(source), architecture);
-    await source.close();
-    if (unsupported) return { ...base, architecture, status: "not supported", reason: `no handler, and llama.cpp has no architecture "${architecture}"` };
-    return { ...base, architecture, status: "native" };
+    return { ...base, status: "not-supported", reason: (e as Error).message.split("\n")[0] };
   }
   try {
-    const cached = m.modelDigest ? await cache.has(m.modelDigest, "text", view) : false;
+    const { status, architecture, text } = views;
+    if (status === "not-supported") return { ...base, architecture, status, reason: `no handler, and llama.cpp has no architecture "${architecture}"` };
+    if (status !== "supported") return { ...base, architecture, status };
+    const cached = text !== null && m.modelDigest ? await cache.has(m.modelDigest, "text", text) : false;
     return { ...base, architecture, status: cached ? "cached" : "translatable" };
   } finally {
-    await view.close();
+    await views.close();
   }
 }
 
@@ -51,7 +45,7 @@ export async function lsCommand(opts: { json?: boolean; models?: string; cacheDi
   const cache = new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}), ...(opts.profile ? { profile: opts.profile } : {}) });
   const rows: ListedModel[] = [];
   for (const e of await store.list()) {
-    if (e.error) rows.push({ name: e.name, size: 0, status: "not supported", reason: e.error.message.split("\n")[0] });
+    if (e.error) rows.push({ name: e.name, size: 0, status: "not-supported", reason: e.error.message.split("\n")[0] });
     else rows.push(await statusOf(e.model!, cache, io.env));
   }
   if (opts.json) {

@@ -1,15 +1,12 @@
 import { statSync } from "node:fs";
 import { stat } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
-import { readGguf } from "@compat/gguf";
-import { formatReport, translateModel, type TranslatedView, type TranslationProfile } from "@compat/handlers";
-import { clipViewModel } from "@compat/clip";
+import { formatReport, type TranslatedView, type TranslationProfile } from "@compat/handlers";
+import { openViews } from "@compat/views";
 import { CliError } from "../errors";
 import { groupThousands } from "../format";
 import type { CliIo } from "../io";
-import { ollamaWriterMarkers } from "../ollama-written";
 import { progressBar } from "../progress";
-import { unsupportedArch } from "./detect";
 import { resolveInput } from "./resolve";
 
 export interface TranslateFlags {
@@ -61,19 +58,17 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
   if (opts.output !== undefined && opts.mmproj !== undefined && resolve(opts.output) === resolve(opts.mmproj)) {
     throw new CliError("usage", "-o and --mmproj must be different files");
   }
-  const model = await readGguf(await resolveInput(file, io));
+  const views = await openViews(await resolveInput(file, io), { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
   try {
-    const text = translateModel(model, { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
-    const clip = clipViewModel(model, { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
+    const text = views.text;
+    const clip = views.mmproj?.kind === "view" ? views.mmproj.view : null;
+    if (views.status === "not-supported") {
+      throw new CliError(
+        "not-supported",
+        `${file}: Ollama-format (${views.ollamaWriter!.join("; ")}) but neither a handler of this version nor llama.cpp knows architecture "${views.architecture}"; nothing written`,
+      );
+    }
     if (text === null && clip === null) {
-      const markers = ollamaWriterMarkers(model);
-      const arch = model.getString("general.architecture", "unknown");
-      if (unsupportedArch(markers, arch)) {
-        throw new CliError(
-          "not-supported",
-          `${file}: Ollama-format (${markers!.join("; ")}) but neither a handler of this version nor llama.cpp knows architecture "${arch}"; nothing written`,
-        );
-      }
       if (opts.json) io.out(JSON.stringify({ file, translated: false, profile: opts.profile ?? "native", mmproj: null }, null, 2) + "\n");
       else io.out(`${file}: nothing to do, no output written\n`);
       if (opts.mmproj !== undefined) io.err(`ollama-compat: ${file} has no vision/audio projector to translate; nothing written to ${opts.mmproj}\n`);
@@ -123,7 +118,7 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
       if (clip !== null) io.out(`${file} -> ${mmprojOut} (${summary(clip)})\n`);
     }
   } finally {
-    await model.close();
+    await views.close();
   }
 }
 
