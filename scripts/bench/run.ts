@@ -6,7 +6,7 @@
  * BENCH_BLOB_MIB (default 2048) sizes the vision blob, BENCH_RUNS (default 5) the repeats,
  * BENCH_DIR (default <tmpdir>/ollama-compat-bench) where the files go, BENCH_VERBOSE=1 prints every run's time, BENCH_REFLINK_DIR (optional, an
  * XFS or Btrfs mount) adds the metadata rewrite on a filesystem that shares extents. Sections (header, process,
- * translate, ops): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
+ * translate, ops, ollama): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -20,6 +20,7 @@ import { GgmlType, readGguf } from "@compat/gguf";
 import { writeManyTensors, writeVisionBlob, writeVocabHeader } from "./files";
 import { headerLength, readHeaderBytes } from "./header-bytes.mjs";
 import { median, race as raceRuns } from "./race.mjs";
+import { ollamaApiRows } from "./ollama-api";
 
 const ROOT = new URL("../..", import.meta.url).pathname;
 const RUNS = Number(process.env.BENCH_RUNS ?? 5);
@@ -286,6 +287,13 @@ async function loadOps(): Promise<void> {
   }
 }
 
+async function ollamaApi(): Promise<void> {
+  for (const r of await ollamaApiRows(RUNS)) {
+    const fmt = (x: number) => (r.unit === "ms" ? ms(x) : `${x.toFixed(0)} tok/s`);
+    row({ scenario: r.scenario, ours: fmt(r.ours), baseline: fmt(r.baseline), ratio: r.ours / r.baseline, target: r.target, pass: r.pass });
+  }
+}
+
 function machine(): string {
   const cpu = cpus()[0]?.model ?? "unknown CPU";
   let fs = "";
@@ -296,7 +304,7 @@ function machine(): string {
 }
 
 const only = process.argv.length > 2 ? process.argv.slice(2) : (process.env.BENCH_ONLY ?? "").split(",").filter((s) => s !== "");
-const sections: Record<string, () => Promise<void>> = { header: headerParse, process: processes, translate: fullTranslation, ops: loadOps };
+const sections: Record<string, () => Promise<void>> = { header: headerParse, process: processes, translate: fullTranslation, ops: loadOps, ollama: ollamaApi };
 for (const [name, fn] of Object.entries(sections)) {
   if (only.length > 0 && !only.includes(name)) continue;
   console.error(`[${name}]`);

@@ -20,6 +20,10 @@ const ENV_HELP: Record<string, string> = {
   OLLAMA_LLAMA_CPP_COMPAT: "0 turns every translation off (files are used as they are)",
   LLAMA_SERVER: "the llama-server binary (else PATH, $LLAMA_BIN, the tools build cache)",
   NO_COLOR: "set: no colour even on a terminal",
+  OLLAMA_HOST: "serve --all: the address to answer on, as Ollama reads it (default 127.0.0.1:11434)",
+  OLLAMA_ORIGINS: "serve --all: extra origins browsers may call from (comma-separated, * wildcards), as Ollama's",
+  OLLAMA_KEEP_ALIVE: "serve --all: how long an idle model stays loaded (default 5m)",
+  OLLAMA_MAX_LOADED_MODELS: "serve --all: models loaded at once (default 4)",
 };
 
 const EXIT_HELP = "Exit codes: 0 ok, 1 error, 2 usage, 3 not supported (an Ollama-format file this version has no handler for).";
@@ -27,7 +31,7 @@ const EXIT_HELP = "Exit codes: 0 ok, 1 error, 2 usage, 3 not supported (an Ollam
 /** The text after a command's options: examples, exit codes, the environment it reads. */
 function footer(examples: string[], env: Array<keyof typeof ENV_HELP>, exits = EXIT_HELP): string {
   const lines = ["", "Examples:", ...examples.map((e) => `  $ ${e}`), "", exits];
-  if (env.length > 0) lines.push("", "Environment:", ...env.map((k) => `  ${k.padEnd(24)}${ENV_HELP[k]}`));
+  if (env.length > 0) lines.push("", "Environment:", ...env.map((k) => `  ${k.padEnd(26)}${ENV_HELP[k]}`));
   return lines.join("\n") + "\n";
 }
 
@@ -130,11 +134,13 @@ function buildProgram(io: CliIo, result: { code: number }): Command {
     .description("serve an Ollama model (or every installed one, --all) with llama-server; prints the URL")
     .argument("[model]", "an Ollama reference (gemma3:4b, namespace/model:tag) or a GGUF path")
     .argument("[llama-server-args...]", "after --: passed to llama-server verbatim")
-    .option("--all", "every installed model behind one endpoint (llama-server router mode), picked by name per request")
-    .option("--host <host>", "address to bind; beyond loopback only with --api-key-file (or LLAMA_API_KEY) or --insecure", "127.0.0.1")
+    .option("--all", "every installed model on Ollama's REST API (and OpenAI's /v1), on Ollama's address: llama-server's router behind it, models picked by name per request")
+    .option("--host <host>", "address to bind (default 127.0.0.1; with --all, OLLAMA_HOST's); beyond loopback only with --api-key-file (or LLAMA_API_KEY) or --insecure")
     .option("--api-key-file <file>", "file holding the API key clients must send (passed to llama-server by environment, not argv)")
     .option("--insecure", "allow serving beyond loopback without an API key")
-    .option("--port <port>", "port to bind (default: a free one)")
+    .option("--port <port>", "port to bind (default: a free one; with --all, OLLAMA_HOST's or 11434)")
+    .option("--models-max <n>", "with --all: models loaded at once, least recently used unloaded first (default $OLLAMA_MAX_LOADED_MODELS or 4; 0: no limit)")
+    .option("--keep-alive <duration>", "with --all: how long an idle model stays loaded, e.g. 5m, 1h, -1 for ever (default $OLLAMA_KEEP_ALIVE or 5m)")
     .option("--llama-server <path>", "llama-server binary (default: $LLAMA_SERVER, PATH, the tools build cache)")
     .option("--rpc <servers>", "llama.cpp RPC workers, host:port,...")
     .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
@@ -144,8 +150,8 @@ function buildProgram(io: CliIo, result: { code: number }): Command {
     .addHelpText(
       "after",
       footer(
-        ["ollama-compat serve gemma3:4b", "ollama-compat serve gemma3:4b --port 8080 -- -c 8192", "ollama-compat serve --all"],
-        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT", "LLAMA_SERVER"],
+        ["ollama-compat serve gemma3:4b", "ollama-compat serve gemma3:4b --port 8080 -- -c 8192", "ollama-compat serve --all", "OLLAMA_HOST=0.0.0.0:11434 ollama-compat serve --all --api-key-file ~/.ollama-compat-key"],
+        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT", "LLAMA_SERVER", "OLLAMA_HOST", "OLLAMA_ORIGINS", "OLLAMA_KEEP_ALIVE", "OLLAMA_MAX_LOADED_MODELS"],
         "Exit codes: 1 llama-server failed or exited (its last lines are shown), 2 usage, 130/143 stopped by SIGINT/SIGTERM.",
       ),
     )

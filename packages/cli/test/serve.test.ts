@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { findLlamaTools, generateFixture, generateFixtureFiles, writeWithZeroTail } from "@compat/testkit";
-import { buildOllamaStore, ModelStore, prepareModel, TranslationCache } from "@compat/server-bridge";
+import { buildOllamaStore, freePort, ModelStore, prepareModel, TranslationCache } from "@compat/server-bridge";
 import { bin, ensureDemoModel, exited, tsx } from "./helpers";
 
 const dirs: string[] = [];
@@ -121,13 +121,18 @@ describe("ollama-compat serve (real llama-server)", () => {
     expect(() => process.kill(pid, 0)).toThrow();
   });
 
-  it("serve --all: one endpoint, models picked by their Ollama name", async () => {
+  it("serve --all: Ollama's API on OLLAMA_HOST's address, the OpenAI routes beside it, models picked by their Ollama name", async () => {
     const { root } = await store();
     const tools = await findLlamaTools();
-    const s = start(["serve", "--all", "--models", root, "--cache-dir", await temp(), "--llama-server", tools.server, "--", ...SMALL]);
+    const port = await freePort();
+    const s = start(["serve", "--all", "--models", root, "--cache-dir", await temp(), "--llama-server", tools.server, "--", ...SMALL], { OLLAMA_HOST: `127.0.0.1:${port}` });
     const [url] = await s.waitFor(/^http:\/\/127\.0\.0\.1:\d+$/m);
+    expect(url).toBe(`http://127.0.0.1:${port}`);
+    expect(s.out.stderr).toMatch(/Ollama API ready on http:\/\/127\.0\.0\.1:\d+/);
     // the broken model is reported, not fatal
     expect(s.out.stderr).toMatch(/warning: broken:1 is not served/);
+    const tags = (await (await fetch(`${url}/api/tags`)).json()) as { models: Array<{ name: string }> };
+    expect(tags.models.map((m) => m.name).sort()).toEqual(["gemma3:1b", "gemma3:other", "tiny-llama:q8"]);
     for (const model of ["gemma3:other", "tiny-llama:q8"]) {
       const r = await fetch(`${url}/v1/chat/completions`, {
         method: "POST",

@@ -13,6 +13,7 @@ export type BridgeErrorCode =
   | "LLAMA_SERVER_NOT_FOUND"
   | "PORT_IN_USE"
   | "INSECURE_BIND" // a non-loopback host without an API key or an explicit opt-out
+  | "INVALID_OPTION" // an option out of its range (models-max, keep-alive)
   | "SERVER_START_FAILED" // llama-server exited before it was healthy
   | "SERVER_CRASHED" // llama-server was killed by a signal of its own (SIGSEGV, SIGILL, ...) before it was healthy
   | "SERVER_START_TIMEOUT"; // llama-server did not become healthy in time

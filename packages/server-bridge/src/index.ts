@@ -10,4 +10,5 @@ export { builtinTemplateFor } from "./template";
 export { findLlamaTool } from "./locate";
 export { LlamaChild, freePort, checkPortFree, waitHealthy, crashCause, type ExitInfo, type ChildOptions } from "./child";
 export { startServer, launch, commonArgs, isLoopback, type LaunchOptions, type StartServerOptions, type RunningServer, type SingleServer } from "./server";
-export { startRouter, presetSection, llamaCanonicalName, type StartRouterOptions, type RouterServer, type RouterModel } from "./router";
+export { startRouter, prepareRouterModels, presetSection, presetName, llamaCanonicalName, type StartRouterOptions, type RouterServer, type RouterModel, type PrepareFn } from "./router";
+export { serveOllama, ollamaAddress, OLLAMA_API_VERSION, OLLAMA_DEFAULT_PORT, type ServeOllamaOptions, type OllamaServer } from "./ollama-api/index";

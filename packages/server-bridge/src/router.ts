@@ -5,6 +5,10 @@ import { modelArgs } from "./args";
 import { BridgeError } from "./errors";
 import { prepareModel, type PreparedModel } from "./prepare";
 import { asStore, launch, type LaunchOptions, type RunningServer } from "./server";
+import type { ResolvedModel } from "./store";
+
+/** Makes one resolved model servable (files on disk, facts for its arguments). */
+export type PrepareFn = (resolved: ResolvedModel, opts: LaunchOptions) => Promise<PreparedModel>;
 
 export interface StartRouterOptions extends LaunchOptions {
   /** "all": every installed model; or a list of references. */
@@ -13,6 +17,13 @@ export interface StartRouterOptions extends LaunchOptions {
   modelsMax?: number;
   /** Keep the generated preset file after stop (for debugging). */
   keepPreset?: boolean;
+  /** How each model is made servable (default prepareModel: translated into the cache). */
+  prepare?: PrepareFn;
+  /**
+   * The caller sends every request a model's stop words itself (the Ollama API does), so the
+   * preset leaves them out: a preset holds one value per flag, and a model may have several.
+   */
+  stopWordsPerRequest?: boolean;
 }
 
 export interface RouterModel {
@@ -33,9 +44,9 @@ const FLAG_ONLY = new Set(["--embedding", "--no-mmap"]);
 const COMMA_JOINED = new Set(["--lora"]);
 
 /**
- * llama.cpp upper-cases the tag of a preset section name (`gemma3:4b` becomes `gemma3:4B`,
- * and `x:8b-q4_K_M` becomes `x:Q4_K_M`: common/preset.cpp); requests must then use that
- * form, so the Ollama name is also given as an alias when the two differ.
+ * What llama.cpp makes of a preset section name with a colon: it upper-cases the tag
+ * (`gemma3:4b` becomes `gemma3:4B`) and keeps only its last `-`/`.` part (`x:8b-q4_K_M` becomes
+ * `x:Q4_K_M`: common/preset.cpp), so two Ollama tags can end up under one name.
  */
 export function llamaCanonicalName(name: string): string {
   const colon = name.lastIndexOf(":");
@@ -45,7 +56,19 @@ export function llamaCanonicalName(name: string): string {
   return `${name.slice(0, colon + 1)}${(m ? m[1]! : tag).toUpperCase()}`;
 }
 
-/** The preset section of one model: its modelArgs as INI keys (`--ctx-size 4096` → `ctx-size = 4096`). */
+/**
+ * The preset section name of an Ollama model: its name with every `:` as `@` (a character no
+ * Ollama name has), which llama.cpp keeps as it is (see llamaCanonicalName); requests name the
+ * model by its Ollama name, the section's alias.
+ */
+export function presetName(name: string): string {
+  return name.replaceAll(":", "@");
+}
+
+/**
+ * The preset section of one model: its modelArgs as INI keys (`--ctx-size 4096` → `ctx-size = 4096`),
+ * under presetName(name) with the Ollama name as its alias.
+ */
 export function presetSection(name: string, model: PreparedModel, warn: (msg: string) => void = () => undefined): string {
   const args = modelArgs(model).filter((a, i, all) => !(a === "--alias" || all[i - 1] === "--alias"));
   const values = new Map<string, string[]>();
@@ -54,9 +77,7 @@ export function presetSection(name: string, model: PreparedModel, warn: (msg: st
     const value = FLAG_ONLY.has(flag) ? "true" : args[++i]!;
     values.set(flag, [...(values.get(flag) ?? []), value]);
   }
-  const lines = [`[${name}]`];
-  const canonical = llamaCanonicalName(name);
-  if (canonical !== name) lines.push(`alias = ${name}`);
+  const lines = [`[${presetName(name)}]`, `alias = ${name}`];
   for (const [flag, vs] of values) {
     const key = flag.replace(/^-+/, "");
     if (vs.length > 1 && !COMMA_JOINED.has(flag)) warn(`${name}: a preset holds one ${flag}; keeping "${vs[0]}"`);
@@ -78,26 +99,14 @@ export function presetSection(name: string, model: PreparedModel, warn: (msg: st
  * (cache hits are instant); models that cannot be served are reported, not fatal.
  */
 export async function startRouter(opts: StartRouterOptions): Promise<RouterServer> {
-  const env = opts.env ?? process.env;
-  const store = asStore(opts.store, env);
+  const store = asStore(opts.store, opts.env ?? process.env);
   const warn = (m: string) => opts.onStatus?.(`warning: ${m}`);
-  const models: RouterModel[] = [];
-  if (opts.models === "all") {
-    for (const e of await store.list()) {
-      if (e.error) models.push({ name: e.name, error: e.error });
-      else models.push(await prepareOrReport(e.name, e.model!));
-    }
-  } else {
-    for (const ref of opts.models) {
-      const resolved = await store.resolve(ref);
-      models.push({ name: resolved.name, model: await prepareModel(resolved, opts) });
-    }
-  }
+  const models = await prepareRouterModels(opts);
   for (const m of models) if (m.error) warn(`${m.name} is not served: ${m.error.message}`);
   const served = models.filter((m) => m.model);
   if (served.length === 0) throw new BridgeError("UNKNOWN_MODEL", `no servable model in ${store.root}`, { store: store.root });
 
-  const sections = served.map((m) => presetSection(m.name, m.model!, warn));
+  const sections = served.map((m) => presetSection(m.name, opts.stopWordsPerRequest ? withoutStopWords(m.model!) : m.model!, warn));
   const dir = await mkdtemp(join(tmpdir(), "ollama-compat-router-"));
   const presetPath = join(dir, "models.ini");
   await writeFile(presetPath, ["version = 1", "", ...sections.map((s) => s + "\n")].join("\n"));
@@ -113,14 +122,41 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterServe
   const cleanup = () => (opts.keepPreset ? undefined : rm(dir, { recursive: true, force: true }));
   void server.exited.then(cleanup);
   return { ...server, models, presetPath };
+}
 
-  async function prepareOrReport(name: string, resolved: Parameters<typeof prepareModel>[0]): Promise<RouterModel> {
+/**
+ * The models a router serves, each made servable by `opts.prepare` (default prepareModel):
+ * every installed one ("all"; a model that cannot be served is listed with its error) or the
+ * references given (any failure is fatal). Models are prepared one after another.
+ */
+export async function prepareRouterModels(opts: Pick<StartRouterOptions, "models" | "store" | "env" | "prepare"> & LaunchOptions): Promise<RouterModel[]> {
+  const store = asStore(opts.store, opts.env ?? process.env);
+  const prepare = opts.prepare ?? prepareModel;
+  const models: RouterModel[] = [];
+  if (opts.models !== "all") {
+    for (const ref of opts.models) {
+      const resolved = await store.resolve(ref);
+      models.push({ name: resolved.name, model: await prepare(resolved, opts) });
+    }
+    return models;
+  }
+  for (const e of await store.list()) {
+    if (e.error) {
+      models.push({ name: e.name, error: e.error });
+      continue;
+    }
     try {
-      return { name, model: await prepareModel(resolved, opts) };
-    } catch (e) {
-      if (e instanceof BridgeError && e.code === "TRANSLATION_ABORTED") throw e;
-      const error = e instanceof BridgeError ? e : new BridgeError("UNSUPPORTED_MODEL", `${name}: ${(e as Error).message}`, { cause: e });
-      return { name, error };
+      models.push({ name: e.name, model: await prepare(e.model!, opts) });
+    } catch (err) {
+      if (err instanceof BridgeError && err.code === "TRANSLATION_ABORTED") throw err;
+      const error = err instanceof BridgeError ? err : new BridgeError("UNSUPPORTED_MODEL", `${e.name}: ${(err as Error).message}`, { cause: err });
+      models.push({ name: e.name, error });
     }
   }
+  return models;
+}
+
+function withoutStopWords(m: PreparedModel): PreparedModel {
+  const { stop: _stop, ...params } = m.resolved.params;
+  return { ...m, resolved: { ...m.resolved, params } };
 }

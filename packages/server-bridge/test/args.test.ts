@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { builtinTemplateFor, modelArgs, presetSection, type PreparedModel } from "@compat/server-bridge";
+import { builtinTemplateFor, llamaCanonicalName, modelArgs, presetName, presetSection, type PreparedModel } from "@compat/server-bridge";
 
 function prepared(over: Partial<PreparedModel> = {}, resolved: Partial<PreparedModel["resolved"]> = {}): PreparedModel {
   return {
@@ -49,9 +49,18 @@ describe("llama-server arguments (Ollama's llm/llama_server.go)", () => {
 
   it("a router preset section: INI keys, adapters comma-joined, the Ollama name as alias", () => {
     const warnings: string[] = [];
-    expect(presetSection("m:Q8_0", prepared()).split("\n")[1]).toBe("model = /cache/m.gguf");
+    expect(presetSection("m:Q8_0", prepared()).split("\n").slice(0, 3)).toEqual(["[m@Q8_0]", "alias = m:Q8_0", "model = /cache/m.gguf"]);
     const s = presetSection("m:q4", prepared({ embedding: true }, { adapters: ["/a1", "/a2"], params: { stop: ["a", "b"] } }), (w) => warnings.push(w));
-    expect(s).toBe("[m:q4]\nalias = m:q4\nmodel = /cache/m.gguf\nctx-size = 4096\nparallel = 1\nlora = /a1,/a2\nembedding = true\nreverse-prompt = a");
+    expect(s).toBe("[m@q4]\nalias = m:q4\nmodel = /cache/m.gguf\nctx-size = 4096\nparallel = 1\nlora = /a1,/a2\nembedding = true\nreverse-prompt = a");
     expect(warnings).toEqual(['m:q4: a preset holds one --reverse-prompt; keeping "a"']);
+  });
+
+  it("preset section names llama.cpp keeps as they are: no colon, so tags that llama.cpp would fold together stay apart", () => {
+    // llama.cpp turns both of these into x:Q4_K_M, and the second section would replace the first
+    expect(llamaCanonicalName("x:8b-q4_K_M")).toBe(llamaCanonicalName("x:70b-q4_K_M"));
+    expect(presetName("x:8b-q4_K_M")).toBe("x@8b-q4_K_M");
+    expect(presetName("x:70b-q4_K_M")).toBe("x@70b-q4_K_M");
+    expect(presetName("localhost:5000/ns/m:tag")).toBe("localhost@5000/ns/m@tag");
+    for (const n of ["gemma3:4b", "x:8b-q4_K_M", "localhost:5000/ns/m:tag"]) expect(llamaCanonicalName(presetName(n))).toBe(presetName(n));
   });
 });

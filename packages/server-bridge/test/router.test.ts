@@ -59,8 +59,8 @@ describe("startRouter (real llama-server, router mode)", () => {
     expect(router.models.find((m) => m.name === "gemma3:1b")?.model?.translated).toBe(true);
     expect(router.models.find((m) => m.name === "someone/tiny-llama:q8")?.model?.translated).toBe(false);
     const preset = await readFile(router.presetPath, "utf8");
-    expect(preset).toContain("[gemma3:1b]\nalias = gemma3:1b\n");
-    expect(preset).toMatch(/\[someone\/tiny-llama:q8\]\nalias = someone\/tiny-llama:q8\n[^[]*chat-template = llama3\n/);
+    expect(preset).toContain("[gemma3@1b]\nalias = gemma3:1b\n");
+    expect(preset).toMatch(/\[someone\/tiny-llama@q8\]\nalias = someone\/tiny-llama:q8\n[^[]*chat-template = llama3\n/);
 
     const listed = (await (await fetch(`${router.url}/v1/models`)).json()) as { data: Array<{ id: string; aliases?: string[] }> };
     const names = listed.data.flatMap((m) => [m.id, ...(m.aliases ?? [])]);

@@ -1,6 +1,6 @@
 import { readFile } from "node:fs/promises";
 import type { TranslationProfile } from "@compat/handlers";
-import { BridgeError, crashCause, ModelStore, startRouter, startServer, TranslationCache, type ExitInfo, type RunningServer } from "@compat/server-bridge";
+import { BridgeError, crashCause, ModelStore, serveOllama, startServer, TranslationCache, type ExitInfo, type ServeOllamaOptions } from "@compat/server-bridge";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
 import { startFailureText } from "../llama-check";
@@ -18,6 +18,8 @@ export interface ServeFlags {
   profile?: TranslationProfile;
   apiKeyFile?: string;
   insecure?: boolean;
+  modelsMax?: string;
+  keepAlive?: string;
 }
 
 const SIGNAL_EXIT: Record<string, number> = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 };
@@ -55,8 +57,11 @@ export async function serveCommand(model: string | undefined, passthrough: strin
   if (port !== undefined && (!Number.isInteger(port) || port < 0 || port > 65535)) throw new CliError("usage", `--port ${opts.port}: not a port number`);
   const startTimeoutMs = opts.startTimeout === undefined ? undefined : Number(opts.startTimeout) * 1000;
 
+  const modelsMax = opts.modelsMax === undefined ? undefined : Number(opts.modelsMax);
+  if (modelsMax !== undefined && (!Number.isInteger(modelsMax) || modelsMax < 0)) throw new CliError("usage", `--models-max ${opts.modelsMax}: expected a whole number (0: no limit)`);
+
   const ac = new AbortController();
-  let server: RunningServer | undefined;
+  let server: { pid?: number; url: string; exited: Promise<ExitInfo>; stop(graceMs?: number): Promise<ExitInfo> } | undefined;
   let caught: NodeJS.Signals | undefined;
   const onSignal = (sig: NodeJS.Signals) => {
     if (caught) {
@@ -77,7 +82,8 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     store: new ModelStore(opts.models, io.env),
     cache: new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}), ...(opts.profile ? { profile: opts.profile } : {}) }),
     env: io.env,
-    host: opts.host ?? "127.0.0.1",
+    // serve --all answers on Ollama's address (OLLAMA_HOST) unless told; one model on loopback
+    host: opts.host ?? (opts.all ? undefined : "127.0.0.1"),
     // the key travels by file or environment, never as an argument other users can read
     apiKey: opts.apiKeyFile !== undefined ? await readApiKey(opts.apiKeyFile) : io.env.LLAMA_API_KEY || undefined,
     insecure: opts.insecure === true,
@@ -108,7 +114,7 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     },
   };
   try {
-    server = opts.all ? await startRouter({ ...common, models: "all" }) : await startServer({ ...common, model: model! });
+    server = opts.all ? await serveAll(common, modelsMax, opts.keepAlive) : await startServer({ ...common, model: model! });
     if (caught) await server.stop();
   } catch (e) {
     if (caught) {
@@ -123,7 +129,7 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     if (!server) giveBack();
   }
   if (!caught) {
-    io.err(`ollama-compat: llama-server (pid ${server.pid}) ready\n`);
+    io.err(opts.all ? `ollama-compat: Ollama API ready on ${server.url} (llama-server router, pid ${server.pid})\n` : `ollama-compat: llama-server (pid ${server.pid}) ready\n`);
     io.out(`${server.url}\n`);
   }
   const exit: ExitInfo = await server.exited;
@@ -133,6 +139,12 @@ export async function serveCommand(model: string | undefined, passthrough: strin
   const why = crash ? `, ${crash.cause}${crash.workaround ? ` (run: ollama-compat serve ${opts.all ? "--all" : model} -- ${crash.workaround})` : ""}` : "";
   io.err(`ollama-compat: llama-server exited (${exit.code ?? exit.signal})${why}; last lines:\n${exit.lastLines.map((l) => `  ${l}`).join("\n")}\n`);
   return 1;
+}
+
+/** `serve --all`: Ollama's REST API (and /v1) on Ollama's address, in front of llama-server's router over the store. */
+async function serveAll(common: Omit<ServeOllamaOptions, "models">, modelsMax: number | undefined, keepAlive: string | undefined) {
+  const s = await serveOllama({ ...common, models: "all", modelsMax, keepAlive });
+  return { pid: s.router.pid, url: s.url, exited: s.exited, stop: s.stop };
 }
 
 async function readApiKey(path: string): Promise<string> {

@@ -13,7 +13,9 @@ let referenceOut: string | undefined;
 
 const FULL_MARKERS = ["kv qwen35.vision.block_count", "kv qwen35.image_token_id", "kv qwen35.ssm.v_head_reordered", "kv qwen35.rope.mrope_interleaved", "embedded MTP tensors mtp.*", "embedded vision tensors v.*"];
 
-describe("qwen35 handler (Qwen 3.5 dense as Ollama's legacy converter wrote it)", () => {
+// Each case loads the output and the twin in llama.cpp and starts llama-server two or three
+// times (the MTP head's drafts): more than the default minute on a busy two-core machine.
+describe("qwen35 handler (Qwen 3.5 dense as Ollama's legacy converter wrote it)", { timeout: 240_000 }, () => {
   it.each([
     { variant: "9b", sourceDtype: "f16" as const, mtp: true, markers: FULL_MARKERS, ops: MTP_NORM_SHIFTS },
     { variant: "9b-q8_0", sourceDtype: "f16" as const, mtp: true, markers: FULL_MARKERS, ops: MTP_NORM_SHIFTS },

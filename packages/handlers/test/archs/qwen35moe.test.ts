@@ -25,7 +25,9 @@ const FULL_MARKERS = [
 
 const stacks = (label: string) => ["down", "gate", "up"].map((p) => `blk.${MTP_BLOCK}.ffn_${p}_exps.weight <- ${label}`);
 
-describe("qwen35moe handler (Qwen 3.5 MoE as Ollama's legacy converter wrote it)", () => {
+// Each case loads the output and the twin in llama.cpp and starts llama-server two or three
+// times (the MTP head's drafts): more than the default minute on a busy two-core machine.
+describe("qwen35moe handler (Qwen 3.5 MoE as Ollama's legacy converter wrote it)", { timeout: 240_000 }, () => {
   it.each([
     { variant: "35b-a3b", sourceDtype: "f16" as const, mtp: true, markers: FULL_MARKERS, ops: [...MTP_NORM_SHIFTS, ...stacks("stack experts")] },
     { variant: "35b-a3b", sourceDtype: "bf16" as const, mtp: true, markers: FULL_MARKERS, ops: [...MTP_NORM_SHIFTS, ...stacks("stack experts")] },
