@@ -159,7 +159,7 @@ function buildProgram(io: CliIo, result: { code: number }): Command {
 
   program
     .command("ls")
-    .description("installed Ollama models: size, architecture, and native / translatable / cached / not supported")
+    .description("installed Ollama models: size, architecture, and native / translatable / cached / not-supported")
     .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
     .option("--cache-dir <dir>", "where translated files are cached")
     .addOption(profileOption())
