@@ -176,6 +176,14 @@ static void select_kernels(int allow_simd) {
         if ((call) != napi_ok) { napi_throw_error(env, NULL, "tensor_ops: N-API call failed"); return NULL; } \
     } while (0)
 
+/* A typed array argument's data and element count; false (nothing thrown) unless it is one of type `want`. */
+static int typed_array_of(napi_env env, napi_value value, napi_typedarray_type want, void **data, size_t *length) {
+    napi_typedarray_type type;
+    napi_value buffer;
+    size_t offset;
+    return napi_get_typedarray_info(env, value, &type, length, data, &buffer, &offset) == napi_ok && type == want;
+}
+
 /* toF32(type, src: Uint8Array, dst: Float32Array, nBlocks) -> boolean (false: no kernel for type). */
 static napi_value to_f32(napi_env env, napi_callback_info info) {
     size_t argc = 4;
@@ -190,13 +198,9 @@ static napi_value to_f32(napi_env env, napi_callback_info info) {
     for (int i = 0; i < n_kernels; i++) if (kernels[i].type == type) k = &kernels[i];
     if (!k) { CHECK(napi_get_boolean(env, 0, &result)); return result; }
 
-    napi_typedarray_type st, dt;
-    size_t slen, dlen, soff, doff;
+    size_t slen, dlen;
     void *sdata, *ddata;
-    napi_value sbuf, dbuf;
-    CHECK(napi_get_typedarray_info(env, argv[1], &st, &slen, &sdata, &sbuf, &soff));
-    CHECK(napi_get_typedarray_info(env, argv[2], &dt, &dlen, &ddata, &dbuf, &doff));
-    if (st != napi_uint8_array || dt != napi_float32_array) {
+    if (!typed_array_of(env, argv[1], napi_uint8_array, &sdata, &slen) || !typed_array_of(env, argv[2], napi_float32_array, &ddata, &dlen)) {
         napi_throw_type_error(env, NULL, "toF32 expects a Uint8Array source and a Float32Array destination");
         return NULL;
     }
@@ -364,14 +368,11 @@ static napi_value resample_grid_js(napi_env env, napi_callback_info info) {
     CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
     if (argc < 7) { napi_throw_type_error(env, NULL, "resampleGrid(src, dst, e, sh, sw, dh, dw)"); return NULL; }
     if (!integer_args(env, argv + 2, 5, 1, 2147483647.0, "resampleGrid: sizes must be positive integers", d)) return NULL;
-    napi_typedarray_type st, dt;
-    size_t slen, dlen, soff, doff;
+    size_t slen, dlen;
     void *sdata, *ddata;
-    napi_value sbuf, dbuf;
-    CHECK(napi_get_typedarray_info(env, argv[0], &st, &slen, &sdata, &sbuf, &soff));
-    CHECK(napi_get_typedarray_info(env, argv[1], &dt, &dlen, &ddata, &dbuf, &doff));
     const int64_t e = (int64_t) d[0], sh = (int64_t) d[1], sw = (int64_t) d[2], dh = (int64_t) d[3], dw = (int64_t) d[4];
-    if (st != napi_float32_array || dt != napi_float32_array || (int64_t) slen != e * sh * sw || (int64_t) dlen != e * dh * dw) {
+    if (!typed_array_of(env, argv[0], napi_float32_array, &sdata, &slen) || !typed_array_of(env, argv[1], napi_float32_array, &ddata, &dlen) ||
+        (int64_t) slen != e * sh * sw || (int64_t) dlen != e * dh * dw) {
         napi_throw_range_error(env, NULL, "resampleGrid: Float32Arrays of e*sh*sw and e*dh*dw values expected");
         return NULL;
     }
