@@ -12,6 +12,8 @@ export interface StartLlamaServerOptions {
   startTimeoutMs?: number;
   /** Kill the server after this long no matter what. Default 10 minutes. */
   lifetimeMs?: number;
+  /** A command to run llama-server under, e.g. `["qemu-x86_64", "-cpu", "EPYC-Rome-v1"]` for another CPU. */
+  launcher?: readonly string[];
 }
 
 export interface LlamaServer {
@@ -37,21 +39,24 @@ export function freePort(): Promise<number> {
 }
 
 /**
- * Starts llama-server on 127.0.0.1 and a free port (CPU build, so no -ngl), small context,
- * one slot, offline (never downloads), and waits until GET /health is 200.
+ * Starts llama-server on 127.0.0.1 and a port of the kernel's choosing (CPU build, so no
+ * -ngl), small context, one slot, offline (never downloads), and waits until it says where
+ * it listens (it does once the model is loaded) and GET /health is 200. `--port 0` lets
+ * llama-server bind the port itself: a probed port, closed and handed on, could be taken by
+ * another test worker's server at the same moment, whose /health would then answer for ours.
  * Fails with llama-server's own log tail if it exits or stalls before that.
  */
 export async function startLlamaServer(options: StartLlamaServerOptions): Promise<LlamaServer> {
   const tools = await findLlamaTools();
   const { startTimeoutMs = 120_000, lifetimeMs = 10 * 60_000 } = options;
-  const port = await freePort();
   const args = [
     ...["-m", options.model, ...(options.mmproj ? ["--mmproj", options.mmproj] : [])],
-    ...["--host", "127.0.0.1", "--port", String(port)],
+    ...["--host", "127.0.0.1", "--port", "0"],
     ...["-c", "512", "-np", "1", "-t", "2", "--no-webui", "--offline", "--no-warmup"],
     ...(options.args ?? []),
   ];
-  const child = spawnWithLifetime(tools.server, args, lifetimeMs, { env: toolEnv(tools), stdio: ["ignore", "pipe", "pipe"] });
+  const [command, ...prefix] = [...(options.launcher ?? []), tools.server];
+  const child = spawnWithLifetime(command!, [...prefix, ...args], lifetimeMs, { env: toolEnv(tools), stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   const append = (chunk: string) => {
     output += chunk;
@@ -63,12 +68,10 @@ export async function startLlamaServer(options: StartLlamaServerOptions): Promis
   const lifetime = setTimeout(() => void stopProcess(child), lifetimeMs);
   lifetime.unref();
 
-  const url = `http://127.0.0.1:${port}`;
   const stop = async () => {
     clearTimeout(lifetime);
     await stopProcess(child);
   };
-  const server: LlamaServer = { url, port, stop, logs: () => output };
 
   const deadline = Date.now() + startTimeoutMs;
   let lastStatus = "no answer";
@@ -84,12 +87,18 @@ export async function startLlamaServer(options: StartLlamaServerOptions): Promis
       await stop();
       throw new TestkitError("SERVER_START_FAILED", `llama-server not healthy after ${startTimeoutMs} ms (${lastStatus}):\n${tail(output)}`);
     }
-    try {
-      const response = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2_000) });
-      if (response.status === 200) return server;
-      lastStatus = `HTTP ${response.status}`;
-    } catch {
-      // not listening yet
+    const port = Number(/listening on http:\/\/[^\s]+:(\d+)/.exec(output)?.[1] ?? 0);
+    if (port > 0) {
+      const url = `http://127.0.0.1:${port}`;
+      try {
+        const response = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2_000) });
+        if (response.status === 200) return { url, port, stop, logs: () => output };
+        lastStatus = `HTTP ${response.status}`;
+      } catch {
+        lastStatus = "no answer";
+      }
+    } else {
+      lastStatus = "not listening yet";
     }
     await Promise.race([new Promise((resolve) => setTimeout(resolve, 100)), exited]);
   }
