@@ -1,4 +1,4 @@
-import { detect, type Translation } from "@compat/handlers";
+import { anyOf, hasTensorPrefix, type Translation } from "@compat/handlers";
 import type { GgufModel } from "@compat/gguf";
 
 /** Tensor prefixes of an mmproj: vision tower, projector, audio tower. */
@@ -13,11 +13,11 @@ export const MMPROJ_KEY_PREFIXES: readonly string[] = Object.freeze(["general.",
  * architectures all fire on such files, so the vision tower is the marker.
  */
 export function embeddedVision(m: GgufModel): string[] | null {
-  if (!detect.hasTensorPrefix(m, "v.")) return null;
-  return detect.anyOf(
+  if (!hasTensorPrefix(m, "v.")) return null;
+  return anyOf(
     "embedded vision tensors v.*",
-    detect.hasTensorPrefix(m, "mm.") && "embedded projector tensors mm.*",
-    detect.hasTensorPrefix(m, "a.") && "embedded audio tensors a.*",
+    hasTensorPrefix(m, "mm.") && "embedded projector tensors mm.*",
+    hasTensorPrefix(m, "a.") && "embedded audio tensors a.*",
   );
 }
 

@@ -1,4 +1,4 @@
-import { type Handler, type Translation } from "@compat/handlers";
+import { blocksWithTensors, hasTensorPrefix, promoteF16ToF32, u32Kv, type Handler, type Translation } from "@compat/handlers";
 import { asMmproj, embeddedVision } from "../tower";
 
 /**
@@ -13,11 +13,11 @@ export const gemma4Clip: Handler = {
   arch: "gemma4",
   detect: embeddedVision,
   apply(t) {
-    if (t.anyTensorWithPrefix("v.")) vision(t);
-    if (t.anyTensorWithPrefix("a.")) {
+    if (hasTensorPrefix(t.draft, "v.")) vision(t);
+    if (hasTensorPrefix(t.draft, "a.")) {
       // clip.cpp takes gemma4a's output width from this tensor's rows and would dereference
       // nothing without it: such a file's audio tower is left out (vision still served)
-      if (t.hasTensor(AUDIO_EMBEDDER)) audio(t);
+      if (t.draft.hasTensor(AUDIO_EMBEDDER)) audio(t);
       else for (const p of ["a.", "mm.a."]) t.hide(p);
     }
     asMmproj(t);
@@ -76,11 +76,11 @@ function audio(t: Translation): void {
   t.renameTensor("mm.a.fc.bias", "a.pre_encode.out.bias");
   // llama.cpp's converter forces the SSCP input projection to F32 (its HF name sits under
   // subsample_conv_projection, which tensor_force_quant treats as a conv); Ollama stored F16.
-  t.promoteF16ToF32("a.input_projection.weight");
+  promoteF16ToF32(t, "a.input_projection.weight");
 
   // the reference assumes 12 blocks (E2B/E4B) when the key is missing
-  const blocks = t.getU32("gemma4.audio.block_count") ?? 12;
-  for (const b of t.blocksWithTensors(blocks, "a.blk.")) {
+  const blocks = u32Kv(t.draft, "gemma4.audio.block_count") ?? 12;
+  for (const b of blocksWithTensors(t.draft, blocks, "a.blk.")) {
     const p = `a.blk.${b}.`;
     // ln2 is vacated before layer_pre_norm (the block's output norm) takes its name
     t.renameTensor(`${p}ln1.weight`, `${p}attn_pre_norm.weight`);
@@ -98,8 +98,8 @@ function audio(t: Translation): void {
  * file, so a tower with another mel count gets a filterbank that fits its weights.
  */
 function melBins(t: Translation): number {
-  const proj = t.tensor("a.pre_encode.out.weight");
-  const conv = t.tensor("a.conv1d.1.weight");
+  const proj = t.draft.findTensor("a.pre_encode.out.weight");
+  const conv = t.draft.findTensor("a.conv1d.1.weight");
   const width = proj?.shape[0];
   const channels = conv?.shape[3];
   if (width === undefined || channels === undefined || channels === 0 || width % channels !== 0) return DEFAULT_MEL_BINS;

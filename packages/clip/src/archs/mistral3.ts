@@ -1,5 +1,5 @@
 import { GgmlType, GgufValueType } from "@compat/gguf";
-import { TranslationError, type Handler, type Translation } from "@compat/handlers";
+import { arrayKv, blocksWithTensors, permuteQKRows, rowAsF32Tensor, TranslationError, u32Kv, type Handler, type Translation } from "@compat/handlers";
 import { zeros } from "@compat/tensor-ops";
 import { asMmproj, embeddedVision } from "../tower";
 
@@ -51,14 +51,14 @@ export const mistral3Clip: Handler = {
 
     addImageBreak(t);
 
-    const nHead = t.getU32("mistral3.vision.attention.head_count");
-    const nBlock = t.getU32("mistral3.vision.block_count");
+    const nHead = u32Kv(t.draft, "mistral3.vision.attention.head_count");
+    const nBlock = u32Kv(t.draft, "mistral3.vision.block_count");
     if (nHead !== undefined && nBlock !== undefined) {
       // The reference permutes F16 Q/K only and leaves other types in the wrong order;
       // whole rows move here, so a quantized Q/K gets the same permutation.
-      for (const b of t.blocksWithTensors(nBlock, "v.blk.")) {
-        t.permuteQKRows(`v.blk.${b}.attn_q.weight`, nHead);
-        t.permuteQKRows(`v.blk.${b}.attn_k.weight`, nHead);
+      for (const b of blocksWithTensors(t.draft, nBlock, "v.blk.")) {
+        permuteQKRows(t, `v.blk.${b}.attn_q.weight`, nHead);
+        permuteQKRows(t, `v.blk.${b}.attn_k.weight`, nHead);
       }
     }
 
@@ -76,19 +76,19 @@ export const mistral3Clip: Handler = {
  * fallback when the vocabulary has no [IMG_BREAK].
  */
 function addImageBreak(t: Translation): void {
-  const embd = t.tensor("token_embd.weight");
+  const embd = t.draft.findTensor("token_embd.weight");
   // The row is as wide as the text embedding (else the projector's output). The key must
   // agree: a hostile mistral3.embedding_length of 2^31-1 once sized an 8 GiB zero row.
-  const declared = t.getU32("mistral3.embedding_length");
-  const width = embd?.shape[0] ?? t.tensor("mm.linear_2.weight")?.shape[1];
+  const declared = u32Kv(t.draft, "mistral3.embedding_length");
+  const width = embd?.shape[0] ?? t.draft.findTensor("mm.linear_2.weight")?.shape[1];
   if (width === undefined || width === 0) return;
   if (declared !== undefined && declared !== width) {
     throw new TranslationError("BAD_COUNT", `mistral3.embedding_length is ${declared} but the text embedding is ${width} wide`);
   }
   const id = tokenId(t, "[IMG_BREAK]");
   if (embd !== undefined && id !== undefined) {
-    t.rowAsF32Tensor(IMG_BREAK, "token_embd.weight", id);
-    if (t.hasTensor(IMG_BREAK)) return;
+    rowAsF32Tensor(t, IMG_BREAK, "token_embd.weight", id);
+    if (t.draft.hasTensor(IMG_BREAK)) return;
   }
   t.op(IMG_BREAK, {
     label: "zero-fill (no [IMG_BREAK] row to copy)",
@@ -100,9 +100,8 @@ function addImageBreak(t: Translation): void {
 }
 
 function tokenId(t: Translation, text: string): number | undefined {
-  if (t.draft.get("tokenizer.ggml.tokens")?.type !== GgufValueType.ARRAY) return undefined;
-  const tokens = t.draft.getArray("tokenizer.ggml.tokens");
-  if (tokens.itemType !== GgufValueType.STRING) return undefined;
+  const tokens = arrayKv(t.draft, "tokenizer.ggml.tokens");
+  if (tokens?.itemType !== GgufValueType.STRING) return undefined;
   for (let i = 0; i < tokens.length; i++) if (tokens.at(i) === text) return i;
   return undefined;
 }
