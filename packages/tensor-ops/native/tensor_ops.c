@@ -308,12 +308,7 @@ static napi_value clone_range_js(napi_env env, napi_callback_info info) {
     double a[5];
     CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
     if (argc < 5) { napi_throw_type_error(env, NULL, "cloneRange(fdIn, offIn, fdOut, offOut, length)"); return NULL; }
-    for (int i = 0; i < 5; i++) {
-        if (napi_get_value_double(env, argv[i], &a[i]) != napi_ok || !(a[i] >= 0) || a[i] > 9007199254740991.0) {
-            napi_throw_range_error(env, NULL, "cloneRange: arguments must be non-negative integers");
-            return NULL;
-        }
-    }
+    if (!integer_args(env, argv, 5, 0, 9007199254740991.0, "cloneRange: arguments must be non-negative integers", a)) return NULL;
 #if defined(__linux__) && defined(FICLONERANGE)
     struct file_clone_range r;
     r.src_fd = (int64_t) a[0];
