@@ -11,11 +11,8 @@ import { join, relative } from "node:path";
 const repo = join(import.meta.dirname, "..");
 const root = join(repo, "packages");
 
-/** Dependencies a package needs at run time without importing them in src/, and why. */
-const RUNTIME_ONLY = {
-  // dist/cli.cjs inlines the packages; it loads tensor-ops' native addon and WASM from the installed package
-  "@compat/cli": ["@compat/tensor-ops"],
-};
+/** Dependencies a package needs at run time without importing them in src/, and why (none today). */
+const RUNTIME_ONLY = {};
 
 const SKIP = new Set(["node_modules", "dist", "build", "prebuilds", "coverage"]);
 function sources(dir, out = []) {

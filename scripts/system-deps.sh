@@ -4,7 +4,8 @@
 # linux-x64 musl, win32-x64), and qemu-user + Wine with arm64 runtime libraries to run those
 # prebuilds under a Node of their platform (packages/tensor-ops/scripts/foreign-nodes.sh), and
 # xfsprogs for the reflink filesystem of the shared-extent tests (scripts/reflink-fs.sh), and GNU
-# time, through which `npm run bench` runs every command it measures (peak RSS).
+# time, through which `npm run bench` runs every command it measures (peak RSS), and curl, with
+# which a test runs the README's curl example against a served model.
 # Installs what is missing; needs root and apt-get.
 set -euo pipefail
 # "command-or-file package" pairs
@@ -20,6 +21,7 @@ needs=(
   "/usr/lib/wine/wine64 wine64"
   "mkfs.xfs xfsprogs"
   "/usr/bin/time time"
+  "curl curl"
 )
 missing=()
 for pair in "${needs[@]}"; do

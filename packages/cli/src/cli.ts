@@ -1,5 +1,6 @@
 import { Command, CommanderError, Option } from "commander";
 import { CliError } from "./errors";
+import { jsonText, terminalSafe } from "./terminal";
 import { ExitCode, processIo, type CliIo } from "./io";
 
 declare const __CLI_VERSION__: string | undefined;
@@ -19,6 +20,9 @@ const ENV_HELP: Record<string, string> = {
   OLLAMA_MODELS: "the Ollama model store for MODEL references (default ~/.ollama/models)",
   OLLAMA_LLAMA_CPP_COMPAT: "0 turns every translation off (files are used as they are)",
   LLAMA_SERVER: "the llama-server binary (else PATH, $LLAMA_BIN, the tools build cache)",
+  OLLAMA_COMPAT_CACHE: "ollama-compat's cache folder, as --cache-dir: translations in translated/ (default ~/.cache/ollama-compat)",
+  OLLAMA_COMPAT_CACHE_MAX_BYTES: "evict least-recently-used translations beyond this size (default 64 GiB)",
+  LLAMA_API_KEY: "the API key clients must send (as --api-key-file; lets --host go beyond loopback)",
   NO_COLOR: "set: no colour even on a terminal",
   OLLAMA_HOST: "serve --all: the address to answer on, as Ollama reads it (default 127.0.0.1:11434)",
   OLLAMA_ORIGINS: "serve --all: extra origins browsers may call from (comma-separated, * wildcards), as Ollama's",
@@ -26,12 +30,15 @@ const ENV_HELP: Record<string, string> = {
   OLLAMA_MAX_LOADED_MODELS: "serve --all: models loaded at once (default 4)",
 };
 
+/** --cache-dir, on every command that uses the translation cache: the same folder as $OLLAMA_COMPAT_CACHE. */
+const CACHE_DIR_HELP = "ollama-compat's cache folder, the same as $OLLAMA_COMPAT_CACHE: translations are kept in DIR/translated (default ~/.cache/ollama-compat)";
+
 const EXIT_HELP = "Exit codes: 0 ok, 1 error, 2 usage, 3 not supported (an Ollama-format file this version has no handler for).";
 
 /** The text after a command's options: examples, exit codes, the environment it reads. */
 function footer(examples: string[], env: Array<keyof typeof ENV_HELP>, exits = EXIT_HELP): string {
   const lines = ["", "Examples:", ...examples.map((e) => `  $ ${e}`), "", exits];
-  if (env.length > 0) lines.push("", "Environment:", ...env.map((k) => `  ${k.padEnd(26)}${ENV_HELP[k]}`));
+  if (env.length > 0) lines.push("", "Environment:", ...env.map((k) => `  ${k.padEnd(30)}${ENV_HELP[k]}`));
   return lines.join("\n") + "\n";
 }
 
@@ -48,7 +55,8 @@ const commands = {
   demo: () => import("./commands/demo"),
 };
 
-function buildProgram(io: CliIo, result: { code: number }): Command {
+function buildProgram(argv: readonly string[], io: CliIo, result: { code: number }): Command {
+  const dashDash = argv.indexOf("--");
   const program = new Command("ollama-compat")
     .description("Make Ollama-published GGUFs load in stock llama.cpp")
     .version(VERSION)
@@ -131,7 +139,7 @@ function buildProgram(io: CliIo, result: { code: number }): Command {
 
   program
     .command("serve")
-    .description("serve an Ollama model (or every installed one, --all) with llama-server; prints the URL")
+    .description("serve an Ollama model with llama-server: an OpenAI-compatible API (/v1/chat/completions, /v1/embeddings, /v1/models) at the URL it prints; or every installed one on Ollama's API (--all)")
     .argument("[model]", "an Ollama reference (gemma3:4b, namespace/model:tag) or a GGUF path")
     .argument("[llama-server-args...]", "after --: passed to llama-server verbatim")
     .option("--all", "every installed model on Ollama's REST API (and OpenAI's /v1), on Ollama's address: llama-server's router behind it, models picked by name per request")
@@ -144,46 +152,86 @@ function buildProgram(io: CliIo, result: { code: number }): Command {
     .option("--llama-server <path>", "llama-server binary (default: $LLAMA_SERVER, PATH, the tools build cache)")
     .option("--rpc <servers>", "llama.cpp RPC workers, host:port,...")
     .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
-    .option("--cache-dir <dir>", "where translated files are cached")
+    .option("--cache-dir <dir>", CACHE_DIR_HELP)
     .option("--start-timeout <seconds>", "how long to wait for llama-server to be ready", "600")
     .addOption(profileOption())
     .addHelpText(
       "after",
       footer(
-        ["ollama-compat serve gemma3:4b", "ollama-compat serve gemma3:4b --port 8080 -- -c 8192", "ollama-compat serve --all", "OLLAMA_HOST=0.0.0.0:11434 ollama-compat serve --all --api-key-file ~/.ollama-compat-key"],
-        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT", "LLAMA_SERVER", "OLLAMA_HOST", "OLLAMA_ORIGINS", "OLLAMA_KEEP_ALIVE", "OLLAMA_MAX_LOADED_MODELS"],
+        [
+          "ollama-compat serve gemma3:4b",
+          "ollama-compat serve gemma3:4b --port 8080 -- -c 8192",
+          "curl http://127.0.0.1:8080/v1/chat/completions -H 'content-type: application/json' -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}'",
+          "ollama-compat serve --all -- --threads 4",
+          "OLLAMA_HOST=0.0.0.0:11434 ollama-compat serve --all --api-key-file ~/.ollama-compat-key",
+        ],
+        [
+          "OLLAMA_MODELS",
+          "OLLAMA_LLAMA_CPP_COMPAT",
+          "LLAMA_SERVER",
+          "LLAMA_API_KEY",
+          "OLLAMA_COMPAT_CACHE",
+          "OLLAMA_COMPAT_CACHE_MAX_BYTES",
+          "OLLAMA_HOST",
+          "OLLAMA_ORIGINS",
+          "OLLAMA_KEEP_ALIVE",
+          "OLLAMA_MAX_LOADED_MODELS",
+        ],
         "Exit codes: 1 llama-server failed or exited (its last lines are shown), 2 usage, 130/143 stopped by SIGINT/SIGTERM.",
       ),
     )
-    .action(async (model: string | undefined, rest: string[], opts) => set(await (await commands.serve()).serveCommand(model, rest, opts, io)));
+    .action(async (model: string | undefined, rest: string[], opts) => {
+      // commander drops `--` and hands what follows it in as operands: MODEL is the first
+      // word before it, if any (`serve --all -- --threads 2` has none)
+      const words = [...(model === undefined ? [] : [model]), ...rest];
+      const after = dashDash >= 0 ? argv.length - dashDash - 1 : 0;
+      const before = words.slice(0, words.length - after);
+      set(await (await commands.serve()).serveCommand(before[0], [...before.slice(1), ...words.slice(words.length - after)], opts, io));
+    });
 
   program
     .command("ls")
     .description("installed Ollama models: size, architecture, and native / translatable / cached / not-supported")
     .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
-    .option("--cache-dir <dir>", "where translated files are cached")
+    .option("--cache-dir <dir>", CACHE_DIR_HELP)
     .addOption(profileOption())
     .option("--json", "print machine-readable output")
-    .addHelpText("after", footer(["ollama-compat ls", "ollama-compat ls --json"], ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT"]))
+    .addHelpText("after", footer(["ollama-compat ls", "ollama-compat ls --json"], ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT", "OLLAMA_COMPAT_CACHE"]))
     .action(async (opts) => set(await (await commands.ls()).lsCommand(opts, io)));
 
   program
     .command("export")
-    .description("lay out installed models (text GGUF + mmproj) for other llama.cpp front ends: llama-server --models-dir, or LM Studio")
+    .description(
+      "lay out installed models (text GGUF + mmproj) for other llama.cpp front ends, with the configuration that serves each as serve does: llama-server --models-preset, llama-swap, or LM Studio",
+    )
     .argument("[models...]", "Ollama references (default: every installed model)")
     .requiredOption("--to <dir>", "the folder to fill (created if missing)")
-    .addOption(new Option("--layout <layout>", "models-dir: llama-server --models-dir; lmstudio: publisher/model/file.gguf").choices(["models-dir", "lmstudio"]).default("models-dir"))
+    .addOption(
+      new Option(
+        "--layout <layout>",
+        "models-dir: the files for llama-server --models-dir and a models.ini for its --models-preset; llama-swap: the same files and a llama-swap.yaml; lmstudio: publisher/model/file.gguf",
+      )
+        .choices(["models-dir", "llama-swap", "lmstudio"])
+        .default("models-dir"),
+    )
     .option("--copy", "plain copies of translated files instead of links to the cache (native files are always linked)")
+    .option("--force", "replace files and links in DIR that export did not make (never a folder)")
+    .option("--llama-server <path>", "the llama-server llama-swap's configuration runs (default: the one serve would use, else llama-server on PATH)")
     .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
-    .option("--cache-dir <dir>", "where translated files are cached")
+    .option("--cache-dir <dir>", CACHE_DIR_HELP)
     .option("--json", "print machine-readable output")
     .option("-q, --quiet", "no progress bar")
     .addOption(profileOption())
     .addHelpText(
       "after",
       footer(
-        ["ollama-compat export --to ~/llama-models && llama-server --models-dir ~/llama-models", "ollama-compat export gemma3:4b --to ~/.lmstudio/models --layout lmstudio"],
-        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT"],
+        [
+          "ollama-compat export --to ~/llama-models && llama-server --models-preset ~/llama-models/models.ini",
+          "ollama-compat export --to ~/llama-swap --layout llama-swap && llama-swap --config ~/llama-swap/llama-swap.yaml",
+          "ollama-compat export gemma3:4b --to ~/.lmstudio/models --layout lmstudio --copy",
+        ],
+        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT", "LLAMA_SERVER", "OLLAMA_COMPAT_CACHE", "OLLAMA_COMPAT_CACHE_MAX_BYTES"],
+        "Exit codes: 0 every model exported, 1 a model failed (the others are exported) or an error, 2 usage.",
       ),
     )
     .action(async (models: string[], opts) => set(await (await commands.exportModels()).exportCommand(models, opts, io)));
@@ -221,12 +269,13 @@ function buildProgram(io: CliIo, result: { code: number }): Command {
 /** Runs the command line; returns the exit code (0 ok, 1 error, 2 usage, 3 not supported). Never throws. */
 export async function runCli(argv: readonly string[], io: CliIo = processIo): Promise<number> {
   const result = { code: ExitCode.ok as number };
-  const program = buildProgram(io, result);
+  const program = buildProgram(argv, io, result);
   const json = argv.includes("--json");
   const debug = argv.includes("--debug");
   const fail = (code: string, message: string, exit: number, e?: unknown): number => {
-    if (json) io.err(JSON.stringify({ error: { code, message } }) + "\n");
-    else io.err(`ollama-compat: ${message}\n`);
+    // messages quote files, names and metadata: one line, no control character reaches the terminal
+    if (json) io.err(jsonText({ error: { code, message } }) + "\n");
+    else io.err(`ollama-compat: ${terminalSafe(message)}\n`);
     if (debug && e instanceof Error && e.stack) io.err(e.stack + "\n");
     return exit;
   };
@@ -249,12 +298,24 @@ export async function runCli(argv: readonly string[], io: CliIo = processIo): Pr
   }
 }
 
-/** One line, no stack: the typed errors' messages already name file, offset and expectation. */
+/**
+ * One line, no stack: the typed errors' messages already name file, offset and expectation.
+ * An error that carries llama.cpp's last lines (a failed start) keeps its first line, the
+ * log tail having been shown; any other message is kept whole (fail() escapes its line breaks).
+ * Node's own file system errors ("ENOTDIR: not a directory, mkdir '/x'") are put in words
+ * around the path.
+ */
 function oneLine(e: unknown): string {
   if (e instanceof Error) {
-    const code = (e as { code?: unknown }).code;
+    const sys = e as NodeJS.ErrnoException;
+    if (typeof sys.code === "string" && typeof sys.syscall === "string") {
+      const words = e.message.replace(/^[A-Z0-9_]+: /, "").replace(/, \w+ '.*'$/s, "");
+      return `${sys.path ?? sys.syscall}: ${words} (${sys.code}, ${sys.syscall})`;
+    }
+    const code = sys.code;
     const prefix = typeof code === "string" && !e.message.includes(code) ? `${code}: ` : "";
-    return prefix + e.message.split("\n")[0];
+    const logged = Array.isArray((e as { details?: { lastLines?: unknown } }).details?.lastLines);
+    return prefix + (logged ? e.message.split("\n")[0] : e.message.trimEnd());
   }
   return String(e);
 }

@@ -1,4 +1,5 @@
 import { GgufValueType, ggmlTypeName, summarize, tensorByteSize, valueTypeName, type GgufArray, type GgufKv, type GgufModel, type GgufValue } from "@compat/gguf";
+import { terminalSafe } from "./terminal";
 
 /** Arrays longer than this are abbreviated unless --full (tokenizer vocabularies run to 262k items). */
 export const MAX_ITEMS_SHOWN = 8;
@@ -43,11 +44,11 @@ export function humanBytes(bytes: number, base: 1000 | 1024 = 1024): string {
   return i === 0 ? `${v} B` : `${v.toFixed(1)} ${units[i]}`;
 }
 
-/** One line: architecture, counts and sizes. */
+/** One line: architecture, counts and sizes (the file's architecture and name escaped: they stay on it). */
 export function summaryLine(m: GgufModel): string {
   const s = summarize(m);
   return (
-    `${s.architecture}${s.name !== undefined ? ` "${s.name}"` : ""}: ${m.kvCount} KVs, ${m.tensors.length} tensors, ` +
+    `${terminalSafe(s.architecture)}${s.name !== undefined ? ` "${terminalSafe(s.name)}"` : ""}: ${m.kvCount} KVs, ${m.tensors.length} tensors, ` +
     `${groupThousands(s.parameterCount)} parameters, ${humanBytes(s.totalTensorBytes)} of tensor data` +
     `${s.fileType !== undefined ? `, file type ${s.fileType}` : ""}`
   );
@@ -58,16 +59,17 @@ export function formatInspect(file: string, m: GgufModel, opts: InspectOptions =
   const full = opts.full === true;
   const s = summarize(m);
   const lines = [
-    `${file}`,
+    `${terminalSafe(file)}`,
     `  ${summaryLine(m)}`,
     `  GGUF v${m.version}${m.littleEndian ? "" : " (big-endian)"}, alignment ${m.alignment}`,
     `  bytes by dtype: ${Object.entries(s.bytesByType).map(([k, v]) => `${k} ${groupThousands(v)}`).join(", ") || "none"}`,
     ``,
     `metadata (${m.kvCount}):`,
   ];
-  for (const kv of m) lines.push(`  ${kv.key}: ${kvTypeLabel(kv)} = ${showValue(kv.value, full)}`);
+  // keys and tensor names are the file's: escaped where they are printed, and before the columns are measured
+  for (const kv of m) lines.push(`  ${terminalSafe(kv.key)}: ${kvTypeLabel(kv)} = ${showValue(kv.value, full)}`);
   lines.push("", `tensors (${m.tensors.length}):`);
-  const rows = m.tensors.map((t) => [t.name, ggmlTypeName(t.type), `[${t.shape.join(", ")}]`, humanBytes(tensorByteSize(t.type, t.shape))]);
+  const rows = m.tensors.map((t) => [terminalSafe(t.name), ggmlTypeName(t.type), `[${t.shape.join(", ")}]`, humanBytes(tensorByteSize(t.type, t.shape))]);
   const widths = [0, 1, 2].map((c) => Math.max(0, ...rows.map((r) => r[c]!.length)));
   for (const r of rows) lines.push(`  ${r[0]!.padEnd(widths[0]!)}  ${r[1]!.padEnd(widths[1]!)}  ${r[2]!.padEnd(widths[2]!)}  ${r[3]!.padStart(10)}`);
   return lines.join("\n") + "\n";
@@ -115,3 +117,4 @@ export function groupThousands(n: number): string {
   for (let i = out.length; i < digits.length; i += 3) out += "," + digits.slice(i, i + 3);
   return n < 0 ? "-" + out : out;
 }
+

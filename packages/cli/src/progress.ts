@@ -53,3 +53,43 @@ export function progressBar(io: CliIo, label: string, opts: { quiet?: boolean; n
     },
   };
 }
+
+/** Files smaller than this are written too fast for progress lines in a log to tell anything. */
+const LOG_MIN_BYTES = 16 * 2 ** 20;
+
+/**
+ * Progress of the bridge's cache writes (one file after another: the text GGUF, then the
+ * mmproj). On a terminal, the bar `translate` draws, one per file. Elsewhere (a log, a
+ * pipe) one line per tenth of a file of at least 16 MiB, each at most once: the writer
+ * reports every chunk, and lines that repeat the same rounded figure tell a log reader nothing.
+ */
+export function cacheProgress(io: CliIo, opts: { quiet?: boolean } = {}): (e: { file: string; kind: string; written: number; total: number }) => void {
+  let current = "";
+  let bar: ProgressBar = NONE;
+  let tenths = -1;
+  let finished = false;
+  return (e) => {
+    if (opts.quiet) return;
+    const id = `${e.kind}\0${e.file}\0${e.total}`;
+    if (id !== current) {
+      bar.done();
+      current = id;
+      bar = progressBar(io, `caching ${e.kind}`);
+      tenths = -1;
+      finished = false;
+    }
+    if (finished) return;
+    finished = e.written >= e.total;
+    if (io.errTTY === true) {
+      bar.update(e.written, e.total);
+      if (finished) bar.done();
+      return;
+    }
+    if (e.total < LOG_MIN_BYTES) return;
+    const reached = Math.floor((10 * e.written) / e.total);
+    if (reached <= tenths) return;
+    tenths = reached;
+    const mib = (n: number) => (n / 2 ** 20).toFixed(1);
+    io.err(`ollama-compat: writing ${e.kind} ${mib(e.written)} / ${mib(e.total)} MiB (${reached * 10}%)\n`);
+  };
+}

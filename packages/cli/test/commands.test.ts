@@ -5,15 +5,15 @@
  * own llama-server for verify, export and demo.
  */
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, lstatSync, readdirSync, readFileSync, readlinkSync, realpathSync, truncateSync, writeFileSync } from "node:fs";
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { existsSync, readdirSync, readFileSync, truncateSync, writeFileSync } from "node:fs";
+import { mkdtemp, rm } from "node:fs/promises";
 import { SourceMap, type SourceMapPayload } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { serializeGguf, writeGguf } from "@compat/gguf";
 import { TRANSLATION_PROFILES } from "@compat/handlers";
-import { buildOllamaStore, LlamaChild, freePort, waitHealthy } from "@compat/server-bridge";
+import { buildOllamaStore } from "@compat/server-bridge";
 import { findLlamaTools, generateFixture, generateFixtureFiles, generateFixtureSpecs, toGgufModel } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI_BUNDLE, loadBundle, readCodeCache } from "../src/bundle-loader";
@@ -367,62 +367,6 @@ describe("verify (real llama-server)", () => {
     expect(j.pass).toBe(false);
     expect(j.error).toMatch(/key not found in model: gemma3\.attention\.layer_norm_rms_epsilon/);
   }, 300_000);
-});
-
-describe("export (real llama-server --models-dir)", () => {
-  it("models-dir layout: links into the cache and the store; llama-server --models-dir lists and serves them", async () => {
-    const to = join(dir, "exported");
-    const cacheDir = join(dir, "export-cache");
-    const r = await cli(["export", "--to", to, "--models", storeRoot, "--cache-dir", cacheDir]);
-    expect(r.code, r.stderr).toBe(0);
-    expect(r.stdout).toMatch(/serve them with: llama-server --models-dir/);
-    // multimodal: a folder with the model and mmproj-*; text-only: a file at the top
-    expect((await readdir(join(to, "gemma3-4b"))).sort()).toEqual(["gemma3-4b.gguf", "mmproj-gemma3-4b.gguf"]);
-    for (const f of ["gemma3-4b/gemma3-4b.gguf", "gemma3-4b/mmproj-gemma3-4b.gguf", "llama3-tiny.gguf"]) {
-      expect(lstatSync(join(to, f)).isSymbolicLink(), f).toBe(true);
-      expect(realpathSync(join(to, f)).startsWith(realpathSync(cacheDir)), f).toBe(true);
-    }
-    // the native model: a link to the store's blob, never a copy
-    expect(readlinkSync(join(to, "tiny-llama-native.gguf"))).toMatch(/blobs\/sha256-[0-9a-f]{64}$/);
-
-    const port = await freePort();
-    const child = new LlamaChild({ command: llamaServer ?? needsLlama().LLAMA_SERVER, args: ["--models-dir", to, "--port", String(port), "--no-webui", "--offline", "--models-max", "1", "-c", "1024", "--threads", "2", "--no-warmup"] });
-    try {
-      await waitHealthy(child, `http://127.0.0.1:${port}`, 120_000);
-      const models = (await (await fetch(`http://127.0.0.1:${port}/v1/models`)).json()) as { data: Array<{ id: string }> };
-      expect(models.data.map((m) => m.id).sort()).toEqual(expect.arrayContaining(["gemma3-4b", "llama3-tiny", "tiny-llama-native"]));
-      for (const model of ["llama3-tiny", "gemma3-4b"]) {
-        const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({ model, messages: [{ role: "user", content: "hello" }], max_tokens: 3, temperature: 0, grammar: "root ::= [ -~]*" }),
-          signal: AbortSignal.timeout(240_000),
-        });
-        const body = (await res.json()) as { usage?: { completion_tokens: number } };
-        expect(res.status, `${model}: ${JSON.stringify(body)}`).toBe(200);
-        expect(body.usage!.completion_tokens).toBeGreaterThan(0);
-      }
-    } finally {
-      await child.stop();
-    }
-  }, 600_000);
-
-  it("--layout lmstudio: publisher/model/file.gguf; --copy copies translated files but still links native ones", async () => {
-    const to = join(dir, "lmstudio");
-    const r = await cli(["export", "gemma3:4b", "tiny-llama:native", "--to", to, "--layout", "lmstudio", "--copy", "--json", "--models", storeRoot, "--cache-dir", join(dir, "lm-cache")]);
-    expect(r.code, r.stderr).toBe(0);
-    const j = JSON.parse(r.stdout);
-    expect(j.models.map((m: { model: { path: string } }) => m.model.path.slice(to.length + 1))).toEqual(["library/gemma3-4b/gemma3-4b.gguf", "library/tiny-llama-native/tiny-llama-native.gguf"]);
-    expect(lstatSync(join(to, "library/gemma3-4b/gemma3-4b.gguf")).isFile()).toBe(true);
-    expect(lstatSync(join(to, "library/gemma3-4b/mmproj-gemma3-4b.gguf")).isFile()).toBe(true);
-    expect(lstatSync(join(to, "library/tiny-llama-native/tiny-llama-native.gguf")).isSymbolicLink()).toBe(true);
-  }, 300_000);
-
-  it("--to on a file is a usage error", async () => {
-    const r = await cli(["export", "--to", native, "--models", storeRoot]);
-    expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(/not a folder/);
-  });
 });
 
 describe("demo (real llama-server)", () => {

@@ -2,9 +2,10 @@
  * What the cli tests share: the binary from source (run through tsx), a child process's
  * output and exit, and a fixture made big enough for a translation to take a while.
  */
-import { execFileSync, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdir, open, rm } from "node:fs/promises";
+import { request } from "node:http";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -20,6 +21,41 @@ export interface Run {
   code: number | null;
   stdout: string;
   stderr: string;
+}
+
+/**
+ * The real ollama-compat binary (from source, through tsx) in its own process, its output
+ * collected as it comes; `waitFor` waits for a line to appear (or fails with the stderr so far).
+ */
+export function spawnCli(args: string[], env: Record<string, string | undefined> = {}) {
+  const child = spawn(process.execPath, ["--import", tsx, bin, ...args], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const out = { stdout: "", stderr: "" };
+  child.stdout!.on("data", (d) => (out.stdout += d));
+  child.stderr!.on("data", (d) => (out.stderr += d));
+  const closed = exited(child);
+  const waitFor = async (re: RegExp, stream: "stdout" | "stderr" = "stdout", timeoutMs = 180_000): Promise<RegExpMatchArray> => {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const m = out[stream].match(re);
+      if (m) return m;
+      if (child.exitCode !== null || Date.now() > deadline) throw new Error(`no ${re} in ${stream}; stderr:\n${out.stderr.slice(-3000)}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  };
+  return { child, out, closed, waitFor };
+}
+
+/** GET over node:http, as curl does (fetch refuses some ports outright). */
+export function httpGet(url: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    request(url, (res) => {
+      let body = "";
+      res.on("data", (d) => (body += d));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+    })
+      .once("error", reject)
+      .end();
+  });
 }
 
 /** Everything the child writes to stdout and stderr, and its exit code, once it has closed. */

@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { findLlamaTools, generateFixture, generateFixtureFiles, writeWithZeroTail } from "@compat/testkit";
 import { buildOllamaStore, freePort, ModelStore, prepareModel, TranslationCache } from "@compat/server-bridge";
-import { bin, ensureDemoModel, exited, tsx } from "./helpers";
+import { ensureDemoModel, spawnCli } from "./helpers";
 
 const dirs: string[] = [];
 const children: ChildProcess[] = [];
@@ -23,24 +23,10 @@ afterAll(async () => {
   for (const d of dirs) await rm(d, { recursive: true, force: true });
 });
 
-/** The real ollama-compat binary (from source, through tsx) in its own process, output collected as it comes. */
 function start(args: string[], env: Record<string, string> = {}) {
-  const child = spawn(process.execPath, ["--import", tsx, bin, ...args], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-  children.push(child);
-  const out = { stdout: "", stderr: "" };
-  child.stdout!.on("data", (d) => (out.stdout += d));
-  child.stderr!.on("data", (d) => (out.stderr += d));
-  const closed = exited(child);
-  const waitFor = async (re: RegExp, stream: "stdout" | "stderr" = "stdout", timeoutMs = 180_000): Promise<RegExpMatchArray> => {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const m = out[stream].match(re);
-      if (m) return m;
-      if (child.exitCode !== null || Date.now() > deadline) throw new Error(`no ${re} in ${stream}; stderr:\n${out.stderr.slice(-3000)}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  };
-  return { child, out, closed, waitFor };
+  const s = spawnCli(args, env);
+  children.push(s.child);
+  return s;
 }
 
 async function run(args: string[], env: Record<string, string> = {}) {
@@ -70,8 +56,8 @@ describe("ollama-compat ls", () => {
   it("lists installed models with size, architecture and status", async () => {
     const { root } = await store();
     const cacheDir = await temp();
-    // gemma3:1b already translated into this cache
-    await prepareModel(await new ModelStore(root).resolve("gemma3:1b"), { cache: new TranslationCache({ dir: cacheDir }) });
+    // gemma3:1b already translated into this cache (--cache-dir D keeps translations in D/translated)
+    await prepareModel(await new ModelStore(root).resolve("gemma3:1b"), { cache: new TranslationCache({ dir: join(cacheDir, "translated") }) });
     const r = await run(["ls", "--models", root, "--cache-dir", cacheDir]);
     expect(r.code, r.stderr).toBe(0);
     const lines = r.stdout.trim().split("\n");
@@ -149,11 +135,12 @@ describe("ollama-compat serve (real llama-server)", () => {
     const { root } = await store();
     const tools = await findLlamaTools();
     const cacheDir = await temp();
+    const translations = join(cacheDir, "translated");
     // Hold the entry's lock (as a live writer would) until all eight are past their cache
     // lookup and waiting for it: then they race for it, whatever their start-up times.
     const resolved = await new ModelStore(root).resolve("gemma3:1b");
-    const lock = join(cacheDir, "locks", `${new TranslationCache({ dir: cacheDir }).keyFor(resolved.modelDigest!, "text")}.lock`);
-    await mkdir(join(cacheDir, "locks"), { recursive: true });
+    const lock = join(translations, "locks", `${new TranslationCache({ dir: translations }).keyFor(resolved.modelDigest!, "text")}.lock`);
+    await mkdir(join(translations, "locks"), { recursive: true });
     await writeFile(lock, `${process.pid} test`);
     const launches = Array.from({ length: 8 }, () =>
       start(["serve", "gemma3:1b", "--models", root, "--cache-dir", cacheDir, "--llama-server", tools.server, "--", "--threads", "1", "--no-warmup"]),
@@ -177,9 +164,9 @@ describe("ollama-compat serve (real llama-server)", () => {
     expect(said.filter((m) => m![1] === "cached")).toHaveLength(7);
     const entry = said[0]![2]!;
     expect(new Set(said.map((m) => m![2])).size).toBe(1);
-    expect(await readdir(join(cacheDir, "entries"))).toHaveLength(1);
-    expect(await readdir(join(cacheDir, "locks"))).toEqual([]);
-    expect(await readdir(join(cacheDir, "tmp"))).toEqual([]);
+    expect(await readdir(join(translations, "entries"))).toHaveLength(1);
+    expect(await readdir(join(translations, "locks"))).toEqual([]);
+    expect(await readdir(join(translations, "tmp"))).toEqual([]);
     for (const s of launches) s.child.kill("SIGTERM");
     for (const s of launches) expect((await s.closed).code).toBe(143);
     // a single launch into an empty cache writes the same bytes
@@ -272,11 +259,11 @@ describe("ollama-compat serve (real llama-server)", () => {
     await buildOllamaStore(root, [{ name: "big:1", model: path }]);
     const cacheDir = await temp();
     const s = start(["serve", "big:1", "--models", root, "--cache-dir", cacheDir, "--llama-server", (await findLlamaTools()).server]);
-    await s.waitFor(/writing [\d.]+ \//, "stderr");
+    await s.waitFor(/writing text [\d.]+ \//, "stderr");
     s.child.kill("SIGTERM");
     const { code } = await s.closed;
     expect(code, s.out.stderr).toBe(143);
     expect(s.out.stderr).toMatch(/stopped/);
-    for (const sub of ["entries", "tmp", "locks"]) expect(await readdir(join(cacheDir, sub)).catch(() => [])).toEqual([]);
+    for (const sub of ["entries", "tmp", "locks"]) expect(await readdir(join(cacheDir, "translated", sub)).catch(() => [])).toEqual([]);
   });
 });

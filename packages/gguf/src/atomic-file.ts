@@ -2,7 +2,7 @@
 // swaps this module for node-io.browser.ts, so a bundle never pulls in node:fs.
 import { randomBytes } from "node:crypto";
 import { constants } from "node:fs";
-import { open, readdir, rename, rm, type FileHandle } from "node:fs/promises";
+import { open, readdir, rename, rm, stat, type FileHandle } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { GgufError } from "./errors";
 import type { RangeCopier } from "./types";
@@ -33,108 +33,130 @@ const WRITE_BEHIND = 64 * 1024 * 1024;
 
 /**
  * Writes a file atomically: the content goes into a temp file next to `path`
- * (`.NAME.PID.HEX.tmp`), which is fsynced and renamed over `path`, so `path` is either its old
- * self or complete. On any error the temp file is removed; temp files that dead processes left
- * for the same output (a SIGKILL mid-write) are removed first. Returns the bytes written.
+ * (`.NAME.PID.HEX.tmp`, replaceAtomically), which is fsynced and renamed over `path`, so `path`
+ * is either its old self or complete. On any error the temp file is removed; temp files that
+ * dead processes left for the same output (a SIGKILL mid-write) are removed first. Returns the
+ * bytes written.
  */
 export async function writeFileAtomic(path: string, content: AtomicFileContent): Promise<number> {
   const produce = typeof content === "function" ? content : bytesOf(content);
-  await sweepTempFiles(dirname(path), basename(path));
-  const tmp = tempPathFor(path);
-  let fh;
-  try {
-    fh = await open(tmp, "wx");
-  } catch (cause) {
-    throw new GgufError("IO", `cannot create temp file next to it: ${(cause as Error).message}`, { source: path, cause });
-  }
-  trackTempFile(tmp);
   let pos = 0;
-  let done = false;
-  // Write-behind: at most one flush in flight; its failure is reported by the final sync at the latest.
-  let flushedAt = 0;
-  let flushing: Promise<void> | undefined;
-  let flushError: unknown;
-  let turnedAt = 0;
-  const writeBehind = (handle: FileHandle): void => {
-    if (flushing !== undefined || pos - flushedAt < WRITE_BEHIND) return;
-    flushedAt = pos;
-    flushing = handle.datasync().then(
-      () => void (flushing = undefined),
-      (cause: unknown) => void ((flushError ??= cause), (flushing = undefined)),
-    );
+  const fill = async (tmp: string): Promise<void> => {
+    let fh: FileHandle | undefined;
+    try {
+      fh = await open(tmp, "wx");
+    } catch (cause) {
+      throw new GgufError("IO", `cannot create temp file next to it: ${(cause as Error).message}`, { source: path, cause });
+    }
+    // Write-behind: at most one flush in flight; its failure is reported by the final sync at the latest.
+    let flushedAt = 0;
+    let flushing: Promise<void> | undefined;
+    let flushError: unknown;
+    let turnedAt = 0;
+    const writeBehind = (handle: FileHandle): void => {
+      if (flushing !== undefined || pos - flushedAt < WRITE_BEHIND) return;
+      flushedAt = pos;
+      flushing = handle.datasync().then(
+        () => void (flushing = undefined),
+        (cause: unknown) => void ((flushError ??= cause), (flushing = undefined)),
+      );
+    };
+    try {
+      const handle = fh;
+      // In write-behind-sized pieces, so a long range does not leave all of its flushing to the end.
+      const copyRange: AtomicFileOutput["copyRange"] = async (copier, srcFd, srcOffset, length) => {
+        for (let done = 0; done < length; ) {
+          // pieces end on the source's multiples of WRITE_BEHIND: block boundaries, where extents can be shared
+          const n = Math.min(WRITE_BEHIND - ((srcOffset + done) % WRITE_BEHIND), length - done);
+          let ok: boolean;
+          try {
+            ok = await copier(srcFd, srcOffset + done, handle.fd, pos, n);
+          } catch (cause) {
+            throw writeError(path, pos, cause);
+          }
+          if (!ok) {
+            if (done === 0) return false;
+            throw writeError(path, pos, new Error("the in-kernel copy stopped midway"));
+          }
+          pos += n;
+          done += n;
+          writeBehind(handle);
+          // An in-kernel copier may run on this thread and finish before returning: without a
+          // turn of the event loop the write-behind flush's completion is never seen, no further
+          // flush starts, and the final fsync waits for nearly all of the data (0.3 s per GiB).
+          if (pos - turnedAt >= WRITE_BEHIND) {
+            turnedAt = pos;
+            await new Promise<void>((resolve) => setImmediate(resolve));
+          }
+        }
+        return true;
+      };
+      const write: AtomicFileOutput["write"] = async (chunk) => {
+        let off = 0;
+        while (off < chunk.length) {
+          let bytesWritten: number;
+          try {
+            ({ bytesWritten } = await handle.write(chunk, off, chunk.length - off, pos));
+          } catch (cause) {
+            throw writeError(path, pos, cause);
+          }
+          off += bytesWritten;
+          pos += bytesWritten;
+        }
+        writeBehind(handle);
+      };
+      await produce({ write, copyRange });
+      try {
+        await flushing;
+        if (flushError !== undefined) throw flushError;
+        await handle.sync();
+        await handle.close();
+        fh = undefined;
+      } catch (cause) {
+        throw writeError(path, pos, cause);
+      }
+    } finally {
+      await flushing; // never close the descriptor under a flush still using it
+      if (fh !== undefined) await fh.close().catch(() => undefined);
+    }
   };
   try {
-    const handle = fh;
-    // In write-behind-sized pieces, so a long range does not leave all of its flushing to the end.
-    const copyRange: AtomicFileOutput["copyRange"] = async (copier, srcFd, srcOffset, length) => {
-      for (let done = 0; done < length; ) {
-        // pieces end on the source's multiples of WRITE_BEHIND: block boundaries, where extents can be shared
-        const n = Math.min(WRITE_BEHIND - ((srcOffset + done) % WRITE_BEHIND), length - done);
-        let ok: boolean;
-        try {
-          ok = await copier(srcFd, srcOffset + done, handle.fd, pos, n);
-        } catch (cause) {
-          throw writeError(path, pos, cause);
-        }
-        if (!ok) {
-          if (done === 0) return false;
-          throw writeError(path, pos, new Error("the in-kernel copy stopped midway"));
-        }
-        pos += n;
-        done += n;
-        writeBehind(handle);
-        // An in-kernel copier may run on this thread and finish before returning: without a
-        // turn of the event loop the write-behind flush's completion is never seen, no further
-        // flush starts, and the final fsync waits for nearly all of the data (0.3 s per GiB).
-        if (pos - turnedAt >= WRITE_BEHIND) {
-          turnedAt = pos;
-          await new Promise<void>((resolve) => setImmediate(resolve));
-        }
-      }
-      return true;
-    };
-    const write: AtomicFileOutput["write"] = async (chunk) => {
-      let off = 0;
-      while (off < chunk.length) {
-        let bytesWritten: number;
-        try {
-          ({ bytesWritten } = await handle.write(chunk, off, chunk.length - off, pos));
-        } catch (cause) {
-          throw writeError(path, pos, cause);
-        }
-        off += bytesWritten;
-        pos += bytesWritten;
-      }
-      writeBehind(handle);
-    };
-    await produce({ write, copyRange });
+    await replaceAtomically(path, fill);
+  } catch (cause) {
+    throw writeError(path, pos, cause);
+  }
+  return pos;
+}
+
+/**
+ * Makes `path` atomically with `make(tmp)`, which creates a file, a link or a directory at
+ * `tmp`, a fresh temp path beside `path` (tempPathFor); the temp is then renamed over `path`
+ * (a link there is replaced, not followed). The temp is removed when `make` or the rename
+ * fails, and listed in pendingTempFiles() meanwhile; temps that dead processes left for the
+ * same output are removed first. writeFileAtomic is this for a file's bytes.
+ */
+export async function replaceAtomically(path: string, make: (tmp: string) => Promise<void>): Promise<void> {
+  await sweepTempFiles(dirname(path), { name: basename(path) });
+  const tmp = tempPathFor(path);
+  trackTempFile(tmp);
+  let done = false;
+  try {
+    await make(tmp);
+    // A file being replaced is freed (its cached pages dropped, its blocks released) when its
+    // last reference goes: by holding one across the rename and letting it go on the thread
+    // pool, that work (~0.2 s per GiB) overlaps whatever the caller does next.
+    // (non-blocking and not through a symlink: a FIFO or a link there is not waited on or followed)
+    const replaced = await open(path, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW).catch(() => undefined);
     try {
-      await flushing;
-      if (flushError !== undefined) throw flushError;
-      await handle.sync();
-      await handle.close();
-      fh = undefined;
-      // A file being replaced is freed (its cached pages dropped, its blocks released) when its
-      // last reference goes: by holding one across the rename and letting it go on the thread
-      // pool, that work (~0.2 s per GiB) overlaps whatever the caller does next.
-      // (non-blocking and not through a symlink: a FIFO or a link there is not waited on or followed)
-      const replaced = await open(path, constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOFOLLOW).catch(() => undefined);
-      try {
-        await rename(tmp, path);
-      } finally {
-        void replaced?.close().catch(() => undefined);
-      }
-    } catch (cause) {
-      throw writeError(path, pos, cause);
+      await rename(tmp, path);
+    } finally {
+      void replaced?.close().catch(() => undefined);
     }
     done = true;
   } finally {
-    await flushing; // never close the descriptor under a flush still using it
-    if (fh !== undefined) await fh.close().catch(() => undefined);
-    if (!done) await rm(tmp, { force: true }).catch(() => undefined);
+    if (!done) await rm(tmp, { recursive: true, force: true }).catch(() => undefined);
     untrackTempFile(tmp);
   }
-  return pos;
 }
 
 function writeError(path: string, offset: number, cause: unknown): GgufError {
@@ -167,10 +189,12 @@ function bytesOf(content: Uint8Array | string): (out: AtomicFileOutput) => Promi
 
 /**
  * Removes the temp files (or staged directories) in `dir` named by tempPathFor whose writing
- * process is gone: what a writer killed mid-write leaves. Only `base`'s when given. A live
- * writer's, and this process's, are never touched. Returns the names removed.
+ * process is gone: what a writer killed mid-write leaves. Only those of output `name` when
+ * given; with `olderThanMs`, also those last changed longer ago than that whatever their pid
+ * says (for writes known to take a moment, where a pid may have been reused). This process's
+ * own are never touched. Returns the names removed.
  */
-export async function sweepTempFiles(dir: string, base?: string): Promise<string[]> {
+export async function sweepTempFiles(dir: string, opts: { name?: string; olderThanMs?: number } = {}): Promise<string[]> {
   let entries: string[];
   try {
     entries = await readdir(dir);
@@ -180,8 +204,12 @@ export async function sweepTempFiles(dir: string, base?: string): Promise<string
   const removed: string[] = [];
   for (const entry of entries) {
     const owner = tempFileOwner(entry);
-    if (owner === undefined || (base !== undefined && owner.base !== base)) continue;
-    if (owner.pid === process.pid || processAlive(owner.pid)) continue;
+    if (owner === undefined || (opts.name !== undefined && owner.base !== opts.name) || owner.pid === process.pid) continue;
+    if (processAlive(owner.pid)) {
+      if (opts.olderThanMs === undefined) continue;
+      const changed = await stat(join(dir, entry)).then((st) => st.mtimeMs, () => Date.now());
+      if (Date.now() - changed <= opts.olderThanMs) continue;
+    }
     await rm(join(dir, entry), { recursive: true, force: true }).catch(() => undefined);
     removed.push(entry);
   }

@@ -14,7 +14,11 @@ export async function writeFileAtomic(path: string): Promise<number> {
   throw unsupported(path, "writing");
 }
 
-export async function sweepTempFiles(dir: string): Promise<string[]> {
+export async function replaceAtomically(path: string): Promise<void> {
+  throw unsupported(path, "writing");
+}
+
+export async function sweepTempFiles(dir: string, _opts?: { name?: string; olderThanMs?: number }): Promise<string[]> {
   throw unsupported(dir, "sweeping");
 }
 

@@ -1,11 +1,13 @@
-import { createHash, randomBytes } from "node:crypto";
-import { createReadStream } from "node:fs";
-import { mkdir, open, readdir, readFile, realpath, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
+import { createHash } from "node:crypto";
+import { mkdir, open, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
-import { processAlive, sweepTempFiles, tempPathFor, writeFileAtomic } from "@compat/gguf";
+import { tempFileOwner, tempPathFor } from "@compat/gguf";
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
+import { DigestMemo, sameVersion, versionOf, type FileVersion, type SourceFile } from "./digest-memo";
+import { acquireLock, aborted, lockedByLive } from "./entry-lock";
 import { BridgeError } from "./errors";
+import { isSystemError, whyNotWritable } from "./fs-errors";
 
 declare const __HANDLERS_VERSION__: string | undefined;
 /** Part of every cache key: a new translator release never reuses an old entry. */
@@ -24,15 +26,30 @@ export interface CacheOptions {
   translatorVersion?: string;
   /** How long to wait for another process's lock on the same entry. Default 30 minutes. */
   lockTimeoutMs?: number;
+  /**
+   * A lock whose owner this machine cannot check (another pid namespace, a lock of an older
+   * version) is taken over when it has not been refreshed for this long. Default 60 s (owners
+   * refresh every 5 s).
+   */
+  lockStaleMs?: number;
   env?: Record<string, string | undefined>;
 }
 
 export interface ObtainOptions {
-  /** `sha256:<hex>` of the source when known (store blobs); plain files are digested (and remembered). */
+  /**
+   * The `sha256:<hex>` the source should have (a store blob's name). The cache keys on the
+   * digest of the source's bytes as they are (hashed once per version of the file, see
+   * DigestMemo); when that is not this one, the source is damaged or replaced and nothing is
+   * translated (DIGEST_MISMATCH).
+   */
   sourceDigest?: string;
   signal?: AbortSignal;
   /** Bytes written so far, while a new entry is written. */
   onProgress?(written: number, total: number): void;
+  /** Why we wait, while another process holds the entry's lock (once, then every minute). */
+  onWait?(line: string): void;
+  /** Called once when no verified entry is there: this call will write one (or wait for the process writing it). */
+  onMiss?(): void;
 }
 
 export interface CacheEntry {
@@ -68,10 +85,13 @@ export function defaultCacheDir(env: Record<string, string | undefined> = proces
 }
 
 /**
- * A content-addressed store of translated GGUFs: key = (source digest, translator version,
- * profile, kind). An entry is written by the view's own writer into a private staging
- * directory and renamed into place, under a per-key lock file, so concurrent launches
- * translate once and a killed writer never leaves a half entry behind.
+ * A content-addressed store of translated GGUFs: key = (digest of the source's bytes,
+ * translator version, profile, kind). The digest is of the bytes the translation reads, hashed
+ * once per version of the source file (DigestMemo): a blob damaged or replaced under its name
+ * gets no entry (DIGEST_MISMATCH), and two files with the same name and other bytes never
+ * share one. An entry is written by the view's own writer into a private staging directory
+ * and renamed into place, under a per-key lock file, so concurrent launches translate once and
+ * a killed writer never leaves a half entry behind.
  */
 export class TranslationCache {
   readonly dir: string;
@@ -79,6 +99,8 @@ export class TranslationCache {
   readonly profile: TranslationProfile;
   readonly translatorVersion: string;
   private readonly lockTimeoutMs: number;
+  private readonly lockStaleMs: number;
+  private readonly digests: DigestMemo;
 
   constructor(opts: CacheOptions = {}) {
     const env = opts.env ?? process.env;
@@ -88,6 +110,8 @@ export class TranslationCache {
     this.profile = opts.profile ?? "native";
     this.translatorVersion = opts.translatorVersion ?? TRANSLATOR_VERSION;
     this.lockTimeoutMs = opts.lockTimeoutMs ?? 30 * 60_000;
+    this.lockStaleMs = opts.lockStaleMs ?? 60_000;
+    this.digests = new DigestMemo(join(this.dir, "digests"));
   }
 
   keyFor(sourceDigest: string, kind: CacheKind): string {
@@ -102,42 +126,75 @@ export class TranslationCache {
   /**
    * The cached translation of `sourcePath` (`view` is its lazy translation): verified and
    * reused if present, else written once. The view is not closed here.
+   *
+   * The key is the digest of the source's bytes. A version of the file hashed before is found
+   * by one fstat; a new one is hashed on another thread, and when the source says what its
+   * digest should be (a store blob's name), the entry is looked up, or written, under that
+   * digest meanwhile: nothing is served or published before the hash agrees.
    */
   async obtain(sourcePath: string, kind: CacheKind, view: TranslatedView, opts: ObtainOptions = {}): Promise<CacheEntry> {
-    const sourceDigest = opts.sourceDigest ?? (await this.fileDigest(sourcePath, opts.signal));
-    const key = this.keyFor(sourceDigest, kind);
-    const headerSha256 = sha256(view.layout.header);
-    const expect = { size: view.size, headerSha256 };
-
+    const source = sourceOf(sourcePath, view);
     // Whatever writers killed earlier left behind goes first, hit or miss.
     await this.sweepLeftovers();
-    const found = await this.verified(key, expect);
-    if (found) return found;
-
-    await mkdir(join(this.dir, "locks"), { recursive: true });
-    const release = await this.lock(key, opts.signal);
+    const version = await versionOf(source);
+    const known = await this.digests.recall(version);
+    const claimed = opts.sourceDigest !== undefined ? normalizeDigest(opts.sourceDigest) : undefined;
+    const hashing = known === undefined ? this.digests.hash(source.path, version, opts.signal) : undefined;
     try {
-      // Someone else may have written it while we waited.
-      const again = await this.verified(key, expect);
-      if (again) return again;
-      await this.write(key, view, {
-        version: 1,
-        key,
-        kind,
-        source: sourcePath,
-        sourceDigest,
-        translator: this.translatorVersion,
-        profile: this.profile,
-        size: view.size,
-        headerLength: view.layout.header.length,
-        headerSha256,
-        created: new Date().toISOString(),
-      }, opts);
+      const sourceDigest = known ?? claimed ?? (await hashing!.digest);
+      const confirm = async () => checkClaim(source.path, known ?? (await hashing!.digest), claimed);
+      if (known !== undefined) await confirm();
+      const key = this.keyFor(sourceDigest, kind);
+      const headerSha256 = sha256(view.layout.header);
+      const expect = { size: view.size, headerSha256 };
+
+      const found = await this.verified(key, expect);
+      if (found) {
+        await confirm();
+        return found;
+      }
+      opts.onMiss?.();
+
+      try {
+        await mkdir(join(this.dir, "locks"), { recursive: true });
+        const release = await acquireLock(this.lockPath(key), {
+          timeoutMs: this.lockTimeoutMs,
+          staleMs: this.lockStaleMs,
+          signal: opts.signal,
+          what: `cache entry ${key} (${kind} of ${source.path})`,
+          ...(opts.onWait ? { onWait: opts.onWait } : {}),
+        });
+        try {
+          // Someone else may have written it while we waited.
+          const again = await this.verified(key, expect);
+          if (again) {
+            await confirm();
+            return again;
+          }
+          await this.write(key, view, source, version, confirm, {
+            version: 1,
+            key,
+            kind,
+            source: sourcePath,
+            sourceDigest,
+            translator: this.translatorVersion,
+            profile: this.profile,
+            size: view.size,
+            headerLength: view.layout.header.length,
+            headerSha256,
+            created: new Date().toISOString(),
+          }, opts);
+        } finally {
+          await release();
+        }
+      } catch (e) {
+        throw await this.unwritable(e);
+      }
+      await this.evict(key);
+      return { key, path: join(this.entryDir(key), ENTRY_FILE), size: view.size, hit: false };
     } finally {
-      await release();
+      hashing?.cancel();
     }
-    await this.evict(key);
-    return { key, path: join(this.entryDir(key), ENTRY_FILE), size: view.size, hit: false };
   }
 
   /** Entries with their sizes and last use, oldest first. */
@@ -163,9 +220,20 @@ export class TranslationCache {
     return out.sort((a, b) => a.lastUsed - b.lastUsed);
   }
 
-  /** Whether a verified entry exists for this source (used by `ls` to say "cached"). */
-  async has(sourceDigest: string, kind: CacheKind, view: TranslatedView): Promise<boolean> {
-    return (await this.peek(this.keyFor(sourceDigest, kind), { size: view.size, headerSha256: sha256(view.layout.header) })) !== undefined;
+  /**
+   * Whether a verified entry exists for this view's source (`ls` says "cached"), without
+   * reading the source: by the digest remembered for its current version, else (a version not
+   * hashed yet) by `sourceDigest`, the name it claims, which the next `obtain` checks. A
+   * remembered digest that is not the claimed one is DIGEST_MISMATCH, as obtain would say.
+   */
+  async has(view: TranslatedView, kind: CacheKind, sourceDigest?: string): Promise<boolean> {
+    const source = sourceOf(view.source.source?.name ?? "", view);
+    if (source.fd === undefined && source.path === "") return false;
+    const known = await this.digests.recall(await versionOf(source));
+    if (known) checkClaim(source.path, known, sourceDigest);
+    const digest = known ?? (sourceDigest !== undefined ? normalizeDigest(sourceDigest) : undefined);
+    if (digest === undefined) return false;
+    return (await this.peek(this.keyFor(digest, kind), { size: view.size, headerSha256: sha256(view.layout.header) })) !== undefined;
   }
 
   /** Removes least-recently-used entries until the total fits maxBytes; never `keep` or a locked one. */
@@ -175,7 +243,7 @@ export class TranslationCache {
     const removed: string[] = [];
     for (const e of all) {
       if (total <= this.maxBytes) break;
-      if (e.key === keep || (await this.lockedByLive(e.key))) continue;
+      if (e.key === keep || (await lockedByLive(this.lockPath(e.key), this.lockStaleMs))) continue;
       await rm(this.entryDir(e.key), { recursive: true, force: true });
       total -= e.size;
       removed.push(e.key);
@@ -214,7 +282,8 @@ export class TranslationCache {
     return hit;
   }
 
-  private async write(key: string, view: TranslatedView, meta: EntryMeta, opts: ObtainOptions): Promise<void> {
+  /** Writes the entry into staging and renames it into place once `confirm` (the source's digest is what the key says) holds. */
+  private async write(key: string, view: TranslatedView, source: SourceFile, version: FileVersion, confirm: () => Promise<void>, meta: EntryMeta, opts: ObtainOptions): Promise<void> {
     const tmpBase = join(this.dir, "tmp");
     await mkdir(tmpBase, { recursive: true });
     const staging = tempPathFor(join(tmpBase, key));
@@ -228,6 +297,11 @@ export class TranslationCache {
         throw e;
       }
       if (opts.signal?.aborted) throw aborted(meta.source);
+      // The digest names the bytes of `version`: a source written to meanwhile gave other bytes.
+      if (!sameVersion(version, await versionOf(source))) {
+        throw new BridgeError("SOURCE_CHANGED", `${source.path} changed while it was translated; nothing was cached (run again once it is complete)`, { source: source.path });
+      }
+      await confirm();
       await writeFile(join(staging, META_FILE), JSON.stringify(meta, null, 2) + "\n");
       await mkdir(join(this.dir, "entries"), { recursive: true });
       const dest = this.entryDir(key);
@@ -239,97 +313,69 @@ export class TranslationCache {
   }
 
   /**
-   * What killed writers left: their staging directories (`tmp/.<key>.<pid>.<hex>.tmp`), their
-   * lock files (a writer killed after its rename, before its unlock, would otherwise keep
-   * its entry from ever being evicted) and their digest memo temp files. Only files of
-   * processes that are gone are touched (@compat/gguf's sweepTempFiles, the one sweep).
+   * What killed writers left: their staging directories (`tmp/.<key>.<pid>.<hex>.tmp`, written
+   * only under the key's lock, so garbage once no live owner holds it), their lock files (a
+   * writer killed after its rename, before its unlock, would otherwise keep its entry from
+   * ever being evicted) and digest memo temp files; and the digest memo of earlier versions.
    */
   private async sweepLeftovers(): Promise<void> {
-    await sweepTempFiles(join(this.dir, "tmp"));
+    const tmpBase = join(this.dir, "tmp");
     for (const name of await readdir(join(this.dir, "locks")).catch(() => [] as string[])) {
-      if (name.endsWith(".lock")) await this.removeStaleLock(join(this.dir, "locks", name));
+      if (name.endsWith(".lock")) await lockedByLive(join(this.dir, "locks", name), this.lockStaleMs);
     }
-    await sweepTempFiles(this.dir, "digests.json");
-  }
-
-  /** Removes a lock file whose owner process is gone; true if it did. */
-  private async removeStaleLock(path: string): Promise<boolean> {
-    const owner = Number((await readFile(path, "utf8").catch(() => "")).split(" ")[0]);
-    if (!dead(owner)) return false;
-    await rm(path, { force: true });
-    return true;
-  }
-
-  private async lockedByLive(key: string): Promise<boolean> {
-    return (await exists(this.lockPath(key))) && !(await this.removeStaleLock(this.lockPath(key)));
+    for (const name of await readdir(tmpBase).catch(() => [] as string[])) {
+      const key = tempFileOwner(name)?.base ?? name.split(".")[0]!;
+      if (!(await lockedByLive(this.lockPath(key), this.lockStaleMs))) await rm(join(tmpBase, name), { recursive: true, force: true });
+    }
+    await this.digests.sweep();
+    for (const name of await readdir(this.dir).catch(() => [] as string[])) {
+      if (/^digests\.json(\.\d+\.tmp)?$/.test(name)) await rm(join(this.dir, name), { force: true });
+    }
   }
 
   private lockPath(key: string): string {
     return join(this.dir, "locks", `${key}.lock`);
   }
 
-  /** An exclusive lock file holding our pid; a lock whose owner died is taken over. */
-  private async lock(key: string, signal?: AbortSignal): Promise<() => Promise<void>> {
-    const path = this.lockPath(key);
-    const deadline = Date.now() + this.lockTimeoutMs;
-    const token = `${process.pid} ${randomBytes(6).toString("hex")}`;
-    for (;;) {
-      if (signal?.aborted) throw aborted(key);
-      try {
-        await writeFile(path, token, { flag: "wx" });
-        return async () => {
-          const now = await readFile(path, "utf8").catch(() => "");
-          if (now === token) await rm(path, { force: true });
-        };
-      } catch (e) {
-        if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e;
-      }
-      if (await this.removeStaleLock(path)) continue;
-      const owner = Number((await readFile(path, "utf8").catch(() => "")).split(" ")[0]);
-      if (Date.now() > deadline) {
-        throw new BridgeError("CACHE_LOCK_TIMEOUT", `cache entry ${key} is locked by pid ${owner} for more than ${this.lockTimeoutMs} ms (${path})`, { path });
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
+  /** A failure to create or write the cache folder, in words (the folder, and why: read-only, not a folder, no permission). */
+  private async unwritable(e: unknown): Promise<unknown> {
+    if (!isSystemError(e)) return e;
+    return new BridgeError("CACHE_UNWRITABLE", `cannot write the translation cache ${this.dir}: ${await whyNotWritable(e.path ?? this.dir, e)}; choose another cache folder`, {
+      dir: this.dir,
+      code: e.code,
+    });
   }
 
   /**
-   * sha256 of a plain file, remembered by (path, size, mtime, inode) so a file is read
+   * sha256 of a file's bytes, remembered per version of the file (DigestMemo), so a file is read
    * in full once, not at every launch.
    */
   async fileDigest(path: string, signal?: AbortSignal): Promise<string> {
-    const real = await realpath(path);
-    const st = await stat(real);
-    const id = `${real}\0${st.size}\0${st.mtimeMs}\0${st.ino}`;
-    const memoPath = join(this.dir, "digests.json");
-    const memo = (await readFile(memoPath, "utf8").then((t) => JSON.parse(t) as Record<string, string>).catch(() => ({}))) as Record<string, string>;
-    if (memo[id]) return memo[id];
-    const hash = createHash("sha256");
-    for await (const chunk of createReadStream(real, { signal })) hash.update(chunk as Buffer);
-    const digest = `sha256:${hash.digest("hex")}`;
-    memo[id] = digest;
-    await mkdir(this.dir, { recursive: true });
-    await writeFileAtomic(memoPath, JSON.stringify(memo));
-    return digest;
+    return (await this.digests.digest({ path }, signal)).digest;
   }
+}
+
+/** The file the view reads its tensor bytes from: its open descriptor when it has one, so the digest is of those very bytes. */
+function sourceOf(path: string, view: TranslatedView): SourceFile {
+  const fd = view.source.source?.fd;
+  return { path, ...(fd !== undefined ? { fd } : {}) };
+}
+
+function normalizeDigest(d: string): string {
+  const m = /^sha256[:-]([0-9a-fA-F]{64})$/.exec(d);
+  return m ? `sha256:${m[1]!.toLowerCase()}` : d;
+}
+
+/** The bytes must be what the name says: a blob damaged on disk, or other bytes under a copied name, is not translated. */
+function checkClaim(path: string, actual: string, claimed: string | undefined): void {
+  if (claimed === undefined || normalizeDigest(claimed) === actual) return;
+  throw new BridgeError(
+    "DIGEST_MISMATCH",
+    `${path} hashes to ${actual}, not the ${normalizeDigest(claimed)} its name says: the blob is damaged or was replaced (pull the model again); nothing was translated`,
+    { path, digest: normalizeDigest(claimed), actual },
+  );
 }
 
 function sha256(bytes: Uint8Array): string {
   return createHash("sha256").update(bytes).digest("hex");
-}
-
-/** A lock owner's pid of a process that no longer exists; not ours, not garbage. */
-function dead(pid: number): boolean {
-  return Number.isInteger(pid) && pid > 0 && pid !== process.pid && !processAlive(pid);
-}
-
-async function exists(path: string): Promise<boolean> {
-  return stat(path).then(
-    () => true,
-    () => false,
-  );
-}
-
-function aborted(what: string): BridgeError {
-  return new BridgeError("TRANSLATION_ABORTED", `translation of ${what} was stopped; no cache entry was left behind`, { source: what });
 }

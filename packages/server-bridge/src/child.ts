@@ -1,5 +1,7 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { accessSync, constants } from "node:fs";
 import { readdir, readFile, readlink } from "node:fs/promises";
+import { request } from "node:http";
 import { createServer } from "node:net";
 import { BridgeError } from "./errors";
 
@@ -20,7 +22,44 @@ export interface ChildOptions {
   keepLines?: number;
 }
 
-/** A llama.cpp process whose output is split into lines, with its last lines kept for reports. */
+/**
+ * The command line that runs `command` so that it dies with this process, however this
+ * process ends (SIGKILL included, when no handler of ours runs): on Linux, util-linux's
+ * `setpriv --pdeathsig KILL` has the kernel kill it when we die. setpriv sets that before it
+ * execs a shell, which execs the command only if we are still its parent: a parent that died
+ * before the death signal was set (the child was already orphaned) gets no child at all. Both
+ * exec in place, so the pid, the signals and the exit status are the command's own.
+ * Elsewhere (or without setpriv) the command runs as it is.
+ */
+export function tiedToParent(command: string, args: readonly string[]): { command: string; args: string[] } {
+  const setpriv = pdeathsigRunner();
+  if (!setpriv) return { command, args: [...args] };
+  const onlyIfOurs = 'if [ "$PPID" != "$0" ]; then exit 125; fi; exec "$@"';
+  return { command: setpriv, args: ["--pdeathsig", "KILL", "--", "/bin/sh", "-c", onlyIfOurs, String(process.pid), command, ...args] };
+}
+
+let runner: string | null | undefined;
+
+/** setpriv with --pdeathsig (util-linux 2.33+, part of every Debian and Ubuntu), found once per process. */
+function pdeathsigRunner(): string | null {
+  if (runner !== undefined) return runner;
+  runner = null;
+  if (process.platform !== "linux") return runner;
+  for (const path of ["/usr/bin/setpriv", "/bin/setpriv"]) {
+    try {
+      accessSync(path, constants.X_OK);
+      accessSync("/bin/sh", constants.X_OK);
+    } catch {
+      continue;
+    }
+    const help = spawnSync(path, ["--help"], { encoding: "utf8", timeout: 5_000 });
+    if (help.status === 0 && help.stdout.includes("--pdeathsig")) runner = path;
+    break;
+  }
+  return runner;
+}
+
+/** A llama.cpp process whose output is split into lines, with its last lines kept for reports; it dies with us (tiedToParent). */
 export class LlamaChild {
   readonly process: ChildProcess;
   readonly exited: Promise<ExitInfo>;
@@ -29,7 +68,8 @@ export class LlamaChild {
 
   constructor(opts: ChildOptions) {
     this.keep = opts.keepLines ?? 40;
-    this.process = spawn(opts.command, opts.args, { env: opts.env ?? process.env, stdio: ["ignore", "pipe", "pipe"] });
+    const run = tiedToParent(opts.command, opts.args);
+    this.process = spawn(run.command, run.args, { env: opts.env ?? process.env, stdio: ["ignore", "pipe", "pipe"] });
     const onLine = (line: string) => {
       this.lines.push(line);
       if (this.lines.length > this.keep) this.lines.shift();
@@ -209,12 +249,29 @@ export async function waitHealthy(child: LlamaChild, url: string, timeoutMs: num
       throw new BridgeError("SERVER_START_TIMEOUT", `${what} not ready after ${timeoutMs} ms (${last}):\n${lines.join("\n")}`, { lastLines: lines });
     }
     try {
-      const r = await fetch(`${url}/health`, { signal: AbortSignal.timeout(2_000) });
-      if (r.status === 200) return;
-      last = `HTTP ${r.status}`;
+      const status = await httpStatus(`${url}/health`, 2_000);
+      if (status === 200) return;
+      last = `HTTP ${status}`;
     } catch {
       // not listening yet
     }
     await Promise.race([new Promise((r) => setTimeout(r, 150)), child.exited]);
   }
+}
+
+/**
+ * The status of a GET of `url`, over node:http rather than fetch: fetch refuses the ports of
+ * the Fetch standard's "bad port" list (6000, 6665-6669, 22, ...) without ever connecting,
+ * and a llama-server a user put on one of them would never look healthy.
+ */
+function httpStatus(url: string, timeoutMs: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: "GET", timeout: timeoutMs, agent: false }, (res) => {
+      res.resume();
+      resolve(res.statusCode ?? 0);
+    });
+    req.once("timeout", () => req.destroy(new Error(`no answer from ${url} in ${timeoutMs} ms`)));
+    req.once("error", reject);
+    req.end();
+  });
 }

@@ -4,15 +4,18 @@ export type BridgeErrorCode =
   | "UNKNOWN_MODEL" // a valid name with no manifest in the store
   | "CORRUPT_MANIFEST" // the manifest is not the JSON Ollama writes
   | "MISSING_BLOB" // a layer the manifest names is not in blobs/
-  | "UNSAFE_BLOB" // a blob is a symlink pointing out of the store
-  | "DIGEST_MISMATCH" // with verifyDigest: the blob's sha256 is not the one in its name
+  | "UNSAFE_BLOB" // a blob is not a plain file of the store: a symlink out of it, a FIFO or device, or too large for its media type
+  | "DIGEST_MISMATCH" // the blob's sha256 is not the one in its name (checked before a translation, or always with verifyDigest)
+  | "SOURCE_CHANGED" // the source file changed while it was translated; nothing was cached
   | "NO_MODEL_LAYER" // the manifest has no GGUF model layer (e.g. a safetensors-only model)
   | "UNSUPPORTED_MODEL" // the model layer is not a GGUF we can read
   | "TRANSLATION_ABORTED" // stopped (signal) while writing a cache entry; nothing was left behind
   | "CACHE_LOCK_TIMEOUT" // another process held the entry's lock for too long
+  | "CACHE_UNWRITABLE" // the cache folder cannot be created or written (read-only file system, not a folder, no permission)
   | "LLAMA_SERVER_NOT_FOUND"
   | "PORT_IN_USE"
   | "INSECURE_BIND" // a non-loopback host without an API key or an explicit opt-out
+  | "BAD_ARGUMENT" // a llama-server argument the bridge cannot honour (a unix-socket --host, TLS files, an empty --api-key-file)
   | "INVALID_OPTION" // an option out of its range (models-max, keep-alive)
   | "SERVER_START_FAILED" // llama-server exited before it was healthy
   | "SERVER_CRASHED" // llama-server was killed by a signal of its own (SIGSEGV, SIGILL, ...) before it was healthy

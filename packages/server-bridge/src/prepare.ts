@@ -70,11 +70,13 @@ export async function prepareModel(resolved: ResolvedModel, opts: PrepareOptions
       ...modelFacts(views.model, text),
     };
     if (text) {
-      opts.onStatus?.(`translating ${resolved.name} (${out.handlers.join(", ")})`);
       const entry = await cache.obtain(resolved.modelPath, "text", text, {
         sourceDigest: resolved.modelDigest,
         signal: opts.signal,
+        // a hit says "cached", and nothing about translating
+        onMiss: () => opts.onStatus?.(`translating ${resolved.name} (${out.handlers.join(", ")})`),
         onProgress: (written, total) => opts.onProgress?.({ file: resolved.modelPath, kind: "text", written, total }),
+        ...(opts.onStatus ? { onWait: opts.onStatus } : {}),
       });
       opts.onStatus?.(`${entry.hit ? "cached" : "translated"} ${resolved.name} -> ${entry.path}`);
       Object.assign(out, { modelPath: entry.path, translated: true, cacheHit: entry.hit });
@@ -121,12 +123,15 @@ async function unreadable(resolved: ResolvedModel, e: GgufError, cache: Translat
 /** The `--mmproj` path: a projector file as it is, or its view (or the embedded tower's) written to the cache. */
 async function projectorPath(mmproj: Mmproj, resolved: ResolvedModel, cache: TranslationCache, opts: PrepareOptions): Promise<string> {
   if (mmproj.kind === "file") return mmproj.path;
+  const { view } = mmproj;
   const sourcePath = mmproj.path ?? resolved.modelPath;
-  const entry = await cache.obtain(sourcePath, "mmproj", mmproj.view, {
+  const entry = await cache.obtain(sourcePath, "mmproj", view, {
     // the embedded tower is keyed by the model's digest, a projector layer by its own blob's
     sourceDigest: sourcePath === resolved.modelPath ? resolved.modelDigest : blobDigest(sourcePath),
     signal: opts.signal,
+    onMiss: () => opts.onStatus?.(`translating projector of ${resolved.name} (${view.report.handlers.map((h) => h.name).join(", ")})`),
     onProgress: (written, total) => opts.onProgress?.({ file: sourcePath, kind: "mmproj", written, total }),
+    ...(opts.onStatus ? { onWait: opts.onStatus } : {}),
   });
   opts.onStatus?.(`${entry.hit ? "cached" : "wrote"} projector of ${resolved.name} -> ${entry.path}`);
   return entry.path;

@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { modelArgs } from "./args";
 import { canReadListeningPorts, checkPortFree, freePort, LlamaChild, listeningPort, waitHealthy, type ExitInfo } from "./child";
 import { BridgeError } from "./errors";
@@ -30,6 +31,9 @@ export interface LaunchOptions extends PrepareOptions {
   /** Every line llama-server prints. */
   onLog?(line: string): void;
 }
+
+/** Launch options once the pass-through arguments are applied, with the path llama-server serves its routes under (--api-prefix). */
+type ResolvedLaunch = LaunchOptions & { urlPath?: string };
 
 export interface StartServerOptions extends LaunchOptions {
   /** An Ollama reference (`gemma3:4b`), a GGUF path, or an already resolved model. */
@@ -74,27 +78,126 @@ export async function launch(
 ): Promise<RunningServer> {
   const env = opts.env ?? process.env;
   const command = findLlamaTool("llama-server", { explicit: opts.llamaServer, env });
-  const host = opts.host ?? "127.0.0.1";
-  if (!isLoopback(host) && !opts.apiKey && !opts.insecure) {
-    throw new BridgeError("INSECURE_BIND", `refusing to serve on ${host} without an API key: give one (apiKey, --api-key-file) or opt out with insecure`, { host });
+  // Pass-through arguments that bind or guard the server are held to the same rules as our own
+  // options (they would win over ours on llama-server's command line).
+  const bind = bindingFromArgs(opts.args ?? [], { ...process.env, ...env });
+  const host = bind.host ?? opts.host ?? "127.0.0.1";
+  const apiKey = bind.apiKey ?? opts.apiKey;
+  const keyed = hasKey(apiKey) || bind.keyFile !== undefined || hasKey({ ...process.env, ...env }.LLAMA_API_KEY);
+  if (!isLoopback(host) && !keyed && !opts.insecure) {
+    const setBy = bind.host !== undefined ? `the llama-server argument --host ${bind.host}` : undefined;
+    throw new BridgeError("INSECURE_BIND", `refusing to serve on ${host}${setBy ? ` (from ${setBy})` : ""} without an API key: give one (apiKey, --api-key-file) or opt out with insecure`, {
+      host,
+      ...(setBy ? { setBy } : {}),
+    });
   }
-  if (opts.port) {
-    await checkPortFree(host, opts.port);
-    return launchOn(host, opts.port, command, args, opts, what);
+  const port = bind.port ?? opts.port;
+  const effective: ResolvedLaunch = { ...opts, host, port, args: bind.rest, ...(apiKey !== undefined ? { apiKey } : {}), urlPath: bind.prefix ?? "" };
+  if (port) {
+    await checkPortFree(host, port);
+    return launchOn(host, port, command, args, effective, what);
   }
   // llama-server binds a port of the kernel's choosing (--port 0), and we read which from
   // /proc: the port is bound by the process that uses it, so two launches at once cannot
   // meet on one port (a probe's port, closed and handed on, could be taken by another
   // llama-server, whose /health would then answer for ours).
-  if (canReadListeningPorts) return launchOn(host, 0, command, args, opts, what);
-  return launchOnProbedPort(host, command, args, opts, what);
+  if (canReadListeningPorts) return launchOn(host, 0, command, args, effective, what);
+  return launchOnProbedPort(host, command, args, effective, what);
+}
+
+/** What pass-through arguments say about where and how llama-server listens, and the arguments left to pass on. */
+export interface PassThroughBinding {
+  /** `--host`, `--port`, `--api-key`: taken out of the arguments and applied as our own options (the key then travels by environment, not argv). */
+  host?: string;
+  port?: number;
+  apiKey?: string;
+  /** `--api-key-file`, left in place: llama-server reads it; it holds at least one key. */
+  keyFile?: string;
+  /** `--api-prefix` (or LLAMA_ARG_API_PREFIX): every route, /health included, moves under it. */
+  prefix?: string;
+  rest: string[];
+}
+
+/**
+ * Reads the arguments as llama.cpp does (`--api_key` is `--api-key`, the last of a repeated
+ * flag wins, LLAMA_ARG_* in the environment first). A unix-socket host and TLS files are
+ * refused: the bridge talks plain HTTP over TCP to llama-server (its health checks, the URL it
+ * gives out).
+ */
+export function bindingFromArgs(args: readonly string[], env: Record<string, string | undefined> = {}): PassThroughBinding {
+  const out: PassThroughBinding = { rest: [] };
+  if (env.LLAMA_ARG_API_PREFIX) out.prefix = env.LLAMA_ARG_API_PREFIX;
+  let tls = env.LLAMA_ARG_SSL_KEY_FILE || env.LLAMA_ARG_SSL_CERT_FILE ? "LLAMA_ARG_SSL_*" : undefined;
+  if (env.LLAMA_ARG_API_KEY_FILE) out.keyFile = checkedKeyFile(env.LLAMA_ARG_API_KEY_FILE, "LLAMA_ARG_API_KEY_FILE");
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    const flag = arg.startsWith("--") ? arg.replace(/_/g, "-") : arg;
+    const value = (): string => {
+      const v = args[i + 1];
+      if (v === undefined) throw new BridgeError("BAD_ARGUMENT", `llama-server argument ${arg} needs a value`, { arg });
+      i++;
+      return v;
+    };
+    switch (flag) {
+      case "--host":
+        out.host = value();
+        if (out.host.endsWith(".sock")) throw new BridgeError("BAD_ARGUMENT", `--host ${out.host}: a unix socket; the bridge serves over TCP (give an address)`, { arg: out.host });
+        continue;
+      case "--port": {
+        const v = value();
+        const port = Number(v);
+        if (!/^\d+$/.test(v) || port > 65535) throw new BridgeError("BAD_ARGUMENT", `--port ${v}: not a port number`, { arg: v });
+        out.port = port;
+        continue;
+      }
+      case "--api-key":
+        out.apiKey = value();
+        continue;
+      case "--api-key-file": {
+        const file = value();
+        out.keyFile = checkedKeyFile(file, "--api-key-file");
+        out.rest.push(arg, file);
+        continue;
+      }
+      case "--api-prefix":
+        out.prefix = value();
+        out.rest.push(arg, out.prefix);
+        continue;
+      case "--ssl-key-file":
+      case "--ssl-cert-file":
+        tls = flag;
+        break;
+    }
+    out.rest.push(arg);
+  }
+  if (tls) throw new BridgeError("BAD_ARGUMENT", `${tls}: TLS is not supported; the bridge talks plain HTTP to llama-server (put a TLS proxy in front of it)`, { arg: tls });
+  return out;
+}
+
+/** A key file as llama.cpp reads it (one key a line, `#` comments): it must give at least one key, or the server would be open. */
+function checkedKeyFile(path: string, from: string): string {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    throw new BridgeError("BAD_ARGUMENT", `${from} ${path}: cannot read it (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`, { arg: path });
+  }
+  if (!text.split(/\r?\n/).some((l) => l !== "" && !l.startsWith("#"))) {
+    throw new BridgeError("BAD_ARGUMENT", `${from} ${path}: holds no key (expected one key a line)`, { arg: path });
+  }
+  return path;
+}
+
+/** llama.cpp splits a key list at commas and drops empty items. */
+function hasKey(keys: string | undefined): boolean {
+  return keys !== undefined && keys.split(",").some((k) => k.trim() !== "");
 }
 
 /**
  * Where /proc cannot tell a child's port: a port the OS just handed out, which another process
  * can take before llama-server binds it; then pick another and try again.
  */
-export async function launchOnProbedPort(host: string, command: string, args: string[], opts: LaunchOptions, what = "llama-server"): Promise<RunningServer> {
+export async function launchOnProbedPort(host: string, command: string, args: string[], opts: ResolvedLaunch, what = "llama-server"): Promise<RunningServer> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await launchOn(host, await freePort(host), command, args, opts, what);
@@ -128,22 +231,24 @@ async function launchOn(
   port: number,
   command: string,
   args: string[],
-  opts: LaunchOptions,
+  opts: ResolvedLaunch,
   what: string,
 ): Promise<RunningServer> {
   const env = opts.env ?? process.env;
   const full = [...commonArgs(host, port, opts.rpc), ...args, ...(opts.args ?? [])];
   const childEnv = { ...process.env, ...env, ...(opts.apiKey ? { LLAMA_API_KEY: opts.apiKey } : {}) };
   const child = new LlamaChild({ command, args: full, env: childEnv, onLog: opts.onLog });
-  const urlHost = host.includes(":") ? `[${host}]` : host === "0.0.0.0" ? "127.0.0.1" : host;
+  // the address it really listens on: 0.0.0.0 is every interface, and the URL says so
+  const urlHost = host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
   const onAbort = () => void child.stop();
   opts.signal?.addEventListener("abort", onAbort, { once: true });
   const timeoutMs = opts.startTimeoutMs ?? 10 * 60_000;
-  let url = `http://${urlHost}:${port}`;
+  const path = (opts.urlPath ?? "").replace(/\/+$/, "");
+  let url = `http://${urlHost}:${port}${path}`;
   try {
     if (port === 0) {
       port = await boundPort(child, timeoutMs, what);
-      url = `http://${urlHost}:${port}`;
+      url = `http://${urlHost}:${port}${path}`;
     }
     await waitHealthy(child, url, timeoutMs, what);
   } catch (e) {

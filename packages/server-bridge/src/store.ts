@@ -1,6 +1,5 @@
-import { existsSync, statSync } from "node:fs";
-import { createReadStream } from "node:fs";
-import { lstat, readdir, readFile, realpath, stat } from "node:fs/promises";
+import { constants, createReadStream, existsSync, statSync, type Stats } from "node:fs";
+import { lstat, open, readdir, realpath, stat } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { homedir } from "node:os";
 import { isAbsolute, join, resolve as resolvePath, sep } from "node:path";
@@ -57,8 +56,21 @@ export function defaultModelsDir(env: Record<string, string | undefined> = proce
 }
 
 const DIGEST = /^sha256[:-]([0-9a-fA-F]{64})$/;
-/** A manifest is a few hundred bytes; anything this large is not one (and is not read into memory). */
-const MAX_MANIFEST_BYTES = 1 << 20;
+/** A manifest, a config or params blob is a few hundred bytes; anything this large is not one (and is not read into memory). */
+const MAX_JSON_BYTES = 1 << 20;
+/** Templates and system prompts run to kilobytes; a text layer is read into memory up to this. */
+const MAX_TEXT_LAYER_BYTES = 4 << 20;
+
+/**
+ * How a FILE-or-MODEL argument is read, one rule for every command and entry point: a word
+ * with no path separator and no `.gguf` ending is a model name, always (a file or folder of
+ * that name in the working directory does not hijack it); anything else is a file if
+ * something exists at that path (and must then be a regular file); otherwise a model name
+ * (`namespace/model:tag`) if it parses as one.
+ */
+export function isPathLike(ref: string): boolean {
+  return /[\\/]/.test(ref) || /\.gguf$/i.test(ref);
+}
 
 export interface StoreOptions {
   /** Hash the model blob and compare it with the sha256 in its name before use (slow on big blobs). */
@@ -89,37 +101,43 @@ export class ModelStore {
 
   /**
    * A model reference (`gemma3`, `gemma3:4b`, `namespace/model:tag`, `host/namespace/model:tag`)
-   * or a path to a GGUF file. Files win when both readings exist.
+   * or a path to a GGUF file, told apart by isPathLike's rule.
    */
   async resolve(ref: string): Promise<ResolvedModel> {
     const file = asFile(ref);
     if (file) return file;
     const n = parseModelName(ref);
     if (!n) {
-      const looksLikePath = ref.endsWith(".gguf") || ref.startsWith(".") || isAbsolute(ref);
+      const looksLikePath = isPathLike(ref) || ref.startsWith(".") || isAbsolute(ref);
       throw new BridgeError(
         "INVALID_REFERENCE",
-        looksLikePath ? `${ref}: no such file` : `"${ref}" is neither a file nor an Ollama model name ([host/][namespace/]model[:tag])`,
+        looksLikePath ? `${JSON.stringify(ref)}: no such file` : `${JSON.stringify(ref)} is neither a file nor an Ollama model name ([host/][namespace/]model[:tag])`,
         { ref },
       );
     }
-    return this.resolveName(n, ref);
+    try {
+      return await this.resolveName(n, ref);
+    } catch (e) {
+      // a bare word is a name even when a file of that name is here: say how to mean the file
+      if (e instanceof BridgeError && e.code === "UNKNOWN_MODEL" && !isPathLike(ref) && existsSync(ref)) {
+        throw new BridgeError("UNKNOWN_MODEL", `${e.message}; to read the file ${JSON.stringify(ref)} in this folder, write ./${ref}`, e.details);
+      }
+      throw e;
+    }
   }
 
   async resolveName(n: ModelName, ref = displayName(n)): Promise<ResolvedModel> {
     const manifestPath = this.manifestPath(n);
     let text: string;
     try {
-      const size = (await stat(manifestPath)).size;
-      if (size > MAX_MANIFEST_BYTES) {
-        throw new BridgeError("CORRUPT_MANIFEST", `${manifestPath} is ${size} bytes, not a manifest (expected at most ${MAX_MANIFEST_BYTES})`, { ref, manifestPath });
-      }
-      text = await readFile(manifestPath, "utf8");
+      text = await readSmallFile(manifestPath, MAX_JSON_BYTES, (why) => new BridgeError("CORRUPT_MANIFEST", `${manifestPath} ${why}, not a manifest`, { ref, manifestPath }));
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === "ENOENT" || (e as NodeJS.ErrnoException).code === "ENOTDIR") {
-        throw new BridgeError("UNKNOWN_MODEL", `model "${ref}" is not installed (no manifest at ${manifestPath})`, { ref, manifestPath });
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENOENT" || code === "ENOTDIR") {
+        throw new BridgeError("UNKNOWN_MODEL", `model ${JSON.stringify(ref)} is not installed (no manifest at ${manifestPath})`, { ref, manifestPath });
       }
-      throw e;
+      if (e instanceof BridgeError) throw e;
+      throw new BridgeError("CORRUPT_MANIFEST", `${manifestPath}: cannot read it: ${(e as Error).message}`, { ref, manifestPath });
     }
     const manifest = parseManifest(text, manifestPath);
     return this.fromManifest(manifest, n, ref, manifestPath);
@@ -139,7 +157,7 @@ export class ModelStore {
       size: manifest.layers.reduce((s, l) => s + l.size, manifest.config?.size ?? 0),
     };
     if (manifest.config?.digest) {
-      const cfg = await this.readLayer(manifest.config, manifestPath);
+      const cfg = await this.readLayer(manifest.config, manifestPath, MAX_JSON_BYTES);
       out.config = parseJsonLayer(cfg, manifest.config, manifestPath);
     }
     for (const layer of manifest.layers) {
@@ -160,13 +178,13 @@ export class ModelStore {
           break;
         case MediaType.template:
         case MediaType.prompt:
-          out.template = await readFile(path, "utf8");
+          out.template = await this.readLayer(layer, manifestPath, MAX_TEXT_LAYER_BYTES);
           break;
         case MediaType.system:
-          out.system = await readFile(path, "utf8");
+          out.system = await this.readLayer(layer, manifestPath, MAX_TEXT_LAYER_BYTES);
           break;
         case MediaType.params:
-          out.params = parseJsonLayer(await readFile(path, "utf8"), layer, manifestPath);
+          out.params = parseJsonLayer(await this.readLayer(layer, manifestPath, MAX_JSON_BYTES), layer, manifestPath);
           break;
       }
     }
@@ -178,10 +196,10 @@ export class ModelStore {
 
   private async checkBlob(layer: ManifestLayer, manifestPath: string): Promise<string> {
     const path = this.blobPath(layer.digest);
-    let size: number;
+    let st: Stats;
     try {
       await this.checkInsideStore(path, layer, manifestPath);
-      size = (await stat(path)).size;
+      st = await stat(path);
     } catch (e) {
       if (e instanceof BridgeError) throw e;
       throw new BridgeError("MISSING_BLOB", `blob ${layer.digest} (${layer.mediaType}) named by ${manifestPath} is missing: ${path}`, {
@@ -190,6 +208,15 @@ export class ModelStore {
         manifestPath,
       });
     }
+    // a FIFO or device would hang whoever opens it (llama-server too): refused before anyone does
+    if (!st.isFile()) {
+      throw new BridgeError("UNSAFE_BLOB", `blob ${path} (${layer.mediaType}) named by ${manifestPath} is ${fileKind(st)}, not a regular file`, {
+        digest: layer.digest,
+        path,
+        manifestPath,
+      });
+    }
+    const size = st.size;
     if (size !== layer.size) {
       throw new BridgeError("MISSING_BLOB", `blob ${path} has ${size} bytes, the manifest says ${layer.size} (incomplete download?)`, {
         digest: layer.digest,
@@ -213,11 +240,20 @@ export class ModelStore {
     });
   }
 
-  private async readLayer(layer: ManifestLayer, manifestPath: string): Promise<string> {
-    return readFile(await this.checkBlob(layer, manifestPath), "utf8");
+  /** A layer read into memory: a regular file of at most `max` bytes, whatever its size on disk claims. */
+  private async readLayer(layer: ManifestLayer, manifestPath: string, max: number): Promise<string> {
+    const path = await this.checkBlob(layer, manifestPath);
+    const refuse = (why: string) =>
+      new BridgeError("UNSAFE_BLOB", `${layer.mediaType} blob ${path} named by ${manifestPath} ${why}`, { digest: layer.digest, path, manifestPath });
+    try {
+      return await readSmallFile(path, max, refuse);
+    } catch (e) {
+      if (e instanceof BridgeError) throw e;
+      throw new BridgeError("MISSING_BLOB", `blob ${path} (${layer.mediaType}) named by ${manifestPath} cannot be read: ${(e as Error).message}`, { digest: layer.digest, path, manifestPath });
+    }
   }
 
-  /** Every installed model (sorted by name); manifests that do not resolve are listed with their error. */
+  /** Every installed model (sorted by name); manifests that do not resolve are listed with their error, one each. */
   async list(): Promise<Array<{ name: string; model?: ResolvedModel; error?: BridgeError }>> {
     const names = await this.names();
     const out: Array<{ name: string; model?: ResolvedModel; error?: BridgeError }> = [];
@@ -225,8 +261,8 @@ export class ModelStore {
       try {
         out.push({ name: displayName(n), model: await this.resolveName(n) });
       } catch (e) {
-        if (!(e instanceof BridgeError)) throw e;
-        out.push({ name: displayName(n), error: e });
+        const error = e instanceof BridgeError ? e : new BridgeError("CORRUPT_MANIFEST", `${this.manifestPath(n)}: ${(e as Error).message}`, { manifestPath: this.manifestPath(n) });
+        out.push({ name: displayName(n), error });
       }
     }
     return out.sort((a, b) => a.name.localeCompare(b.name));
@@ -245,7 +281,8 @@ export class ModelStore {
       }
       for (const e of entries) {
         if (parts.length < 3 && e.isDirectory()) await walk(join(dir, e.name), [...parts, e.name]);
-        else if (parts.length === 3 && e.isFile()) {
+        // anything at the tag level but a folder is a manifest to judge: a FIFO or a link is listed, and refused when read
+        else if (parts.length === 3 && !e.isDirectory()) {
           const [host, namespace, model] = parts as [string, string, string];
           const n = { host, namespace, model, tag: e.name };
           if (isValidName(n)) out.push(n);
@@ -257,12 +294,16 @@ export class ModelStore {
   }
 }
 
+/** A path-like reference to something on disk (isPathLike's rule): a regular file, or INVALID_REFERENCE saying what it is. */
 function asFile(ref: string): ResolvedModel | undefined {
-  // Bare words (`gemma3`) are always names, even if a file of that name sits in the working directory.
-  if (!/[\\/]/.test(ref) && !ref.endsWith(".gguf")) return undefined;
-  if (!existsSync(ref)) return undefined;
-  const st = statSync(ref);
-  if (!st.isFile()) return undefined;
+  if (!isPathLike(ref)) return undefined;
+  let st: Stats;
+  try {
+    st = statSync(ref);
+  } catch {
+    return undefined;
+  }
+  if (!st.isFile()) throw new BridgeError("INVALID_REFERENCE", `${JSON.stringify(ref)} is ${fileKind(st)}, not a GGUF file`, { ref });
   const path = resolvePath(ref);
   return { ref, name: path.split(/[\\/]/).pop()!, kind: "file", modelPath: path, projectors: [], adapters: [], params: {}, size: st.size };
 }
@@ -276,8 +317,9 @@ export function parseManifest(text: string, path: string): Manifest {
   let raw: unknown;
   try {
     raw = JSON.parse(text);
-  } catch (e) {
-    throw new BridgeError("CORRUPT_MANIFEST", `${path}: not JSON (${(e as Error).message})`, { manifestPath: path });
+  } catch {
+    // V8's message quotes the bytes, which may be anything (escapes, another file's content)
+    throw new BridgeError("CORRUPT_MANIFEST", `${path}: not JSON (${text.length} characters; expected a docker v2 manifest)`, { manifestPath: path });
   }
   const bad = (why: string) => new BridgeError("CORRUPT_MANIFEST", `${path}: ${why}`, { manifestPath: path });
   if (typeof raw !== "object" || raw === null || Array.isArray(raw)) throw bad("expected a JSON object");
@@ -317,5 +359,47 @@ async function verifyBlobDigest(path: string, digest: string, manifestPath: stri
       path,
       manifestPath,
     });
+  }
+}
+
+/** "a FIFO", "a directory", …: what a path is when it is not the regular file expected. */
+function fileKind(st: Stats): string {
+  if (st.isDirectory()) return "a directory";
+  if (st.isFIFO()) return "a FIFO";
+  if (st.isCharacterDevice()) return "a character device";
+  if (st.isBlockDevice()) return "a block device";
+  if (st.isSocket()) return "a socket";
+  return "not a regular file";
+}
+
+/**
+ * A small file of the store, read into memory: opened without blocking (a FIFO must not wait
+ * for a writer), refused unless it is a regular file, and read up to `max` bytes whatever its
+ * size on disk says (a link to /dev/zero, or a /proc file whose size is 0, streams without end).
+ */
+async function readSmallFile(path: string, max: number, refuse: (why: string) => BridgeError): Promise<string> {
+  const fh = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const st = await fh.stat();
+    if (!st.isFile()) throw refuse(`is ${fileKind(st)}`);
+    if (st.size > max) throw refuse(`is ${st.size} bytes (expected at most ${max})`);
+    // one page past the limit tells "more" apart (reads in whole pages: some /proc files refuse other sizes)
+    const cap = max + 4096;
+    let buf = Buffer.allocUnsafe(Math.min(cap, Math.max(st.size + 4096, 64 << 10)));
+    let used = 0;
+    for (;;) {
+      if (used > max) throw refuse(`holds more than ${max} bytes (expected at most ${max})`);
+      if (used === buf.length) {
+        const bigger = Buffer.allocUnsafe(Math.min(cap, buf.length * 2));
+        buf.copy(bigger, 0, 0, used);
+        buf = bigger;
+      }
+      const { bytesRead } = await fh.read(buf, used, buf.length - used, used);
+      if (bytesRead === 0) break;
+      used += bytesRead;
+    }
+    return buf.toString("utf8", 0, used);
+  } finally {
+    await fh.close();
   }
 }

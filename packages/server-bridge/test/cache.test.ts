@@ -210,7 +210,7 @@ describe("translation cache", () => {
     await writeFile(join(dir, "locks", `${key}.lock`), `${deadPid} 0123456789ab`);
     await mkdir(join(dir, "tmp", `.${key}.${deadPid}.00000000.tmp`), { recursive: true });
     await writeFile(join(dir, "tmp", `.${key}.${deadPid}.00000000.tmp`, `.model.gguf.${deadPid}.00000000.tmp`), "partial");
-    await writeFile(join(dir, `.digests.json.${deadPid}.00000000.tmp`), "{");
+    await writeFile(join(dir, `digests.json.${deadPid}.tmp`), "{");
     // a live process's lock is left alone
     const liveKey = "f".repeat(40);
     await writeFile(join(dir, "locks", `${liveKey}.lock`), `${process.pid} 0123456789ab`);

@@ -71,7 +71,8 @@ async function untilWriting(cacheDir: string, pid: number, running: () => boolea
 /** Pids that own leftovers: staging directories and lock files. */
 async function leftoverPids(cacheDir: string): Promise<number[]> {
   const pids = (await list(join(cacheDir, "tmp"))).map((d) => stagingPid(d));
-  for (const l of await list(join(cacheDir, "locks"))) pids.push(Number((await readFile(join(cacheDir, "locks", l), "utf8").catch(() => "")).split(" ")[0]));
+  // a lock holds its owner's identity as JSON ({"pid": …, "start": …})
+  for (const l of await list(join(cacheDir, "locks"))) pids.push((JSON.parse((await readFile(join(cacheDir, "locks", l), "utf8").catch(() => "")) || "{}") as { pid?: number }).pid ?? NaN);
   return pids;
 }
 

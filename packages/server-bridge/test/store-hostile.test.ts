@@ -1,8 +1,8 @@
-import { appendFile, mkdir, readFile, rm, symlink, writeFile } from "node:fs/promises";
+import { appendFile, mkdir, open, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { generateFixtureFiles } from "@compat/testkit";
-import { BridgeError, buildOllamaStore, MediaType, ModelStore } from "@compat/server-bridge";
+import { BridgeError, buildOllamaStore, isPathLike, MediaType, ModelStore } from "@compat/server-bridge";
 import { tempDirs } from "./helpers";
 
 // The store is untrusted input: it is shared with a running Ollama and filled from the network.
@@ -17,11 +17,23 @@ async function errorOf(p: Promise<unknown>): Promise<BridgeError> {
   return e as BridgeError;
 }
 
-async function store(): Promise<{ root: string; blob: string; manifest: string }> {
+async function store(): Promise<{ root: string; blob: string; manifest: string; template: string }> {
   const root = await temp();
   const fx = await generateFixtureFiles("llama", { seed: 1, layout: "ollama" }, await temp());
-  const [built] = await buildOllamaStore(root, [{ name: "tiny:1b", model: fx.text }]);
-  return { root, blob: built!.blob(MediaType.model), manifest: join(root, "manifests", "registry.ollama.ai", "library", "tiny", "1b") };
+  const [built] = await buildOllamaStore(root, [{ name: "tiny:1b", model: fx.text, template: "{{ .Prompt }}", params: { num_ctx: 512 } }]);
+  return {
+    root,
+    blob: built!.blob(MediaType.model),
+    manifest: join(root, "manifests", "registry.ollama.ai", "library", "tiny", "1b"),
+    template: built!.blob(MediaType.template),
+  };
+}
+
+/** Sets the manifest's size of the layer of `mediaType` (so that a planted file passes the size check and is really read). */
+async function setLayerSize(manifest: string, mediaType: string, size: number): Promise<void> {
+  const m = JSON.parse(await readFile(manifest, "utf8"));
+  for (const l of m.layers) if (l.mediaType === mediaType) l.size = size;
+  await writeFile(manifest, JSON.stringify(m));
 }
 
 describe("a hostile or damaged Ollama store", () => {
@@ -76,5 +88,94 @@ describe("a hostile or damaged Ollama store", () => {
     expect((await new ModelStore(root).resolve("tiny:1b")).modelPath).toBe(blob);
     const e = await errorOf(new ModelStore(root, {}, { verifyDigest: true }).resolve("tiny:1b"));
     expect(e.code).toBe("DIGEST_MISMATCH");
+  });
+
+  it("a template blob of 600 MiB is refused before it is read (a sparse file; the limit holds whatever the manifest says)", async () => {
+    const { root, manifest, template } = await store();
+    await rm(template);
+    const fh = await open(template, "w");
+    await fh.truncate(600 * 2 ** 20);
+    await fh.close();
+    await setLayerSize(manifest, MediaType.template, 600 * 2 ** 20);
+    const e = await errorOf(new ModelStore(root).resolve("tiny:1b"));
+    expect(e.code).toBe("UNSAFE_BLOB");
+    expect(e.message).toMatch(/is 629145600 bytes \(expected at most 4194304\)/);
+  });
+
+  it("a layer or manifest whose size on disk says 0 and that streams without end (/proc/self/pagemap) is read no further than the limit", async () => {
+    const { root, manifest, template } = await store();
+    await rm(template);
+    await symlink("/proc/self/pagemap", template);
+    await setLayerSize(manifest, MediaType.template, 0);
+    // a blob symlinked out of the store is refused as such; inside the store, the same stream
+    let e = await errorOf(new ModelStore(root).resolve("tiny:1b"));
+    expect(e.code).toBe("UNSAFE_BLOB");
+    await rm(manifest);
+    await symlink("/proc/self/pagemap", manifest);
+    e = await errorOf(new ModelStore(root).resolve("tiny:1b"));
+    expect(e.code).toBe("CORRUPT_MANIFEST");
+    expect(e.message).toMatch(/holds more than 1048576 bytes/);
+  });
+
+  it("a manifest symlinked to /dev/zero is refused as a device before it is read, and is one line of list()", async () => {
+    const { root, manifest } = await store();
+    const other = join(root, "manifests", "registry.ollama.ai", "library", "zero", "latest");
+    await mkdir(join(other, ".."), { recursive: true });
+    await symlink("/dev/zero", other);
+    const e = await errorOf(new ModelStore(root).resolve("zero"));
+    expect(e.code).toBe("CORRUPT_MANIFEST");
+    expect(e.message).toContain("is a character device, not a manifest");
+    const listed = await new ModelStore(root).list();
+    expect(listed.map((l) => [l.name, l.error?.code])).toEqual([
+      ["tiny:1b", undefined],
+      ["zero:latest", "CORRUPT_MANIFEST"],
+    ]);
+    void manifest;
+  });
+
+  it("a model blob that is a directory (or any non-regular file) is refused before anyone opens it", async () => {
+    const { root, blob } = await store();
+    await rm(blob);
+    await mkdir(blob);
+    const e = await errorOf(new ModelStore(root).resolve("tiny:1b"));
+    expect(e.code).toBe("UNSAFE_BLOB");
+    expect(e.message).toContain("is a directory, not a regular file");
+  });
+
+  it("a manifest that is not JSON: its bytes are not quoted in the error (escapes, another file's content)", async () => {
+    const { root, manifest } = await store();
+    await writeFile(manifest, "\x1b[2J\x1b]0;pwned\x07 secret-content {");
+    const e = await errorOf(new ModelStore(root).resolve("tiny:1b"));
+    expect(e.code).toBe("CORRUPT_MANIFEST");
+    expect(e.message).not.toContain("secret");
+    expect(e.message).not.toMatch(/[\x00-\x1f]/);
+  });
+});
+
+describe("one rule for FILE-or-MODEL arguments", () => {
+  it("a bare word is a model name even when a folder or file of that name is here; a path-like one is a file when it exists", async () => {
+    const { root } = await store();
+    const cwd = process.cwd();
+    const here = await temp();
+    process.chdir(here);
+    try {
+      await mkdir("tiny");
+      await writeFile("tiny:1b", "not a model");
+      expect((await new ModelStore(root).resolve("tiny:1b")).kind).toBe("store");
+      // path-like and present: the file, and a folder there is not a GGUF
+      const dirErr = await errorOf(new ModelStore(root).resolve("./tiny"));
+      expect(dirErr.code).toBe("INVALID_REFERENCE");
+      expect(dirErr.message).toContain("is a directory, not a GGUF file");
+      expect((await new ModelStore(root).resolve("./tiny:1b")).kind).toBe("file");
+      // a bare word that is no model, with a file of that name here: the error says how to mean the file
+      await writeFile("other", "x");
+      const unknown = await errorOf(new ModelStore(root).resolve("other"));
+      expect(unknown.code).toBe("UNKNOWN_MODEL");
+      expect(unknown.message).toContain('write ./other');
+    } finally {
+      process.chdir(cwd);
+    }
+    for (const ref of ["gemma3", "gemma3:4b", "ns/model:tag", "x.gguf:latest"]) expect(isPathLike(ref), ref).toBe(/\//.test(ref));
+    for (const ref of ["./gemma3", "/abs/path", "model.gguf", "MODEL.GGUF", "dir\\file"]) expect(isPathLike(ref), ref).toBe(true);
   });
 });

@@ -1,6 +1,7 @@
 import { GgufValueType, ggmlTypeName, readGguf, type GgufArray, type GgufKv, type GgufModel, type GgufValue } from "@compat/gguf";
 import { kvTypeLabel } from "../format";
 import { paint, type CliIo } from "../io";
+import { jsonText, terminalSafe } from "../terminal";
 import { resolveInput } from "./resolve";
 
 export interface KvChange {
@@ -73,10 +74,10 @@ export function diffModels(a: GgufModel, b: GgufModel): GgufDiff {
 }
 
 export async function diffCommand(fileA: string, fileB: string, opts: { json?: boolean }, io: CliIo): Promise<void> {
-  const a = await readGguf(await resolveInput(fileA, io));
+  const a = await readGguf((await resolveInput(fileA, io)).path);
   let d: GgufDiff;
   try {
-    const b = await readGguf(await resolveInput(fileB, io));
+    const b = await readGguf((await resolveInput(fileB, io)).path);
     try {
       d = diffModels(a, b);
     } finally {
@@ -86,11 +87,13 @@ export async function diffCommand(fileA: string, fileB: string, opts: { json?: b
     await a.close();
   }
   if (opts.json) {
-    io.out(JSON.stringify({ a: fileA, b: fileB, ...d }, null, 2) + "\n");
+    io.out(jsonText({ a: fileA, b: fileB, ...d }, 2) + "\n");
     return;
   }
-  const c = paint(io, "out");
-  const lines = [`--- ${fileA}`, `+++ ${fileB}`];
+  // names, keys and values come from the files: escaped before any colour is added
+  const paintOut = paint(io, "out");
+  const c = (code: number, text: string) => paintOut(code, terminalSafe(text));
+  const lines = [`--- ${terminalSafe(fileA)}`, `+++ ${terminalSafe(fileB)}`];
   if (d.identical) lines.push("same KVs and tensors (names, dtypes, shapes)" + (d.tensors.sameOrder ? "" : "; tensor order differs"));
   else {
     lines.push(`KVs: ${d.kv.onlyA.length} only in A, ${d.kv.onlyB.length} only in B, ${d.kv.changed.length} changed`);

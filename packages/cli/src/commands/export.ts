@@ -1,18 +1,23 @@
-import { constants } from "node:fs";
-import { copyFile, lstat, mkdir, rename, rm, stat, symlink } from "node:fs/promises";
-import { basename, join, resolve } from "node:path";
+import { lstat, mkdir, stat } from "node:fs/promises";
+import { dirname, join, resolve } from "node:path";
+import { writeFileAtomic } from "@compat/gguf";
 import type { TranslationProfile } from "@compat/handlers";
-import { ModelStore, parseModelName, prepareModel, TranslationCache, type PreparedModel } from "@compat/server-bridge";
+import { findLlamaTool, modelArgs, ModelStore, parseModelName, prepareModel, presetSection, type PreparedModel } from "@compat/server-bridge";
 import { CliError } from "../errors";
 import { ExitCode, type CliIo } from "../io";
-import { progressBar } from "../progress";
+import { cacheProgress, progressBar } from "../progress";
+import { bridgeEnv, commandCache } from "./cache-dir";
+import { LLAMA_SWAP_FILE, llamaSwapFile, PRESET_FILE, presetFile, shellWord } from "./export-configs";
+import { checkReplaceable, makeFolders, placeCopy, placeLink, readRecord, relativeTo, sweepLeftovers, writeRecord } from "./export-files";
 
-export type ExportLayout = "models-dir" | "lmstudio";
+export type ExportLayout = "models-dir" | "llama-swap" | "lmstudio";
 
 export interface ExportFlags {
   to: string;
   layout?: ExportLayout;
   copy?: boolean;
+  force?: boolean;
+  llamaServer?: string;
   models?: string;
   cacheDir?: string;
   json?: boolean;
@@ -29,17 +34,20 @@ export interface ExportedModel {
   error?: string;
 }
 
+/** The configuration file each layout writes beside the models (LM Studio reads the folder itself). */
+const CONFIG_FILE: Partial<Record<ExportLayout, string>> = { "models-dir": PRESET_FILE, "llama-swap": LLAMA_SWAP_FILE };
+
 /** `gemma3:4b` -> `gemma3-4b`; `ns/model:tag` -> `ns-model-tag`: a file name every front end and file system takes. */
 export function fileStem(name: string): string {
   return name.replace(/[:/\\]/g, "-").replace(/[^A-Za-z0-9._-]/g, "_");
 }
 
 /**
- * Where a model's files go. models-dir (llama-server --models-dir): a text-only model is one
- * `<stem>.gguf` at the top; a multimodal one is a folder `<stem>/` holding `<stem>.gguf` and
- * `mmproj-<stem>.gguf` (llama-server takes the file whose name starts with "mmproj" as the
- * projector). lmstudio: `<publisher>/<model>-<tag>/<stem>.gguf` (+ `mmproj-…` beside it),
- * the publisher being the Ollama namespace ("library" for official models).
+ * Where a model's files go. models-dir and llama-swap: a text-only model is one `<stem>.gguf`
+ * at the top; a multimodal one is a folder `<stem>/` holding `<stem>.gguf` and
+ * `mmproj-<stem>.gguf` (llama-server --models-dir takes the file whose name starts with
+ * "mmproj" as the projector). lmstudio: `<publisher>/<model>-<tag>/<stem>.gguf` (+ `mmproj-…`
+ * beside it), the publisher being the Ollama namespace ("library" for official models).
  */
 export function exportPaths(root: string, name: string, layout: ExportLayout, multimodal: boolean): { model: string; mmproj: string } {
   if (layout === "lmstudio") {
@@ -53,74 +61,171 @@ export function exportPaths(root: string, name: string, layout: ExportLayout, mu
   return { model: join(dir, `${stem}.gguf`), mmproj: join(dir, `mmproj-${stem}.gguf`) };
 }
 
-/** Puts `source` at `target`: a symlink, or for --copy a reflink-when-possible copy (written beside, then renamed). */
-async function place(source: string, target: string, copy: boolean): Promise<"symlink" | "copy"> {
-  await mkdir(resolve(target, ".."), { recursive: true });
-  const existing = await lstat(target).catch(() => undefined);
-  if (existing?.isDirectory()) throw new CliError("error", `${target}: is a directory; expected a GGUF file or link`);
-  if (copy) {
-    const tmp = join(resolve(target, ".."), `.${basename(target)}.partial`);
-    await copyFile(source, tmp, constants.COPYFILE_FICLONE);
-    await rename(tmp, target);
-    return "copy";
-  }
-  if (existing) await rm(target);
-  await symlink(resolve(source), target);
-  return "symlink";
-}
-
+/**
+ * `export [MODEL...] --to DIR`: lays the models out for a llama.cpp front end, with the
+ * configuration that makes it serve each one as `serve` does. Writes only what it made
+ * before (or anything with --force), never through a link. Returns the exit code.
+ */
 export async function exportCommand(refs: string[], opts: ExportFlags, io: CliIo): Promise<number> {
   if (opts.to.trim() === "") throw new CliError("usage", "--to: empty path; expected a folder");
   const st = await stat(opts.to).catch(() => undefined);
   if (st && !st.isDirectory()) throw new CliError("usage", `--to ${opts.to}: exists and is not a folder`);
   const layout = opts.layout ?? "models-dir";
+  const force = opts.force === true;
+  const root = resolve(opts.to);
+  const env = bridgeEnv(io.env, opts.cacheDir);
   const store = new ModelStore(opts.models, io.env);
-  const cache = new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}), ...(opts.profile ? { profile: opts.profile } : {}) });
+  const cache = commandCache(env, opts.profile);
+  const warnings: string[] = [];
+  const warn = (m: string) => {
+    warnings.push(m);
+    if (!opts.json) io.err(`ollama-compat: warning: ${m}\n`);
+  };
+
+  try {
+    await mkdir(root, { recursive: true });
+  } catch (e) {
+    throw new CliError("error", `--to ${opts.to}: cannot make the folder: ${why(e)}`);
+  }
+  const record = await readRecord(root, force);
+  // the configuration is checked first: refusing it after an hour of copies would help nobody
+  const configName = CONFIG_FILE[layout];
+  const config = configName === undefined ? undefined : join(root, configName);
+  if (config !== undefined) await checkReplaceable(root, config, record, force);
+  await sweepLeftovers([root, ...Object.keys(record.files).map((f) => dirname(join(root, f)))]);
+
   let names = refs;
   if (names.length === 0) {
     names = (await store.list()).filter((e) => !e.error).map((e) => e.name);
     if (names.length === 0) throw new CliError("error", `no models in ${store.root} to export`);
   }
-  await mkdir(opts.to, { recursive: true });
   const done: ExportedModel[] = [];
-  let failed = 0;
-  for (const name of names) {
-    let prepared: PreparedModel;
-    const bar = progressBar(io, `${name}`, { quiet: opts.quiet || opts.json });
+  const now = new Set<string>();
+  for (const ref of [...new Set(names)]) {
     try {
-      const resolved = await store.resolve(name);
-      prepared = await prepareModel(resolved, { cache, env: io.env, onProgress: (e) => bar.update(e.written, e.total) });
+      const entry = await exportOne(ref);
+      done.push(entry);
+      now.add(entry.name);
+      if (!opts.json) {
+        io.out(`${entry.name} -> ${entry.model.path} (${entry.model.how}${entry.translated ? ", translated" : ", native"})\n`);
+        if (entry.mmproj) io.out(`${entry.name} -> ${entry.mmproj.path} (${entry.mmproj.how}, projector)\n`);
+      }
     } catch (e) {
-      bar.done();
-      failed++;
       const message = e instanceof Error ? e.message.split("\n")[0]! : String(e);
-      done.push({ name, model: { path: "", source: "", how: "symlink" }, translated: false, error: message });
-      if (!opts.json) io.err(`ollama-compat: ${name}: ${message}\n`);
-      continue;
+      done.push({ name: ref, model: { path: "", source: "", how: "symlink" }, translated: false, error: message });
+      if (!opts.json) io.err(`ollama-compat: ${ref}: ${message}\n`);
     }
-    bar.done();
-    const paths = exportPaths(opts.to, prepared.resolved.name, layout, prepared.mmproj !== undefined);
-    // native blobs are the user's Ollama store: linked, never copied
-    const entry: ExportedModel = {
-      name: prepared.resolved.name,
-      model: { path: paths.model, source: prepared.modelPath, how: await place(prepared.modelPath, paths.model, !!opts.copy && prepared.translated) },
-      translated: prepared.translated,
+  }
+
+  // the record keeps only models whose files are still there; the configuration lists them all
+  for (const [name, m] of Object.entries(record.models)) {
+    if (!(await lstat(join(root, m.files[0]!)).catch(() => undefined))) delete record.models[name];
+  }
+  await writeRecord(root, record);
+  let command: string | undefined;
+  const exported = done.filter((d) => !d.error);
+  if (config !== undefined && exported.length > 0) {
+    record.files[relativeTo(root, config)] = "file";
+    await writeRecord(root, record);
+    if (layout === "models-dir") {
+      await writeFileAtomic(config, presetFile(record));
+      command = `llama-server --models-preset ${shellWord(join(opts.to, PRESET_FILE))}`;
+    } else {
+      const server = opts.llamaServer ?? llamaServerFor(env);
+      // warnings about models exported before were given then
+      await writeFileAtomic(
+        config,
+        llamaSwapFile(record, server, (name, m) => {
+          if (now.has(name)) warn(m);
+        }),
+      );
+      command = `llama-swap --config ${shellWord(join(opts.to, LLAMA_SWAP_FILE))}`;
+    }
+  }
+
+  if (opts.json) {
+    io.out(JSON.stringify({ to: opts.to, layout, models: done, ...(config && command ? { config } : {}), ...(command ? { command } : {}), warnings }, null, 2) + "\n");
+  } else {
+    // nothing to serve when every model failed
+    if (command) io.out(`serve them with: ${command}\n`);
+    if (opts.copy !== true && exported.some((d) => d.translated)) {
+      io.err(`ollama-compat: translated files are links into the cache (${cache.dir}); pass --copy for files that outlive it\n`);
+    }
+  }
+  return done.some((d) => d.error) ? ExitCode.error : ExitCode.ok;
+
+  async function exportOne(ref: string): Promise<ExportedModel> {
+    const progress = cacheProgress(io, { quiet: opts.quiet || opts.json });
+    const resolved = await store.resolve(ref);
+    const prepared = await prepareModel(resolved, { cache, env, onProgress: progress });
+    const name = prepared.resolved.name;
+    const paths = exportPaths(root, name, layout, prepared.mmproj !== undefined);
+    // native blobs are the user's Ollama store: linked, never copied; so is a separate
+    // projector blob (old LLaVA) that needed nothing
+    const copyModel = opts.copy === true && prepared.translated;
+    const copyMmproj = opts.copy === true && prepared.mmproj !== undefined && !prepared.resolved.projectors.includes(prepared.mmproj);
+    const targets = prepared.mmproj === undefined ? [paths.model] : [paths.model, paths.mmproj];
+    for (const t of targets) {
+      await makeFolders(root, dirname(t), force);
+      await checkReplaceable(root, t, record, force);
+    }
+    const served: PreparedModel = { ...prepared, modelPath: paths.model, ...(prepared.mmproj !== undefined ? { mmproj: paths.mmproj } : {}) };
+    const args = [...modelArgs(served), "--alias", name];
+    // recorded before anything is placed: an export stopped midway leaves files that are known to be its own
+    record.files[relativeTo(root, paths.model)] = copyModel ? "copy" : "symlink";
+    if (prepared.mmproj !== undefined) record.files[relativeTo(root, paths.mmproj)] = copyMmproj ? "copy" : "symlink";
+    delete record.models[name];
+    await writeRecord(root, record);
+    // shown under the folder as the user named it; the configurations hold absolute paths
+    const shown = (p: string) => join(opts.to, relativeTo(root, p));
+    const entry: ExportedModel = { name, model: { path: shown(paths.model), source: prepared.modelPath, how: await place(prepared.modelPath, paths.model, copyModel, name) }, translated: prepared.translated };
+    if (prepared.mmproj !== undefined) entry.mmproj = { path: shown(paths.mmproj), source: prepared.mmproj, how: await place(prepared.mmproj, paths.mmproj, copyMmproj, `projector of ${name}`) };
+    const presetWarnings: string[] = [];
+    record.models[name] = {
+      layout,
+      files: targets.map((t) => relativeTo(root, t)),
+      preset: presetSection(name, served, (m) => presetWarnings.push(m)),
+      args,
     };
-    if (prepared.mmproj !== undefined) {
-      // a separate projector blob (old LLaVA) that needed nothing is linked too
-      const mmprojTranslated = !prepared.resolved.projectors.includes(prepared.mmproj);
-      entry.mmproj = { path: paths.mmproj, source: prepared.mmproj, how: await place(prepared.mmproj, paths.mmproj, !!opts.copy && mmprojTranslated) };
-    }
-    done.push(entry);
-    if (!opts.json) {
-      io.out(`${entry.name} -> ${entry.model.path} (${entry.model.how}${entry.translated ? ", translated" : ", native"})\n`);
-      if (entry.mmproj) io.out(`${entry.name} -> ${entry.mmproj.path} (${entry.mmproj.how}, projector)\n`);
-    }
+    if (layout === "models-dir") for (const m of presetWarnings) warn(/--reverse-prompt/.test(m) ? `${m} (--layout llama-swap keeps every stop word)` : m);
+    await writeRecord(root, record);
+    return entry;
   }
-  if (opts.json) io.out(JSON.stringify({ to: opts.to, layout, models: done }, null, 2) + "\n");
-  else if (layout === "models-dir") io.out(`serve them with: llama-server --models-dir ${opts.to}\n`);
-  if (opts.copy !== true && !opts.json && done.some((d) => d.translated)) {
-    io.err(`ollama-compat: translated files are links into the cache (${cache.dir}); pass --copy for files that outlive it\n`);
+
+  async function place(source: string, target: string, copy: boolean, what: string): Promise<"symlink" | "copy"> {
+    if (!copy) {
+      await placeLink(source, target);
+      return "symlink";
+    }
+    const bar = progressBar(io, `copying ${what}`, { quiet: opts.quiet || opts.json });
+    try {
+      await placeCopy(source, target, (w, t) => bar.update(w, t));
+    } finally {
+      bar.done();
+    }
+    return "copy";
   }
-  return failed > 0 ? ExitCode.error : ExitCode.ok;
+}
+
+/** An errno in words (the message of a failed mkdir is "ENOTDIR: not a directory, mkdir '…'"). */
+function why(e: unknown): string {
+  const code = (e as NodeJS.ErrnoException).code;
+  const words: Record<string, string> = {
+    ENOTDIR: "a part of the path is a file, not a folder",
+    EACCES: "permission denied",
+    EPERM: "not permitted",
+    EROFS: "the file system is read-only",
+    ENOSPC: "no space left on the device",
+    ELOOP: "too many links in the path",
+  };
+  return (code && words[code]) ?? (e as Error).message;
+}
+
+/** The llama-server llama-swap is to run: the one `serve` would (LLAMA_SERVER, PATH, the tools build cache), else plain `llama-server` from llama-swap's PATH. */
+function llamaServerFor(env: Record<string, string | undefined>): string {
+  try {
+    return findLlamaTool("llama-server", { env });
+  } catch {
+    return "llama-server";
+  }
 }

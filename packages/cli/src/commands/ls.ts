@@ -3,6 +3,8 @@ import { ModelStore, TranslationCache, type ResolvedModel } from "@compat/server
 import { openViews, type FileStatus } from "@compat/views";
 import { humanBytes } from "../format";
 import type { CliIo } from "../io";
+import { jsonText, terminalSafe } from "../terminal";
+import { bridgeEnv, commandCache } from "./cache-dir";
 
 /**
  * @compat/views' status of the model file, with `supported` told apart by what serving it takes:
@@ -19,20 +21,33 @@ export interface ListedModel {
   reason?: string;
 }
 
-/** Reads a model's header and decides what serving it takes. */
+/** Reads a model's header and decides what serving it takes; a model that cannot be read is one "not-supported" row, never the end of the listing. */
 async function statusOf(m: ResolvedModel, cache: TranslationCache, env: Record<string, string | undefined>): Promise<ListedModel> {
+  try {
+    return await readStatus(m, cache, env);
+  } catch (e) {
+    return { name: m.name, size: m.size, status: "not-supported", reason: firstLine(e) };
+  }
+}
+
+function firstLine(e: unknown): string {
+  return (e instanceof Error ? e.message : String(e)).split("\n")[0]!;
+}
+
+async function readStatus(m: ResolvedModel, cache: TranslationCache, env: Record<string, string | undefined>): Promise<ListedModel> {
   const base = { name: m.name, size: m.size };
   let views;
   try {
     views = await openViews(m.modelPath, { env, profile: cache.profile, projectors: m.projectors });
   } catch (e) {
-    return { ...base, status: "not-supported", reason: (e as Error).message.split("\n")[0] };
+    return { ...base, status: "not-supported", reason: firstLine(e) };
   }
   try {
     const { status, architecture, text } = views;
     if (status === "not-supported") return { ...base, architecture, status, reason: `no handler, and llama.cpp has no architecture "${architecture}"` };
     if (status !== "supported") return { ...base, architecture, status };
-    const cached = text !== null && m.modelDigest ? await cache.has(m.modelDigest, "text", text) : false;
+    // by the digest remembered for this version of the blob (its name when it was not hashed since it changed)
+    const cached = text !== null && m.modelDigest ? await cache.has(text, "text", m.modelDigest) : false;
     return { ...base, architecture, status: cached ? "cached" : "translatable" };
   } finally {
     await views.close();
@@ -42,21 +57,25 @@ async function statusOf(m: ResolvedModel, cache: TranslationCache, env: Record<s
 /** `ls`: installed models with size, architecture and what serving them takes. */
 export async function lsCommand(opts: { json?: boolean; models?: string; cacheDir?: string; profile?: TranslationProfile }, io: CliIo): Promise<void> {
   const store = new ModelStore(opts.models, io.env);
-  const cache = new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}), ...(opts.profile ? { profile: opts.profile } : {}) });
+  const cache = commandCache(bridgeEnv(io.env, opts.cacheDir), opts.profile);
   const rows: ListedModel[] = [];
   for (const e of await store.list()) {
-    if (e.error) rows.push({ name: e.name, size: 0, status: "not-supported", reason: e.error.message.split("\n")[0] });
+    if (e.error) rows.push({ name: e.name, size: 0, status: "not-supported", reason: firstLine(e.error) });
     else rows.push(await statusOf(e.model!, cache, io.env));
   }
   if (opts.json) {
-    io.out(JSON.stringify({ store: store.root, models: rows }, null, 2) + "\n");
+    io.out(jsonText({ store: store.root, models: rows }, 2) + "\n");
     return;
   }
   if (rows.length === 0) {
-    io.out(`no models in ${store.root}\n`);
+    io.out(`no models in ${terminalSafe(store.root)}\n`);
     return;
   }
-  const table = [["NAME", "SIZE", "ARCH", "STATUS"], ...rows.map((r) => [r.name, r.size ? humanBytes(r.size, 1000) : "-", r.architecture ?? "-", r.status + (r.reason ? ` (${r.reason})` : "")])];
+  // architectures and reasons come from the files: escaped before the columns are measured
+  const table = [
+    ["NAME", "SIZE", "ARCH", "STATUS"],
+    ...rows.map((r) => [terminalSafe(r.name), r.size ? humanBytes(r.size, 1000) : "-", terminalSafe(r.architecture ?? "-"), terminalSafe(r.status + (r.reason ? ` (${r.reason})` : ""))]),
+  ];
   const widths = table[0]!.map((_, c) => Math.max(...table.map((row) => row[c]!.length)));
   for (const row of table) io.out(row.map((cell, c) => (c === row.length - 1 ? cell : cell.padEnd(widths[c]!))).join("  ") + "\n");
 }

@@ -1,10 +1,12 @@
 import { readFile } from "node:fs/promises";
 import type { TranslationProfile } from "@compat/handlers";
-import { BridgeError, crashCause, ModelStore, serveOllama, startServer, TranslationCache, type ExitInfo, type ServeOllamaOptions } from "@compat/server-bridge";
+import { bindingFromArgs, BridgeError, crashCause, isLoopback, ModelStore, ollamaAddress, serveOllama, startServer, type ExitInfo, type ServeOllamaOptions } from "@compat/server-bridge";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
 import { startFailureText } from "../llama-check";
-import { progressBar, type ProgressBar } from "../progress";
+import { cacheProgress } from "../progress";
+import { terminalSafe } from "../terminal";
+import { bridgeEnv, commandCache } from "./cache-dir";
 
 export interface ServeFlags {
   all?: boolean;
@@ -46,16 +48,58 @@ function takeSignals(onSignal: (sig: NodeJS.Signals) => void): () => void {
 }
 
 /**
+ * The Fetch standard's "bad ports": fetch() (Node's, browsers', and so the `openai` npm
+ * package's) refuses to connect to them. llama-server serves there all the same, so
+ * `--port 6000` works for curl but not for those clients: say so.
+ */
+const FETCH_BAD_PORTS = new Set([
+  1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102, 103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143,
+  161, 179, 389, 427, 465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636, 989, 990, 993, 995, 1719, 1720, 1723, 2049, 3659, 4045,
+  4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080,
+]);
+
+/** Whether browsers and fetch() refuse `port` (exported for the test that checks the list against Node's fetch). */
+export function fetchRefusesPort(port: number): boolean {
+  return FETCH_BAD_PORTS.has(port);
+}
+
+/**
  * `serve MODEL [-- llama-server args]` or `serve --all`: prints the URL on a line of its own
  * (stdout) once llama-server is healthy, streams llama-server's log prefixed on stderr, and
- * stops it on SIGINT/SIGTERM. Returns the exit code.
+ * stops it on SIGINT/SIGTERM. `passthrough` is what came after `--` (and any words after
+ * MODEL). Returns the exit code.
  */
 export async function serveCommand(model: string | undefined, passthrough: string[], opts: ServeFlags, io: CliIo): Promise<number> {
-  if (opts.all && model !== undefined) passthrough = [model, ...passthrough];
+  if (opts.all && model !== undefined) {
+    throw new CliError("usage", `--all serves every installed model, and ${model} names one: give MODEL or --all, not both (llama-server arguments go after --)`);
+  }
   if (!opts.all && model === undefined) throw new CliError("usage", "serve needs a MODEL (or --all)");
   const port = opts.port === undefined ? undefined : Number(opts.port);
-  if (port !== undefined && (!Number.isInteger(port) || port < 0 || port > 65535)) throw new CliError("usage", `--port ${opts.port}: not a port number`);
-  const startTimeoutMs = opts.startTimeout === undefined ? undefined : Number(opts.startTimeout) * 1000;
+  if (port !== undefined && (!/^\d+$/.test(opts.port!) || port > 65535)) throw new CliError("usage", `--port ${opts.port}: not a port number (0-65535)`);
+  const startTimeout = opts.startTimeout === undefined ? undefined : Number(opts.startTimeout);
+  if (startTimeout !== undefined && !(startTimeout > 0)) throw new CliError("usage", `--start-timeout ${opts.startTimeout}: expected a number of seconds above 0`);
+  // where it will listen: serve --all on Ollama's address (OLLAMA_HOST) unless told, one model on loopback
+  // (llama-server arguments after -- that bind or guard the server win over ours, as the bridge applies them)
+  const ollama = opts.all ? ollamaAddress(io.env) : undefined;
+  const passed = bindingFromArgs(passthrough, io.env);
+  const host = passed.host ?? opts.host ?? ollama?.host ?? "127.0.0.1";
+  const hostFlag =
+    passed.host !== undefined
+      ? `the llama-server argument --host ${passed.host}`
+      : opts.host !== undefined || ollama === undefined
+        ? `--host ${host}`
+        : `OLLAMA_HOST=${io.env.OLLAMA_HOST ?? ""}`;
+  // the key travels by file or environment, never as an argument other users can read
+  const apiKey = opts.apiKeyFile !== undefined ? await readApiKey(opts.apiKeyFile) : io.env.LLAMA_API_KEY || undefined;
+  const keyed = apiKey !== undefined || passed.apiKey !== undefined || passed.keyFile !== undefined;
+  // before any translation: a refusal after an hour of writing helps nobody
+  if (!isLoopback(host) && !keyed && !opts.insecure) throw insecureBind(host, hostFlag);
+  const what = `ollama-compat serve ${opts.all ? "--all" : model}`;
+  const listenPort = port ?? ollama?.port;
+  if (listenPort !== undefined && fetchRefusesPort(listenPort)) {
+    const flag = port !== undefined ? `--port ${port}` : `port ${listenPort} (OLLAMA_HOST)`;
+    io.err(`ollama-compat: warning: ${flag} is one of the ports browsers and fetch() refuse (the Fetch standard's bad ports), so web pages and clients built on fetch, such as the openai npm package, cannot reach it; curl can\n`);
+  }
 
   const modelsMax = opts.modelsMax === undefined ? undefined : Number(opts.modelsMax);
   if (modelsMax !== undefined && (!Number.isInteger(modelsMax) || modelsMax < 0)) throw new CliError("usage", `--models-max ${opts.modelsMax}: expected a whole number (0: no limit)`);
@@ -76,42 +120,26 @@ export async function serveCommand(model: string | undefined, passthrough: strin
   };
   const giveBack = takeSignals(onSignal);
 
-  let lastPct = -1;
-  let bar: ProgressBar | undefined;
+  const env = bridgeEnv(io.env, opts.cacheDir);
+  const progress = cacheProgress(io);
   const common = {
     store: new ModelStore(opts.models, io.env),
-    cache: new TranslationCache({ env: io.env, ...(opts.cacheDir ? { dir: opts.cacheDir } : {}), ...(opts.profile ? { profile: opts.profile } : {}) }),
-    env: io.env,
+    cache: commandCache(env, opts.profile),
+    env,
     // serve --all answers on Ollama's address (OLLAMA_HOST) unless told; one model on loopback
     host: opts.host ?? (opts.all ? undefined : "127.0.0.1"),
-    // the key travels by file or environment, never as an argument other users can read
-    apiKey: opts.apiKeyFile !== undefined ? await readApiKey(opts.apiKeyFile) : io.env.LLAMA_API_KEY || undefined,
+    apiKey,
     insecure: opts.insecure === true,
     port,
     llamaServer: opts.llamaServer,
     rpc: opts.rpc ? opts.rpc.split(",").map((s) => s.trim()).filter(Boolean) : undefined,
     args: passthrough,
-    startTimeoutMs,
+    startTimeoutMs: startTimeout === undefined ? undefined : startTimeout * 1000,
     signal: ac.signal,
-    onLog: (line: string) => io.err(`[llama-server] ${line}\n`),
-    onStatus: (line: string) => io.err(`ollama-compat: ${line}\n`),
-    onProgress: (e: { kind: string; written: number; total: number }) => {
-      // on a terminal: the same bar as translate; otherwise a line every 10 %
-      if (io.errTTY) {
-        bar ??= progressBar(io, `caching ${e.kind}`);
-        bar.update(e.written, e.total);
-        if (e.written === e.total) {
-          bar.done();
-          bar = undefined;
-        }
-        return;
-      }
-      const pct = Math.floor((100 * e.written) / Math.max(1, e.total));
-      if (pct >= lastPct + 10 || e.written === e.total) {
-        lastPct = e.written === e.total ? -1 : pct;
-        io.err(`ollama-compat: writing ${(e.written / 2 ** 20).toFixed(1)} / ${(e.total / 2 ** 20).toFixed(1)} MiB\n`);
-      }
-    },
+    // llama.cpp logs the model's metadata (general.name, …): a line of it is the file's text
+    onLog: (line: string) => io.err(`[llama-server] ${terminalSafe(line)}\n`),
+    onStatus: (line: string) => io.err(`ollama-compat: ${terminalSafe(line)}\n`),
+    onProgress: progress,
   };
   try {
     server = opts.all ? await serveAll(common, modelsMax, opts.keepAlive) : await startServer({ ...common, model: model! });
@@ -121,10 +149,7 @@ export async function serveCommand(model: string | undefined, passthrough: strin
       io.err(`ollama-compat: stopped (${e instanceof Error ? e.message.split("\n")[0] : String(e)})\n`);
       return SIGNAL_EXIT[caught] ?? 1;
     }
-    if (e instanceof BridgeError && e.code === "SERVER_CRASHED") {
-      throw new CliError("error", startFailureText(e, `ollama-compat serve ${opts.all ? "--all" : model}`));
-    }
-    throw e;
+    throw serveFailure(e, host, hostFlag, what);
   } finally {
     if (!server) giveBack();
   }
@@ -136,9 +161,42 @@ export async function serveCommand(model: string | undefined, passthrough: strin
   giveBack();
   if (caught) return SIGNAL_EXIT[caught] ?? 1;
   const crash = crashCause(exit.signal);
-  const why = crash ? `, ${crash.cause}${crash.workaround ? ` (run: ollama-compat serve ${opts.all ? "--all" : model} -- ${crash.workaround})` : ""}` : "";
-  io.err(`ollama-compat: llama-server exited (${exit.code ?? exit.signal})${why}; last lines:\n${exit.lastLines.map((l) => `  ${l}`).join("\n")}\n`);
+  const why = crash ? `, ${crash.cause}${crash.workaround ? ` (run: ${what} -- ${crash.workaround})` : ""}` : "";
+  io.err(`ollama-compat: llama-server exited (${exit.code ?? exit.signal})${why}; last lines:\n${exit.lastLines.map((l) => `  ${terminalSafe(l)}`).join("\n")}\n`);
   return 1;
+}
+
+/** INSECURE_BIND in the words of the command line: what set the address (`--host X`, `OLLAMA_HOST=…`) and the flags that lift the rule, not the API's fields. */
+function insecureBind(host: string, setBy: string): BridgeError {
+  return new BridgeError(
+    "INSECURE_BIND",
+    `refusing to serve on ${host} without an API key (${setBy}): anyone who reaches it could use the model; give a key with --api-key-file FILE (or LLAMA_API_KEY), serve on loopback, or pass --insecure`,
+    { host },
+  );
+}
+
+/**
+ * A start that failed, as one line the user can act on: a crash with its cause and
+ * workaround, llama.cpp's own error line when llama-server exited before it was ready
+ * (the bridge's message has it on the lines after the first, which the CLI does not print).
+ */
+function serveFailure(e: unknown, host: string, hostFlag: string, what: string): unknown {
+  if (!(e instanceof BridgeError)) return e;
+  switch (e.code) {
+    case "SERVER_CRASHED":
+      return new CliError("error", startFailureText(e, what));
+    case "INSECURE_BIND":
+      return insecureBind((e.details.host as string | undefined) ?? host, (e.details.setBy as string | undefined) ?? hostFlag);
+    case "SERVER_START_FAILED":
+    case "SERVER_START_TIMEOUT": {
+      const first = e.message.split("\n")[0]!.replace(/:$/, "");
+      const lines = (e.details.lastLines as string[] | undefined) ?? [];
+      const said = lines.some((l) => l.trim() !== "") ? startFailureText(e, what) : "it printed nothing (llama.cpp's logger can lose its last lines when the process exits at once)";
+      return new BridgeError(e.code, `${first}: ${said}`, e.details);
+    }
+    default:
+      return e;
+  }
 }
 
 /** `serve --all`: Ollama's REST API (and /v1) on Ollama's address, in front of llama-server's router over the store. */

@@ -7,7 +7,8 @@ import { CliError } from "../errors";
 import { groupThousands } from "../format";
 import type { CliIo } from "../io";
 import { progressBar } from "../progress";
-import { resolveInput } from "./resolve";
+import { jsonText, terminalSafe, terminalSafeLines } from "../terminal";
+import { resolveInput, type Input } from "./resolve";
 
 export interface TranslateFlags {
   output?: string;
@@ -50,15 +51,13 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
   if (!opts.dryRun && opts.output === undefined) throw new CliError("usage", "translate needs -o OUT.gguf (or --dry-run)");
   checkOutputPath("-o", opts.output);
   checkOutputPath("--mmproj", opts.mmproj);
-  for (const [flag, path] of [["-o", opts.output], ["--mmproj", opts.mmproj]] as const) {
-    if (path !== undefined && (resolve(path) === resolve(file) || (await sameFile(path, file)))) {
-      throw new CliError("usage", `${flag}: the output must not be the input: the source file is never modified`);
-    }
-  }
   if (opts.output !== undefined && opts.mmproj !== undefined && resolve(opts.output) === resolve(opts.mmproj)) {
     throw new CliError("usage", "-o and --mmproj must be different files");
   }
-  const views = await openViews(await resolveInput(file, io), { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
+  // resolved first: a model reference names blobs in the store, and none of them may be an output
+  const input = await resolveInput(file, io);
+  for (const [flag, path] of [["-o", opts.output], ["--mmproj", opts.mmproj]] as const) await refuseSource(flag, path, input);
+  const views = await openViews(input.path, { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
   try {
     const text = views.text;
     const clip = views.mmproj?.kind === "view" ? views.mmproj.view : null;
@@ -69,23 +68,22 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
       );
     }
     if (text === null && clip === null) {
-      if (opts.json) io.out(JSON.stringify({ file, translated: false, profile: opts.profile ?? "native", mmproj: null }, null, 2) + "\n");
-      else io.out(`${file}: nothing to do, no output written\n`);
-      if (opts.mmproj !== undefined) io.err(`ollama-compat: ${file} has no vision/audio projector to translate; nothing written to ${opts.mmproj}\n`);
+      if (opts.json) io.out(jsonText({ file, translated: false, profile: opts.profile ?? "native", mmproj: null }, 2) + "\n");
+      else io.out(`${terminalSafe(file)}: nothing to do, no output written\n`);
+      if (opts.mmproj !== undefined) io.err(terminalSafe(`ollama-compat: ${file} has no vision/audio projector to translate; nothing written to ${opts.mmproj}`) + "\n");
       return;
     }
     // A separate projector blob (old LLaVA) has no text side: its translation is the one output.
     const standaloneProjector = text === null;
     const mmprojOut = standaloneProjector ? (opts.mmproj ?? opts.output) : opts.mmproj ?? (opts.output !== undefined ? defaultMmprojPath(opts.output) : undefined);
-    if (mmprojOut !== undefined && resolve(mmprojOut) === resolve(file)) {
-      throw new CliError("usage", `the projector would be written over the input (${mmprojOut}); choose another path with --mmproj`);
-    }
+    if (mmprojOut !== undefined && opts.mmproj === undefined) await refuseSource("the projector (mmproj-OUT beside -o)", mmprojOut, input);
 
     if (opts.dryRun) {
-      if (opts.json) io.out(JSON.stringify({ file, ...describeText(text), mmproj: describeClip(clip, mmprojOut) }, null, 2) + "\n");
+      if (opts.json) io.out(jsonText({ file, ...describeText(text), mmproj: describeClip(clip, mmprojOut) }, 2) + "\n");
       else {
-        if (text !== null) io.out(formatReport(text.report) + "\n");
-        if (clip !== null) io.out(`mmproj${mmprojOut !== undefined ? ` (${mmprojOut})` : ""}:\n${indent(formatReport(clip.report))}\n`);
+        // the reports quote the file's architecture, keys and values
+        if (text !== null) io.out(terminalSafeLines(formatReport(text.report)) + "\n");
+        if (clip !== null) io.out(terminalSafeLines(`mmproj${mmprojOut !== undefined ? ` (${mmprojOut})` : ""}:\n${indent(formatReport(clip.report))}`) + "\n");
       }
       return;
     }
@@ -95,27 +93,17 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
       await writeWithBar(clip, mmprojOut!, io, opts.quiet);
       // Vision must never disappear quietly: say where the projector went when nobody asked.
       if (opts.mmproj === undefined && !standaloneProjector) {
-        io.err(`ollama-compat: ${file} embeds a vision/audio projector; wrote it to ${mmprojOut} (pass it to llama.cpp as --mmproj, or choose the path with --mmproj)\n`);
+        io.err(terminalSafe(`ollama-compat: ${file} embeds a vision/audio projector; wrote it to ${mmprojOut} (pass it to llama.cpp as --mmproj, or choose the path with --mmproj)`) + "\n");
       }
     } else if (opts.mmproj !== undefined) {
-      io.err(`ollama-compat: ${file} has no vision/audio projector to translate; nothing written to ${opts.mmproj}\n`);
+      io.err(terminalSafe(`ollama-compat: ${file} has no vision/audio projector to translate; nothing written to ${opts.mmproj}`) + "\n");
     }
 
     if (opts.json) {
-      io.out(
-        JSON.stringify(
-          {
-            file,
-            ...describeText(text, opts.output),
-            mmproj: describeClip(clip, mmprojOut),
-          },
-          null,
-          2,
-        ) + "\n",
-      );
+      io.out(jsonText({ file, ...describeText(text, opts.output), mmproj: describeClip(clip, mmprojOut) }, 2) + "\n");
     } else {
-      if (text !== null) io.out(`${file} -> ${opts.output} (${summary(text)})\n`);
-      if (clip !== null) io.out(`${file} -> ${mmprojOut} (${summary(clip)})\n`);
+      if (text !== null) io.out(terminalSafe(`${file} -> ${opts.output} (${summary(text)})`) + "\n");
+      if (clip !== null) io.out(terminalSafe(`${file} -> ${mmprojOut} (${summary(clip)})`) + "\n");
     }
   } finally {
     await views.close();
@@ -155,14 +143,29 @@ function indent(text: string): string {
 }
 
 /**
- * Whether two paths name one file (through a symlinked directory, a symlink or a hard link):
- * the rename into place would otherwise replace the source's directory entry.
+ * An output must be none of the input's files (by path or by identity: a symlinked directory,
+ * a symlink, a hard link), and for a store model nothing in the store's blobs/ (the model's
+ * own template or params blob, another model's weights): the rename into place would
+ * replace that file.
  */
+async function refuseSource(flag: string, output: string | undefined, input: Input): Promise<void> {
+  if (output === undefined) return;
+  for (const source of input.files) {
+    if (resolve(output) === resolve(source) || (await sameFile(output, source))) {
+      throw new CliError("usage", `${flag}: the output must not be the input (${source}): the source file is never modified`);
+    }
+  }
+  if (input.storeBlobs !== undefined && (await sameFile(dirname(resolve(output)), input.storeBlobs))) {
+    throw new CliError("usage", `${flag} ${output}: is in the Ollama store's blobs (${input.storeBlobs}), which are never written`);
+  }
+}
+
+/** Whether two paths name one file; false when either does not exist (an output not written yet). */
 async function sameFile(a: string, b: string): Promise<boolean> {
   try {
     const [x, y] = await Promise.all([stat(a, { bigint: true }), stat(b, { bigint: true })]);
     return x.dev === y.dev && x.ino === y.ino;
   } catch {
-    return false; // the output does not exist yet (or the input does not: readGguf says so)
+    return false;
   }
 }

@@ -1,12 +1,11 @@
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { rm } from "node:fs/promises";
 import type { TranslationProfile } from "@compat/handlers";
-import { launch, modelArgs, ModelStore, prepareModel, TranslationCache, type RunningServer } from "@compat/server-bridge";
+import { launch, modelArgs, ModelStore, ownedTempDir, prepareModel, TranslationCache, type RunningServer } from "@compat/server-bridge";
 import type { FileStatus } from "@compat/views";
 import { CliError } from "../errors";
 import { ExitCode, paint, type CliIo } from "../io";
 import { embeddingLength, imageAnswer, llamaErrorText, startFailureText, textAnswer } from "../llama-check";
+import { jsonText, terminalSafe } from "../terminal";
 
 export interface VerifyFlags {
   llamaServer?: string;
@@ -33,13 +32,14 @@ export interface VerifyResult {
 export async function verifyCommand(file: string, opts: VerifyFlags, io: CliIo, passthrough: string[] = []): Promise<number> {
   const store = new ModelStore(undefined, io.env);
   const resolved = await store.resolve(file);
-  const dir = await mkdtemp(join(tmpdir(), "ollama-compat-verify-"));
+  // named after this process: a verify killed with SIGKILL cannot remove it, the next one does
+  const dir = await ownedTempDir("ollama-compat-verify-");
   const result: VerifyResult = { file, status: "native", pass: false, translated: false, mmproj: false, steps: [] };
   const step = (name: string, ok: boolean, detail: string) => {
     result.steps.push({ step: name, ok, detail });
     if (!opts.json) {
       const c = paint(io, "out");
-      io.out(`${ok ? c(32, "ok  ") : c(31, "FAIL")} ${name}: ${detail}\n`);
+      io.out(`${ok ? c(32, "ok  ") : c(31, "FAIL")} ${name}: ${terminalSafe(detail)}\n`);
     }
   };
   let server: RunningServer | undefined;
@@ -91,10 +91,10 @@ export async function verifyCommand(file: string, opts: VerifyFlags, io: CliIo, 
   function finish(): number {
     result.pass = result.steps.every((s) => s.ok);
     const exit = result.pass ? ExitCode.ok : result.status === "not-supported" ? ExitCode.notSupported : ExitCode.error;
-    if (opts.json) io.out(JSON.stringify({ ...result, exitCode: exit }, null, 2) + "\n");
+    if (opts.json) io.out(jsonText({ ...result, exitCode: exit }, 2) + "\n");
     else {
       const c = paint(io, "out");
-      io.out(`${file}: ${result.pass ? c(32, "PASS") : c(31, "FAIL")}${result.pass ? " (llama.cpp loaded it and answered)" : `: ${result.error ?? "see above"}`}\n`);
+      io.out(`${terminalSafe(file)}: ${result.pass ? c(32, "PASS") : c(31, "FAIL")}${result.pass ? " (llama.cpp loaded it and answered)" : `: ${terminalSafe(result.error ?? "see above")}`}\n`);
     }
     return exit;
   }
