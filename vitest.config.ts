@@ -11,6 +11,7 @@ export const compatAliases = {
   "@compat/tensor-ops": pkg("tensor-ops"),
   "@compat/handlers": pkg("handlers"),
   "@compat/clip": pkg("clip"),
+  "@compat/views": pkg("views"),
   "@compat/cli": pkg("cli"),
   "@compat/server-bridge": pkg("server-bridge"),
   "@compat/mount": pkg("mount"),

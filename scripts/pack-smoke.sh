@@ -20,7 +20,7 @@ if [ -z "$src" ]; then
     console.log((await writeFixture(f, process.argv[1])).text);' "$scratch")
 fi
 
-packages=(gguf tensor-ops handlers clip mount server-bridge cli)
+packages=(gguf tensor-ops handlers clip views mount server-bridge cli)
 mkdir -p "$scratch/tarballs" "$scratch/app"
 for p in "${packages[@]}"; do
   # publint: exports, files and types resolve as published
@@ -56,8 +56,9 @@ if (activeBackend() !== "native") throw new Error(`tensor-ops backend is ${activ
 ' "$scratch/app/translated.gguf"
 # the WASM tier from the tarball (what a browser or an addon-less Node gets), ESM and CJS
 COMPAT_TENSOR_OPS=wasm node --input-type=module -e '
-import { activeBackend, toF32, GgmlTypeId } from "@compat/tensor-ops";
-const out = toF32(GgmlTypeId.F16, new Uint8Array([0x00, 0x3c, 0x00, 0xc0]), 2);
+import { GgmlType } from "@compat/gguf";
+import { activeBackend, toF32 } from "@compat/tensor-ops";
+const out = toF32(GgmlType.F16, new Uint8Array([0x00, 0x3c, 0x00, 0xc0]), 2);
 if (activeBackend() !== "wasm" || out[0] !== 1 || out[1] !== -2) throw new Error(`wasm tier: ${activeBackend()} ${out}`);
 '
 COMPAT_TENSOR_OPS=wasm node -e '
@@ -69,13 +70,14 @@ if (activeBackend() !== "wasm") throw new Error(`CJS wasm tier: ${activeBackend(
 # package's compat-tensor-ops-build bin both compile binding.gyp + native/ from the tarball
 ops="$scratch/app/node_modules/@compat/tensor-ops"
 native_equals_js='
-const { activeBackend, setBackend, toF32, GgmlTypeId } = require("@compat/tensor-ops");
+const { GgmlType } = require("@compat/gguf");
+const { activeBackend, setBackend, toF32 } = require("@compat/tensor-ops");
 const want = process.argv[1];
 if (activeBackend() !== want) throw new Error(`fallback: backend is ${activeBackend()}, expected ${want}`);
 const f16 = new Uint8Array(new Uint16Array(65536).map((_, i) => i).buffer);
 const q8 = new Uint8Array(34 * 64).map((_, i) => (i * 2654435761) >>> 24);
 for (let b = 0; b < 64; b++) q8[34 * b + 1] &= 0x3b; // finite block scales
-const run = () => [toF32(GgmlTypeId.F16, f16, 65536), toF32(GgmlTypeId.Q8_0, q8, 64 * 32)].map((a) => Buffer.from(a.buffer));
+const run = () => [toF32(GgmlType.F16, f16, 65536), toF32(GgmlType.Q8_0, q8, 64 * 32)].map((a) => Buffer.from(a.buffer));
 const fast = run();
 setBackend("js");
 const js = run();

@@ -9,7 +9,8 @@ const define = { __CLI_VERSION__: JSON.stringify(version) };
 // The three builds run at once, so none cleans dist (the package's build script does, first).
 export default [
   // The library (@compat/cli): ESM + CJS + types, sibling packages external, as every package.
-  packageBuild({ entry: ["src/index.ts"], clean: false, define }),
+  // shims: import.meta.url (which finds dist/demo-model.gguf) also works in the CommonJS builds.
+  packageBuild({ entry: ["src/index.ts"], clean: false, define, shims: true }),
   // dist/bin.cjs: the small CommonJS loader of dist/cli.cjs (src/bin.ts); only Node built-ins outside it.
   packageBuild({ entry: ["src/bin.ts"], format: ["cjs"], dts: false, clean: false, splitting: false }),
   // dist/cli.cjs: the command line in one CommonJS file with its dependencies inlined, so the
@@ -23,12 +24,13 @@ export default [
     format: ["cjs"],
     dts: false,
     clean: false,
+    shims: true,
     define,
     external: [],
     // a third less to read and hand to V8 at every start; names stay, for stack traces
     minifyWhitespace: true,
     minifySyntax: true,
-    noExternal: ["commander", "@compat/gguf", "@compat/handlers", "@compat/clip", "@compat/server-bridge", "@compat/tensor-ops", "@compat/mount"],
+    noExternal: ["commander", "@compat/gguf", "@compat/handlers", "@compat/clip", "@compat/views", "@compat/server-bridge", "@compat/tensor-ops", "@compat/mount"],
     // a fresh id per build: scripts/code-cache.ts stamps the cache with it, src/bin.ts compares (src/bundle-loader.ts)
     footer: { js: `// ollama-compat build ${randomUUID()}` },
     banner: {

@@ -15,8 +15,8 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { gguf as hfGguf } from "@huggingface/gguf";
 import { ggufMetadata } from "hyllama";
-import { GgmlTypeId, addScalar, concat, interleaveExperts, resamplePositionGrid, toF32 } from "@compat/tensor-ops";
-import { readGguf } from "@compat/gguf";
+import { addScalar, concat, interleaveExperts, resamplePositionGrid, toF32 } from "@compat/tensor-ops";
+import { GgmlType, readGguf } from "@compat/gguf";
 import { writeManyTensors, writeVisionBlob, writeVocabHeader } from "./files";
 import { mountBench } from "./mount";
 import { headerLength, readHeaderBytes } from "./header-bytes.mjs";
@@ -265,7 +265,7 @@ async function reflinkRewrite(gb: string): Promise<void> {
 async function loadOps(): Promise<void> {
   const n = 16 * 1024 * 1024; // 16M elements: 64 MiB of f32 output
   const f16 = new Uint8Array(n * 2).map((_, i) => (i & 1 ? 0x3c : i & 0x7f));
-  const f32 = new Uint8Array(toF32(GgmlTypeId.F16, f16, n).buffer);
+  const f32 = new Uint8Array(toF32(GgmlType.F16, f16, n).buffer);
   const copyOf = (bytes: number) => () => {
     const out = new Uint8Array(bytes);
     out.set(f32.subarray(0, Math.min(bytes, f32.length)));
@@ -276,10 +276,10 @@ async function loadOps(): Promise<void> {
   const half = { data: f32.subarray(0, n * 2), shape: [1024, 64, 128] };
   const grid = new Float32Array(f32.buffer, 0, 1024 * 64 * 64);
   const cases: Array<[string, () => { byteLength?: number; data?: Uint8Array }, number]> = [
-    ["F16 -> F32 promotion", () => toF32(GgmlTypeId.F16, f16, n), n * 4],
-    ["QKV merge (concat of 3, F32)", () => concat([third, third, third], GgmlTypeId.F32, 1), third.data.length * 3],
-    ["expert interleave (gate/up, F32)", () => interleaveExperts(half, half, GgmlTypeId.F32), n * 4],
-    ["norm +1 shift (F32)", () => addScalar(GgmlTypeId.F32, f32, 1), n * 4],
+    ["F16 -> F32 promotion", () => toF32(GgmlType.F16, f16, n), n * 4],
+    ["QKV merge (concat of 3, F32)", () => concat([third, third, third], GgmlType.F32, 1), third.data.length * 3],
+    ["expert interleave (gate/up, F32)", () => interleaveExperts(half, half, GgmlType.F32), n * 4],
+    ["norm +1 shift (F32)", () => addScalar(GgmlType.F32, f32, 1), n * 4],
     ["position-grid resample 64x64 -> 96x96", () => resamplePositionGrid(grid, { embedding: 1024, srcHeight: 64, srcWidth: 64, dstHeight: 96, dstWidth: 96 }), 1024 * 96 * 96 * 4],
   ];
   for (const [name, op, outBytes] of cases) {

@@ -10,7 +10,8 @@ import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 import type { Browser } from "playwright-core";
 import { launchChromium } from "./browser";
-import { GgmlTypeId as T, setBackend, toF32 } from "@compat/tensor-ops";
+import { GgmlType as T } from "@compat/gguf";
+import { setBackend, toF32 } from "@compat/tensor-ops";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 const here = fileURLToPath(new URL("..", import.meta.url));
@@ -19,7 +20,8 @@ const root = join(here, "../..");
 // Runs in the page: converts every F16 and BF16 pattern and some Q8_0/MXFP4 blocks with the WASM
 // tier, then with JS forced, and reports the backends and the output bytes (hex) of each.
 const PAGE_ENTRY = `
-import { GgmlTypeId as T, activeBackend, ready, setBackend, toF32 } from "@compat/tensor-ops";
+import { GgmlType as T } from "@compat/gguf";
+import { activeBackend, ready, setBackend, toF32 } from "@compat/tensor-ops";
 const hex = (f) => Array.from(new Uint8Array(f.buffer), (b) => b.toString(16).padStart(2, "0")).join("");
 const all = new Uint8Array(new Uint16Array(Array.from({ length: 65536 }, (_, i) => i)).buffer);
 const blocks = (n, size) => Uint8Array.from({ length: n * size }, (_, i) => (i * 73 + 11) & 0xff);

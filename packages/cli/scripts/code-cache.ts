@@ -1,7 +1,7 @@
 /**
  * Build step after tsup: writes dist/cli.cjs.cache, the V8 code cache dist/bin.cjs hands to V8
  * with dist/cli.cjs. The bundle is loaded exactly as the binary loads it (src/bundle-loader.ts),
- * then the common commands run in this process on a tiny Ollama-style gemma3 file (--help,
+ * then the common commands run in this process on the demo's Ollama gemma3 vision file (--help,
  * inspect, detect, translate --dry-run and a real translate), so the cache holds the functions
  * they compile, not just the top level. The file starts with the bundle's build id (a cache from
  * another build is never used); V8 itself rejects a cache from another V8 version or flags.
@@ -10,8 +10,8 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { GgmlType, GgufModel, GgufValueType, writeGguf } from "@compat/gguf";
 import { CLI_BUNDLE, CODE_CACHE, codeCacheFile, loadBundle } from "../src/bundle-loader";
+import { demoModelPath } from "../src/demo-fixture";
 import type { CliIo } from "../src/io";
 
 const dist = fileURLToPath(new URL("../dist/", import.meta.url));
@@ -19,28 +19,10 @@ const { exports, script, buildId } = loadBundle(join(dist, CLI_BUNDLE));
 if (buildId === undefined) throw new Error(`${CLI_BUNDLE} has no build id (tsup.config.ts writes it)`);
 const { runCli } = exports as { runCli(argv: string[], io: CliIo): Promise<number> };
 
-/** A few KiB shaped like an Ollama gemma3 vision blob: text blocks and inline v.* / mm.* tensors. */
-function tinyGemma3(): GgufModel {
-  const m = GgufModel.create();
-  m.setString("general.architecture", "gemma3");
-  m.setU32("gemma3.context_length", 8192);
-  m.setU32("gemma3.embedding_length", 8);
-  m.setU32("gemma3.block_count", 1);
-  m.setU32("gemma3.mm.tokens_per_image", 256);
-  m.setString("tokenizer.ggml.model", "llama");
-  m.setArray("tokenizer.ggml.tokens", GgufValueType.STRING, ["<pad>", "<eos>", "<bos>", "a", "b"]);
-  m.setArray("tokenizer.ggml.scores", GgufValueType.FLOAT32, [0, 0, 0, -1, -2]);
-  m.setArray("tokenizer.ggml.token_type", GgufValueType.INT32, [3, 3, 3, 1, 1]);
-  const names = ["token_embd.weight", "blk.0.attn_q.weight", "blk.0.ffn_up.weight", "v.blk.0.attn_q.weight", "mm.mm_input_projection.weight", "v.patch_embd.weight"];
-  for (const name of names) m.addTensor({ name, type: GgmlType.F16, shape: [8, 4], data: { kind: "bytes", bytes: new Uint8Array(64) } });
-  m.addTensor({ name: "output_norm.weight", type: GgmlType.F32, shape: [8], data: { kind: "bytes", bytes: new Uint8Array(32) } });
-  return m;
-}
-
 const tmp = mkdtempSync(join(tmpdir(), "ollama-compat-code-cache-"));
 try {
-  const file = join(tmp, "blob.gguf");
-  await writeGguf(tinyGemma3(), file);
+  // the model the build just wrote for `demo` (scripts/demo-model.ts): an Ollama gemma3 vision blob
+  const file = demoModelPath();
   const io: CliIo = { out: () => {}, err: () => {}, env: {} };
   const runs = [
     ["--help"],

@@ -193,7 +193,7 @@ function buildProgram(argv: readonly string[], io: CliIo, result: { code: number
 
   program
     .command("ls")
-    .description("installed Ollama models: size, architecture, and native / translatable / cached / not supported")
+    .description("installed Ollama models: size, architecture, and native / translatable / cached / not-supported")
     .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
     .option("--cache-dir <dir>", CACHE_DIR_HELP)
     .addOption(profileOption())

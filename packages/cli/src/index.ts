@@ -1,4 +1,4 @@
 export { runCli } from "./cli";
 export { CliError, type CliErrorCode } from "./errors";
 export { ExitCode, processIo, type CliIo } from "./io";
-export { formatInspect, inspectJson } from "./format";
+export { formatInspect, inspectJson, type InspectOptions } from "./format";

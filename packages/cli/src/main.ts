@@ -2,7 +2,6 @@ import { unlinkSync } from "node:fs";
 import { constants } from "node:os";
 import { pendingTempFiles } from "@compat/gguf";
 import { runCli } from "./cli";
-import { cliTempFiles } from "./temp-files";
 
 /** The command line's own entry (dist/cli.cjs, loaded by bin.cjs); runCli is exported for the build's code-cache warm-up. */
 export { runCli };
@@ -12,7 +11,7 @@ export function main(): void {
   // Neither a signal nor a failed write to stdout (which exits at once, src/io.ts) may leave
   // a half-written hidden temp file behind: remove what the atomic writer has in progress.
   process.once("exit", () => {
-    for (const tmp of [...pendingTempFiles(), ...cliTempFiles()]) {
+    for (const tmp of pendingTempFiles()) {
       try {
         unlinkSync(tmp);
       } catch {

@@ -11,13 +11,14 @@ import { SourceMap, type SourceMapPayload } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { writeGguf } from "@compat/gguf";
+import { serializeGguf, writeGguf } from "@compat/gguf";
 import { TRANSLATION_PROFILES } from "@compat/handlers";
 import { buildOllamaStore } from "@compat/server-bridge";
-import { findLlamaTools, generateFixtureFiles, generateFixtureSpecs, toGgufModel } from "@compat/testkit";
+import { findLlamaTools, generateFixture, generateFixtureFiles, generateFixtureSpecs, toGgufModel } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI_BUNDLE, loadBundle, readCodeCache } from "../src/bundle-loader";
 import { PROFILES } from "../src/cli";
+import { DEMO_FIXTURE } from "../src/demo-fixture";
 import { runToEnd, type Run } from "./helpers";
 
 interface V8Script {
@@ -274,20 +275,10 @@ describe("detect: three verdicts, each with its exit code", () => {
     expect(JSON.parse((await cli(["detect", file, "--json"])).stdout)).toMatchObject({ status: "native", ollamaWriter: expect.any(Array) });
   });
 
-  it("the llama.cpp architecture list is the built llama.cpp's own (src/llama-arch.cpp)", async () => {
-    const { readFileSync } = await import("node:fs");
-    const { LLAMA_CPP_ARCHS } = await import("../src/llama-archs");
-    const tools = await findLlamaTools();
-    const source = readFileSync(join(tools.binDir, "..", "src", "src", "llama-arch.cpp"), "utf8");
-    const table = source.slice(source.indexOf("LLM_ARCH_NAMES = {"), source.indexOf("};", source.indexOf("LLM_ARCH_NAMES = {")));
-    const names = [...table.matchAll(/"([^"]+)"/g)].map((m) => m[1]!).filter((n) => n !== "clip" && n !== "(unknown)");
-    expect([...LLAMA_CPP_ARCHS].sort()).toEqual(names.sort());
-  });
-
   it("ls gives an Ollama file of an unknown architecture the same verdict", async () => {
     const r = await cli(["ls", "--json", "--models", join(dir, "store2"), "--cache-dir", join(dir, "ls-cache")]);
     expect(r.code, r.stderr).toBe(0);
-    expect(JSON.parse(r.stdout).models).toEqual([expect.objectContaining({ name: "future:1b", architecture: "gemma9", status: "not supported", reason: expect.stringMatching(/"gemma9"/) })]);
+    expect(JSON.parse(r.stdout).models).toEqual([expect.objectContaining({ name: "future:1b", architecture: "gemma9", status: "not-supported", reason: expect.stringMatching(/"gemma9"/) })]);
   });
 
   it("a model reference is resolved in $OLLAMA_MODELS", async () => {
@@ -379,6 +370,14 @@ describe("verify (real llama-server)", () => {
 });
 
 describe("demo (real llama-server)", () => {
+  it("ships its model as a file of its own: the built dist/demo-model.gguf is the testkit's gemma3 4b-vision Ollama fixture, byte for byte", async () => {
+    const { arch, ...options } = DEMO_FIXTURE;
+    const expected = await serializeGguf(generateFixture(arch, options).text);
+    expect(Buffer.from(readFileSync(join(pkg, "dist", "demo-model.gguf"))).equals(Buffer.from(expected))).toBe(true);
+    // and the shipped code does not reach for the unpublished testkit
+    expect(readFileSync(join(pkg, "dist", "cli.cjs"), "utf8")).not.toMatch(/testkit|generateFixture/);
+  });
+
   it("builds the tiny Ollama vision model, detects, translates and serves it: a text and an image answer", async () => {
     const r = await cli(["demo"], { ...needsLlama(), OLLAMA_MODELS: join(dir, "no-store") });
     expect(r.code, r.stdout + r.stderr).toBe(0);

@@ -3,12 +3,15 @@
  * output and exit, and a fixture made big enough for a translation to take a while.
  */
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { open, rm } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { mkdir, open, rm } from "node:fs/promises";
 import { request } from "node:http";
 import { createRequire } from "node:module";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { GgmlType, fileSource, readGguf, writeGguf } from "@compat/gguf";
+import { generateFixture } from "@compat/testkit";
+import { DEMO_FIXTURE, demoModelPath } from "../src/demo-fixture";
 
 /** src/bin.ts, run as `node --import <tsx> <bin> …`. */
 export const bin = fileURLToPath(new URL("../src/bin.ts", import.meta.url));
@@ -104,4 +107,15 @@ export async function withZeroTensor(small: string, dir: string, name: string, s
   }
   await rm(zerosPath);
   return path;
+}
+
+/**
+ * dist/demo-model.gguf, which `demo` reads, as the build writes it (scripts/demo-model.ts), for
+ * tests that run the command from source before any build.
+ */
+export async function ensureDemoModel(): Promise<void> {
+  if (existsSync(demoModelPath())) return;
+  await mkdir(dirname(demoModelPath()), { recursive: true });
+  const { arch, ...options } = DEMO_FIXTURE;
+  await writeGguf(generateFixture(arch, options).text, demoModelPath());
 }

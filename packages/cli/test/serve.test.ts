@@ -3,10 +3,10 @@ import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, afterEach, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { findLlamaTools, generateFixture, generateFixtureFiles, writeWithZeroTail } from "@compat/testkit";
 import { buildOllamaStore, freePort, ModelStore, prepareModel, TranslationCache } from "@compat/server-bridge";
-import { spawnCli } from "./helpers";
+import { ensureDemoModel, spawnCli } from "./helpers";
 
 const dirs: string[] = [];
 const children: ChildProcess[] = [];
@@ -15,6 +15,7 @@ async function temp(): Promise<string> {
   dirs.push(d);
   return d;
 }
+beforeAll(ensureDemoModel);
 afterEach(() => {
   for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
 });
@@ -56,7 +57,7 @@ describe("ollama-compat ls", () => {
     const { root } = await store();
     const cacheDir = await temp();
     // gemma3:1b already translated into this cache (--cache-dir D keeps translations in D/translated)
-    await prepareModel(await new ModelStore(root).resolve("gemma3:1b"), { cache: new TranslationCache({ dir: join(cacheDir, "translated") }), clipView: null });
+    await prepareModel(await new ModelStore(root).resolve("gemma3:1b"), { cache: new TranslationCache({ dir: join(cacheDir, "translated") }) });
     const r = await run(["ls", "--models", root, "--cache-dir", cacheDir]);
     expect(r.code, r.stderr).toBe(0);
     const lines = r.stdout.trim().split("\n");
@@ -65,10 +66,10 @@ describe("ollama-compat ls", () => {
     expect(row("gemma3:1b")).toMatch(/\d+(\.\d)? [KMG]?B\s+gemma3\s+cached$/);
     expect(row("gemma3:other")).toMatch(/gemma3\s+translatable$/);
     expect(row("tiny-llama:q8")).toMatch(/llama\s+native$/);
-    expect(row("broken:1")).toMatch(/not supported/);
+    expect(row("broken:1")).toMatch(/not-supported/);
     const json = JSON.parse((await run(["ls", "--json", "--models", root, "--cache-dir", cacheDir])).stdout) as { models: Array<{ name: string; status: string }> };
     expect(json.models.map((m) => [m.name, m.status])).toEqual([
-      ["broken:1", "not supported"],
+      ["broken:1", "not-supported"],
       ["gemma3:1b", "cached"],
       ["gemma3:other", "translatable"],
       ["tiny-llama:q8", "native"],
@@ -169,7 +170,7 @@ describe("ollama-compat serve (real llama-server)", () => {
     for (const s of launches) s.child.kill("SIGTERM");
     for (const s of launches) expect((await s.closed).code).toBe(143);
     // a single launch into an empty cache writes the same bytes
-    const single = await prepareModel(await new ModelStore(root).resolve("gemma3:1b"), { cache: new TranslationCache({ dir: await temp() }), clipView: null });
+    const single = await prepareModel(await new ModelStore(root).resolve("gemma3:1b"), { cache: new TranslationCache({ dir: await temp() }) });
     expect(single.cacheHit).toBe(false);
     expect((await readFile(entry)).equals(await readFile(single.modelPath))).toBe(true);
   }, 900_000);

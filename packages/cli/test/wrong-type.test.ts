@@ -91,7 +91,7 @@ describe("general.architecture of the wrong type", () => {
     const root = join(dir, "store");
     await buildOllamaStore(root, [{ name: "wrong:1", model: path }]);
     const resolved = await new ModelStore(root).resolve("wrong:1");
-    const e = await typedError(() => prepareModel(resolved, { cache: new TranslationCache({ dir: join(dir, "cache") }), clipView: null }));
+    const e = await typedError(() => prepareModel(resolved, { cache: new TranslationCache({ dir: join(dir, "cache") }) }));
     namesFile(e, resolved.modelPath);
   });
 

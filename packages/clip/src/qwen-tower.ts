@@ -1,5 +1,5 @@
 import { GgmlType } from "@compat/gguf";
-import { TranslationError, type Translation } from "@compat/handlers";
+import { blocksWithTensors, joinQkv, TranslationError, u32Kv, type Translation } from "@compat/handlers";
 import { split } from "@compat/tensor-ops";
 import type { Bf16CpuUse } from "./tower";
 
@@ -12,23 +12,15 @@ import type { Bf16CpuUse } from "./tower";
 
 /**
  * For each vision block with `attn_q`: `v.blk.N.attn_qkv.{weight,bias}` = q ‖ k ‖ v along
- * the rows, as llama.cpp's converter keeps the checkpoint's fused tensor; q/k/v go away.
- * Same types: the bytes are joined as they are (the reference's raw concat for Qwen 3.5).
- * Mixed types (published Qwen3-VL files hold F16 Q/K next to a Q8_0 V) cannot be joined
- * as bytes, so all three are widened to F32 first, the reference's rule for Qwen3-VL. The
- * reference widens Qwen3-VL's to F32 even when the types agree; the converter does not.
+ * the rows, as llama.cpp's converter keeps the checkpoint's fused tensor (joinQkv). Same
+ * types: the bytes are joined as they are (the reference's raw concat for Qwen 3.5). Mixed
+ * types (published Qwen3-VL files hold F16 Q/K next to a Q8_0 V) cannot be joined as bytes,
+ * so all three are widened to F32 first, the reference's rule for Qwen3-VL. The reference
+ * widens Qwen3-VL's to F32 even when the types agree; the converter does not.
  */
 export function mergeVisionQkv(t: Translation, blocks: number): void {
-  for (const b of t.blocksWithTensors(blocks, "v.blk.")) {
-    const p = `v.blk.${b}.`;
-    if (!t.hasTensor(`${p}attn_q.weight`)) continue;
-    for (const suffix of ["weight", "bias"]) {
-      const parts = ["q", "k", "v"].map((x) => `${p}attn_${x}.${suffix}`);
-      if (!parts.every((n) => t.hasTensor(n))) continue;
-      // rows are the last ggml axis: 1 for the weight, 0 for the bias
-      t.concatTensors(`${p}attn_qkv.${suffix}`, parts, t.tensor(parts[0]!)!.shape.length - 1, "q+k+v");
-      for (const n of parts) t.dropTensor(n);
-    }
+  for (const b of blocksWithTensors(t.draft, blocks, "v.blk.")) {
+    if (t.draft.hasTensor(`v.blk.${b}.attn_q.weight`)) joinQkv(t, `v.blk.${b}.`, { mixed: "f32", what: "q+k+v" });
   }
 }
 
@@ -44,7 +36,7 @@ export function mergeVisionQkv(t: Translation, blocks: number): void {
  * named fix `<handler>-split-patch-embd-any-type`).
  */
 export function splitPatchEmbedding(t: Translation, channels: number, handler: string): void {
-  const src = t.tensor("v.patch_embed.weight");
+  const src = t.draft.findTensor("v.patch_embed.weight");
   if (src === undefined || src.shape.length !== 4) return;
   const [w, h, frames, packed] = src.shape as [number, number, number, number];
   if (!(channels > 0) || frames !== 2 || packed % channels !== 0) return;
@@ -83,8 +75,8 @@ export function splitPatchEmbedding(t: Translation, channels: number, handler: s
  * mask of four billion entries): a typed error instead of an allocation failure.
  */
 export function visionBlockCount(t: Translation): number {
-  const blocks = t.getU32("clip.vision.block_count") ?? 0;
-  const present = t.blocksWithTensors(blocks, "v.blk.");
+  const blocks = u32Kv(t.draft, "clip.vision.block_count") ?? 0;
+  const present = blocksWithTensors(t.draft, blocks, "v.blk.");
   const end = present.length > 0 ? present[present.length - 1]! + 1 : 0;
   if (blocks > end) {
     throw new TranslationError("BAD_COUNT", `clip.vision.block_count is ${blocks} but the vision tower's blocks end at v.blk.${end - 1}`);

@@ -1,4 +1,4 @@
-import { detect, type Translation } from "@compat/handlers";
+import { anyOf, hasTensorPrefix, type Translation } from "@compat/handlers";
 import { GgmlType, type GgufModel } from "@compat/gguf";
 import { toF32 } from "@compat/tensor-ops";
 
@@ -14,11 +14,11 @@ export const MMPROJ_KEY_PREFIXES: readonly string[] = Object.freeze(["general.",
  * architectures all fire on such files, so the vision tower is the marker.
  */
 export function embeddedVision(m: GgufModel): string[] | null {
-  if (!detect.hasTensorPrefix(m, "v.")) return null;
-  return detect.anyOf(
+  if (!hasTensorPrefix(m, "v.")) return null;
+  return anyOf(
     "embedded vision tensors v.*",
-    detect.hasTensorPrefix(m, "mm.") && "embedded projector tensors mm.*",
-    detect.hasTensorPrefix(m, "a.") && "embedded audio tensors a.*",
+    hasTensorPrefix(m, "mm.") && "embedded projector tensors mm.*",
+    hasTensorPrefix(m, "a.") && "embedded audio tensors a.*",
   );
 }
 
@@ -61,7 +61,7 @@ const BF16_CPU_FAILURE: Readonly<Record<Bf16CpuUse, string>> = {
  * BF16 checkpoint's v.* BF16 from fa7776fd2 until 2717dce6f). Call after the renames.
  */
 export function widenBf16ForCpu(t: Translation, handler: string, tensors: Readonly<Record<string, Bf16CpuUse>>): void {
-  const bf16 = Object.keys(tensors).filter((n) => t.tensor(n)?.type === GgmlType.BF16);
+  const bf16 = Object.keys(tensors).filter((n) => t.draft.findTensor(n)?.type === GgmlType.BF16);
   t.fix({
     name: `${handler}-bf16-to-f32`,
     reason: `stock clip.cpp cannot run these BF16 tensors on llama.cpp's CPU backend (llama-mtmd-cli aborts): ${bf16
@@ -70,7 +70,7 @@ export function widenBf16ForCpu(t: Translation, handler: string, tensors: Readon
     needed: () => bf16.length > 0,
     apply: () => {
       for (const name of bf16) {
-        const shape = t.tensor(name)!.shape.slice();
+        const shape = t.draft.findTensor(name)!.shape.slice();
         const n = shape.reduce((a, b) => a * b, 1);
         t.op(name, {
           label: "BF16->F32 widen",

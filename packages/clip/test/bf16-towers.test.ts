@@ -8,8 +8,7 @@
  */
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { GgmlType, GgufModel, readGguf, writeGguf } from "@compat/gguf";
-import { readTensorBytes } from "@compat/handlers";
+import { GgmlType, GgufModel, readGguf, readTensorData, writeGguf } from "@compat/gguf";
 import { clipView } from "@compat/clip";
 import { fromF32, toF32 } from "@compat/tensor-ops";
 import { generateFixture, killAllSpawned, runMtmdCli, writeFixture } from "@compat/testkit";
@@ -151,7 +150,7 @@ describe("BF16 vision towers on llama.cpp's CPU backend", () => {
     for (const t of p.mmproj.tensors) {
       const fromReference = /^v\.blk\.\d+\.attn_[qk]\.weight$/.test(t.name) ? reference!.model.findTensor(t.name)! : t;
       expect(fromReference.type).toBe(t.type);
-      unpermuted.addTensor({ name: t.name, type: t.type, shape: t.shape.slice(), data: { kind: "bytes", bytes: await readTensorBytes(fromReference.data) } });
+      unpermuted.addTensor({ name: t.name, type: t.type, shape: t.shape.slice(), data: { kind: "bytes", bytes: await readTensorData(fromReference) } });
     }
     await reference!.close();
     const unpermutedPath = join(d, "mmproj-mistral3-unpermuted-qk.gguf");

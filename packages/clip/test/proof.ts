@@ -1,8 +1,8 @@
 import { createHash } from "node:crypto";
 import { readFile, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { readGguf, type GgufModel } from "@compat/gguf";
-import { readTensorBytes, translate, type TranslatedView } from "@compat/handlers";
+import { readGguf, readTensorData, type GgufModel } from "@compat/gguf";
+import { translate, type TranslatedView } from "@compat/handlers";
 import { clipView } from "@compat/clip";
 import { toF32 } from "@compat/tensor-ops";
 import {
@@ -109,7 +109,7 @@ export async function mtmdAnswer(model: string, mmproj: string, image: string, c
 export async function valuesF32(m: GgufModel, name: string): Promise<Float32Array> {
   const t = m.findTensor(name);
   if (t === undefined) throw new Error(`no ${name}`);
-  return toF32(t.type, await readTensorBytes(t.data), t.shape.reduce((a, b) => a * b, 1));
+  return toF32(t.type, await readTensorData(t), t.shape.reduce((a, b) => a * b, 1));
 }
 
 /**

@@ -7,7 +7,7 @@
  */
 import { join } from "node:path";
 import { readdir, rm, stat } from "node:fs/promises";
-import { GgufError, bufferSource, parseGguf, readGguf, type GgufModel } from "@compat/gguf";
+import { GgufError, bufferSource, parseGguf, readGguf } from "@compat/gguf";
 import { TRANSLATION_PROFILES, TranslationError, detectHandlers, translateModel, type TranslatedView } from "@compat/handlers";
 import { TensorOpsError } from "@compat/tensor-ops";
 import { clipHandlers, clipView } from "@compat/clip";
@@ -37,13 +37,6 @@ const BUILTIN_ERRORS: ReadonlySet<unknown> = new Set([Error, RangeError, TypeErr
 export function isTypedError(e: unknown): e is Error & { code: string } {
   if (e instanceof GgufError || e instanceof TranslationError || e instanceof TensorOpsError) return true;
   return e instanceof Error && !BUILTIN_ERRORS.has(e.constructor) && typeof (e as { code?: unknown }).code === "string";
-}
-
-type ClipView = (model: GgufModel) => unknown;
-
-/** @compat/clip's clipView: the mmproj side of every input goes through it too. */
-export async function loadClipView(): Promise<ClipView | null> {
-  return clipView;
 }
 
 export type Outcome = "ok" | "nothing" | `error:${string}`;
@@ -89,8 +82,7 @@ export async function fullPipeline(bytes: Uint8Array, name: string, opts: Pipeli
 
 async function pipeline(bytes: Uint8Array, name: string, opts: PipelineOptions): Promise<Outcome> {
   const model = await stage("read", () => readGguf(bufferSource(bytes, name)));
-  const clip = await loadClipView();
-  if (clip) await stage("clipView", async () => void (await clip(model)));
+  await stage("clipView", async () => void (await clipView(model)));
   await stage("detect", () => detectHandlers(model));
   // Both profiles, text side and clip side: each view is read over seeded ranges; the
   // text view under the default profile is also written atomically and re-read.

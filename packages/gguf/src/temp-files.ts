@@ -18,15 +18,27 @@ export function pendingTempFiles(): readonly string[] {
   return [...live];
 }
 
-/** `.NAME.PID.HEX.tmp`, the temp name writeFileAtomic gives the output NAME. */
+/** `.NAME.PID.HEX.tmp`: the one temp name of an output NAME written by process PID. */
 export function tempFileName(base: string, pid: number, nonce: string): string {
   return `.${base}.${pid}.${nonce}.tmp`;
 }
 
-/** The pid in a temp name made by tempFileName for `base`, or undefined if it is not one. */
-export function tempFilePid(entry: string, base: string): number | undefined {
-  const prefix = `.${base}.`;
-  if (!entry.startsWith(prefix) || !entry.endsWith(".tmp")) return undefined;
-  const m = /^(\d+)\.[0-9a-f]+$/.exec(entry.slice(prefix.length, -".tmp".length));
-  return m ? Number(m[1]) : undefined;
+/** The output name and writer pid of a temp name made by tempFileName, or undefined if it is not one. */
+export function tempFileOwner(entry: string): { base: string; pid: number } | undefined {
+  const m = /^\.(.+)\.(\d+)\.[0-9a-f]+\.tmp$/.exec(entry);
+  return m ? { base: m[1] as string, pid: Number(m[2]) } : undefined;
+}
+
+/**
+ * Whether `pid` names a running process (one of another user counts: EPERM). What every sweep of
+ * leftovers asks of a temp file's or a lock's owner before removing it.
+ */
+export function processAlive(pid: number): boolean {
+  if (!Number.isInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as { code?: string }).code === "EPERM";
+  }
 }

@@ -1,3 +1,4 @@
+import { writeFileAtomic } from "./atomic-file";
 import { GgufError } from "./errors";
 import { layoutGguf, type GgufLayout } from "./layout";
 import type { GgufModel } from "./model";
@@ -127,10 +128,9 @@ function isWebWritable(x: unknown): x is WritableStream<Uint8Array> {
 export async function writeGguf(model: GgufModel, target: WriteTarget, opts: WriteOptions = {}): Promise<WriteResult> {
   const layout = opts.layout ?? layoutGguf(model, { shareBlocks: opts.shareBlocks === true });
   if (typeof target === "string") {
-    const { writeFileAtomic } = await import("./file-sink");
     // The file sink is done with each chunk when its write resolves, so copy buffers can be reused.
     const copier = opts.copyRange;
-    const bytesWritten = await writeFileAtomic(target, async (write, copy) => {
+    const bytesWritten = await writeFileAtomic(target, async ({ write, copyRange }) => {
       // Once the copier declines (another filesystem, no kernel support), stop asking it.
       let usable = copier !== undefined;
       const direct: DirectCopy | undefined =
@@ -141,7 +141,7 @@ export async function writeGguf(model: GgufModel, target: WriteTarget, opts: Wri
               if (!usable || d.kind !== "range" || d.source.fd === undefined) return false;
               if (d.offset + length > d.source.size) return false; // let the read path report the truncation
               try {
-                usable = await copy(copier, d.source.fd, d.offset, length);
+                usable = await copyRange(copier, d.source.fd, d.offset, length);
               } catch (cause) {
                 // A source that shrank under us is the source's fault: let its own read say so
                 // (TRUNCATED, naming the source); any other failure stays a write error.

@@ -8,7 +8,7 @@ export type TranslationErrorCode =
   | "OP_SHAPE"
   /** An op produced another byte count than its type and shape need. */
   | "OP_LENGTH"
-  /** A retype/reshape needs more bytes than the tensor's source range holds. */
+  /** A reshape needs more bytes than the tensor's source range holds. */
   | "RESHAPE_GROWS"
   /** A Q/K tensor's rows do not split into the given heads. */
   | "QK_HEADS"

@@ -1,5 +1,5 @@
-import { GgmlType, GgufModel, bufferSource, layoutGguf, readGguf, serializeGguf, type ByteSource, type GgufTensor } from "@compat/gguf";
-import { TranslationError, readTensorBytes, translateModel, type Handler, type Translation } from "@compat/handlers";
+import { GgmlType, GgufModel, bufferSource, layoutGguf, readGguf, serializeGguf, type ByteSource, type GgufTensor, readTensorData } from "@compat/gguf";
+import { permuteQKRows, promoteF16ToF32, rowAsF32Tensor, translateModel, TranslationError, type Handler, type Translation } from "@compat/handlers";
 import { f16ToNumber, numberToF16 } from "@compat/tensor-ops";
 import { describe, expect, it } from "vitest";
 import { addF32 } from "./helpers";
@@ -27,11 +27,11 @@ function addF16(m: GgufModel, name: string, shape: number[], f: (i: number) => n
 }
 
 const f32 = async (t: GgufTensor) => {
-  const b = await readTensorBytes(t.data);
+  const b = await readTensorData(t);
   return Array.from(new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength)));
 };
 const f16 = async (t: GgufTensor) => {
-  const b = await readTensorBytes(t.data);
+  const b = await readTensorData(t);
   return Array.from(new Uint16Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength)), f16ToNumber);
 };
 
@@ -59,9 +59,9 @@ describe("verbs for views that keep part of a file (the clip side)", () => {
     addF16(m, "v.h", [3, 2], (i) => i * 0.3 - 1);
     addF32(m, "v.f", [3], 7);
     const view = run(m, (t) => {
-      t.promoteF16ToF32("v.h");
-      t.promoteF16ToF32("v.f");
-      t.promoteF16ToF32("v.missing");
+      promoteF16ToF32(t, "v.h");
+      promoteF16ToF32(t, "v.f");
+      promoteF16ToF32(t, "v.missing");
     });
     const h = view.model.findTensor("v.h")!;
     expect(h.type).toBe(GgmlType.F32);
@@ -76,7 +76,7 @@ describe("verbs for views that keep part of a file (the clip side)", () => {
     const cols = 3;
     const m = toy();
     addF16(m, "v.q", [cols, rows], (i) => i);
-    const view = run(m, (t) => t.permuteQKRows("v.q", nHead));
+    const view = run(m, (t) => permuteQKRows(t, "v.q", nHead));
     const got = await f16(view.model.findTensor("v.q")!);
     const hd = rows / nHead;
     for (let oa = 0; oa < rows; oa++) {
@@ -90,15 +90,15 @@ describe("verbs for views that keep part of a file (the clip side)", () => {
   it("permuteQKRows refuses rows that do not split into heads", () => {
     const m = toy();
     addF32(m, "v.q", [2, 6]);
-    expect(() => run(m, (t) => t.permuteQKRows("v.q", 4))).toThrow(TranslationError);
+    expect(() => run(m, (t) => permuteQKRows(t, "v.q", 4))).toThrow(TranslationError);
   });
 
   it("rowAsF32Tensor copies one row of a matrix as a new F32 tensor; silent on a missing row", async () => {
     const m = toy();
     addF16(m, "token_embd.weight", [4, 3], (i) => i + 0.5);
     const view = run(m, (t) => {
-      t.rowAsF32Tensor("v.row", "token_embd.weight", 1);
-      t.rowAsF32Tensor("v.none", "token_embd.weight", 3);
+      rowAsF32Tensor(t, "v.row", "token_embd.weight", 1);
+      rowAsF32Tensor(t, "v.none", "token_embd.weight", 3);
     });
     const row = view.model.findTensor("v.row")!;
     expect(row.type).toBe(GgmlType.F32);
@@ -117,7 +117,7 @@ describe("verbs for views that keep part of a file (the clip side)", () => {
     const inner = bufferSource(bytes, "counting");
     const counting: ByteSource = { name: "counting", size: inner.size, read: (o, n) => (reads.push([o, n]), inner.read(o, n)) };
     const model = await readGguf(counting);
-    const view = run(model, (t) => t.rowAsF32Tensor("v.row", "token_embd.weight", 4000));
+    const view = run(model, (t) => rowAsF32Tensor(t, "v.row", "token_embd.weight", 4000));
     reads.length = 0;
     const got = await f32(view.model.findTensor("v.row")!);
     expect(got).toEqual(Array.from({ length: 256 }, (_, i) => f16ToNumber(numberToF16(((4000 * 256 + i) % 997) / 64))));

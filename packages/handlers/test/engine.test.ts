@@ -1,7 +1,7 @@
 import { readFile, readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { GgmlType, GgufModel, bufferSource, layoutGguf, parseGguf, readGguf, serializeGguf, type ByteSource } from "@compat/gguf";
-import { Translation, translate, translateModel, type Handler } from "@compat/handlers";
+import { translate, translateModel, Translation, type Handler } from "@compat/handlers";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { addF32, ollamaGemma3Start, onDisk, tempDir, writeOnDisk } from "./helpers";
@@ -208,7 +208,7 @@ describe("Translation.fix and the profiles", () => {
       t.fix({
         name: "toy-flag",
         reason: "the reference leaves toy.flag unset, which the toy loader reads as true",
-        needed: () => !t.has("toy.flag"),
+        needed: () => !t.draft.has("toy.flag"),
         apply: () => t.setBool("toy.flag", false),
       });
     },
@@ -249,7 +249,7 @@ describe("Translation.fix and the profiles", () => {
       detect: () => null,
       detectGaps: (m) => (m.has("toy.ollama") && !m.has("toy.flag") ? ["kv toy.ollama without toy.flag"] : null),
       applyFixes(t) {
-        t.fix({ name: "toy-flag", reason: "as above", needed: () => !t.has("toy.flag"), apply: () => t.setBool("toy.flag", false) });
+        t.fix({ name: "toy-flag", reason: "as above", needed: () => !t.draft.has("toy.flag"), apply: () => t.setBool("toy.flag", false) });
       },
     };
     const view = translateModel(toyFile(), { handlers: [gapOnly] })!;
@@ -261,7 +261,7 @@ describe("Translation.fix and the profiles", () => {
 
 
 describe("work grows linearly with the number of tensors", () => {
-  /** Map operations during one translation that renames, retypes and drops a share of n tensors. */
+  /** Map operations during one translation that renames, reshapes and drops a share of n tensors. */
   function nameReads(n: number): number {
     const m = GgufModel.create();
     m.setString("general.architecture", "toy");
@@ -272,7 +272,7 @@ describe("work grows linearly with the number of tensors", () => {
       detect: () => ["toy"],
       apply: (t) => {
         for (let i = 0; i < n; i += 4) t.renameTensor(`blk.${i}.w`, `blk.${i}.renamed`);
-        for (let i = 1; i < n; i += 4) t.retype(`blk.${i}.w`, GgmlType.F32);
+        for (let i = 1; i < n; i += 4) t.reshape(`blk.${i}.w`, [1]);
         for (let i = 2; i < n; i += 16) t.dropTensor(`blk.${i}.w`);
         t.hide("blk.3.");
       },

@@ -1,5 +1,5 @@
-import { GgufValueType, type GgufArray, type GgufKv, type GgufModel } from "@compat/gguf";
-import { readTensorBytes, sameKv } from "@compat/handlers";
+import { GgufValueType, type GgufArray, type GgufKv, type GgufModel, readTensorData } from "@compat/gguf";
+import { sameKv } from "../src/report";
 import { fromF32, toF32 } from "@compat/tensor-ops";
 
 export interface TwinDifferences {
@@ -70,8 +70,8 @@ export async function compareWithNative(translated: GgufModel, native: GgufModel
       continue;
     }
     if (opts.compareData === false) continue;
-    const a = toF32(t.type, await readTensorBytes(t.data), count(t.shape));
-    let b = toF32(n.type, await readTensorBytes(n.data), count(n.shape)).subarray(0, a.length);
+    const a = toF32(t.type, await readTensorData(t), count(t.shape));
+    let b = toF32(n.type, await readTensorData(n), count(n.shape)).subarray(0, a.length);
     // a dtype difference is allowed here: compare with the native values stored as the translation's dtype
     if (t.type !== n.type) b = toF32(t.type, fromF32(t.type, b), b.length);
     const via = opts.roundedThrough?.[n.name];

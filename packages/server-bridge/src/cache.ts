@@ -1,7 +1,8 @@
-import { createHash, randomBytes } from "node:crypto";
+import { createHash } from "node:crypto";
 import { mkdir, open, readdir, readFile, rename, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
+import { tempFileOwner, tempPathFor } from "@compat/gguf";
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
 import { DigestMemo, sameVersion, versionOf, type FileVersion, type SourceFile } from "./digest-memo";
 import { acquireLock, aborted, lockedByLive } from "./entry-lock";
@@ -285,7 +286,7 @@ export class TranslationCache {
   private async write(key: string, view: TranslatedView, source: SourceFile, version: FileVersion, confirm: () => Promise<void>, meta: EntryMeta, opts: ObtainOptions): Promise<void> {
     const tmpBase = join(this.dir, "tmp");
     await mkdir(tmpBase, { recursive: true });
-    const staging = join(tmpBase, `${key}.${process.pid}.${randomBytes(4).toString("hex")}`);
+    const staging = tempPathFor(join(tmpBase, key));
     await mkdir(staging);
     try {
       if (opts.signal?.aborted) throw aborted(meta.source);
@@ -312,7 +313,7 @@ export class TranslationCache {
   }
 
   /**
-   * What killed writers left: their staging directories (`tmp/<key>.<pid>.<hex>`, written
+   * What killed writers left: their staging directories (`tmp/.<key>.<pid>.<hex>.tmp`, written
    * only under the key's lock, so garbage once no live owner holds it), their lock files (a
    * writer killed after its rename, before its unlock, would otherwise keep its entry from
    * ever being evicted) and digest memo temp files; and the digest memo of earlier versions.
@@ -323,7 +324,7 @@ export class TranslationCache {
       if (name.endsWith(".lock")) await lockedByLive(join(this.dir, "locks", name), this.lockStaleMs);
     }
     for (const name of await readdir(tmpBase).catch(() => [] as string[])) {
-      const key = name.split(".")[0]!;
+      const key = tempFileOwner(name)?.base ?? name.split(".")[0]!;
       if (!(await lockedByLive(this.lockPath(key), this.lockStaleMs))) await rm(join(tmpBase, name), { recursive: true, force: true });
     }
     await this.digests.sweep();

@@ -1,11 +1,10 @@
-import { randomBytes } from "node:crypto";
 import { fstat, type BigIntStats } from "node:fs";
-import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, readFile, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { Worker } from "node:worker_threads";
+import { sweepTempFiles, writeFileAtomic } from "@compat/gguf";
 import { BridgeError } from "./errors";
-import { processState } from "./owner";
 
 const fstatBig = promisify((fd: number, cb: (e: NodeJS.ErrnoException | null, st: BigIntStats) => void) => fstat(fd, { bigint: true }, cb));
 
@@ -157,30 +156,22 @@ export class DigestMemo {
     };
   }
 
-  /** Removes memo temp files that killed writers left (`.<dev>-<ino>.<pid>.<hex>.tmp`). */
+  /** Removes memo temp files that killed writers left (gguf's sweep; a memo write lasts a moment, so an old one goes too). */
   async sweep(): Promise<void> {
-    for (const name of await readdir(this.dir).catch(() => [] as string[])) {
-      if (!name.endsWith(".tmp")) continue;
-      const pid = Number(name.split(".")[2]);
-      const st = await stat(join(this.dir, name)).catch(() => undefined);
-      if (st && (processState({ pid }) === "gone" || Date.now() - st.mtimeMs > STALE_TEMP_MS)) await rm(join(this.dir, name), { force: true });
-    }
+    await sweepTempFiles(this.dir, { olderThanMs: STALE_TEMP_MS });
   }
 
   private memoPath(v: FileVersion): string {
     return join(this.dir, `${v.dev}-${v.ino}.json`);
   }
 
-  /** Written beside and renamed over: readers see the old memo or the new one. A memo that cannot be written only costs a hash. */
+  /** Written atomically (readers see the old memo or the new one). A memo that cannot be written only costs a hash. */
   private async remember(version: FileVersion, digest: string): Promise<void> {
-    const path = this.memoPath(version);
-    const tmp = join(this.dir, `.${version.dev}-${version.ino}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`);
     try {
       await mkdir(this.dir, { recursive: true });
-      await writeFile(tmp, JSON.stringify({ ...version, digest }) + "\n");
-      await rename(tmp, path);
+      await writeFileAtomic(this.memoPath(version), JSON.stringify({ ...version, digest }) + "\n");
     } catch {
-      await rm(tmp, { force: true }).catch(() => undefined);
+      // no memo: the next launch hashes the file again
     }
   }
 }

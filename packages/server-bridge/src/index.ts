@@ -4,7 +4,6 @@ export { MediaType } from "./media-types";
 export { ModelStore, defaultModelsDir, isPathLike, parseManifest, type Manifest, type ManifestLayer, type ResolvedModel, type StoreOptions } from "./store";
 export { buildOllamaStore, type BuiltModel, type StoreLayer, type StoreModelSpec } from "./store-writer";
 export { TranslationCache, defaultCacheDir, TRANSLATOR_VERSION, type CacheEntry, type CacheKind, type CacheOptions, type ObtainOptions } from "./cache";
-export { projectorFor, loadClipView, type ClipViewFn, type ProjectorSource } from "./projector";
 export { prepareModel, modelFacts, type PrepareOptions, type PreparedModel } from "./prepare";
 export { StoreMount, serveMount, defaultSidecarDir, type StoreMountOptions, type MountedModel, type ServeMount } from "./store-mount";
 export { modelFiles, fileStem, MODELS_LAYOUTS, type ModelsLayout } from "./layout";

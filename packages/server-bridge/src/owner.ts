@@ -2,6 +2,7 @@ import { readFileSync, readlinkSync } from "node:fs";
 import { lstat, mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { processAlive } from "@compat/gguf";
 
 /**
  * Who owns a lock or a temporary folder: a pid alone is not enough. A pid is reused once its
@@ -50,7 +51,7 @@ export function processState(id: ProcessIdentity): ProcessState {
     if (now !== undefined) return now === id.start ? "alive" : "gone";
   }
   // the pid is all there is (an identity written without /proc, or /proc hides it): any process may have it now
-  return pidExists(id.pid) ? "unknown" : "gone";
+  return processAlive(id.pid) ? "unknown" : "gone";
 }
 
 function startTime(pid: number): string | undefined {
@@ -66,15 +67,6 @@ function readText(path: string): string | undefined {
     return readFileSync(path, "utf8").trim();
   } catch {
     return undefined;
-  }
-}
-
-function pidExists(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
   }
 }
 

@@ -2,14 +2,14 @@ import { createHash } from "node:crypto";
 import { mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { GgufError, readGguf, readTensorData, type GgufModel } from "@compat/gguf";
-import { translateModel, type TranslatedView, type TranslationProfile } from "@compat/handlers";
+import { GgufError, readTensorData } from "@compat/gguf";
+import type { TranslatedView, TranslationProfile } from "@compat/handlers";
+import { openViews, projectorOf, type FileStatus, type Mmproj } from "@compat/views";
 import { FuseMount, fuseSupport, MountError, planView, SidecarStore, type ComputedPart, type MountExit } from "@compat/mount";
 import { defaultCacheDir, TRANSLATOR_VERSION } from "./cache";
 import { BridgeError } from "./errors";
 import { modelFiles, type ModelsLayout } from "./layout";
 import { modelFacts, type PreparedModel } from "./prepare";
-import { projectorFor } from "./projector";
 import { ModelStore, type ResolvedModel } from "./store";
 
 export interface StoreMountOptions {
@@ -219,19 +219,9 @@ export class StoreMount {
 
   private async mountModel(resolved: ResolvedModel): Promise<MountedModel & { signature: string; paths: string[] }> {
     const profile = this.opts.profile ?? "native";
-    let source: GgufModel | undefined;
+    const views = await servedViews(resolved, this.env, profile);
     try {
-      source = await readGguf(resolved.modelPath);
-    } catch (e) {
-      // as prepareModel: a string that is not UTF-8 is for llama-server to judge, as it is
-      if (!(e instanceof GgufError) || e.code !== "INVALID_UTF8") throw e;
-    }
-    const views: TranslatedView[] = [];
-    try {
-      const text = source ? translateModel(source, { env: this.env, profile }) : null;
-      if (text) views.push(text);
-      const projector = source || resolved.projectors.length > 0 ? await projectorFor(resolved, { env: this.env, profile }) : null;
-      if (projector?.kind === "view") views.push(projector.view);
+      const { text, mmproj: projector } = views;
       const files = modelFiles(name(resolved), this.layout, projector !== null);
       const paths: string[] = [];
       const sig = signature(resolved);
@@ -247,21 +237,21 @@ export class StoreMount {
       await place(files.model, resolved.modelPath, text, "text");
       let mmproj: string | undefined;
       if (projector?.kind === "file") await place(files.mmproj, projector.path, null, "mmproj");
-      else if (projector?.kind === "view") await place(files.mmproj, projector.sourcePath, projector.view, "mmproj");
+      else if (projector?.kind === "view") await place(files.mmproj, projector.path ?? resolved.modelPath, projector.view, "mmproj");
       if (projector) mmproj = files.mmproj;
-      const facts = source ? modelFacts(source, text) : { architecture: "", embedding: false, hasChatTemplate: true };
       const prepared: PreparedModel = {
         resolved,
         modelPath: join(this.dir, files.model),
         translated: text !== null,
         cacheHit: false,
         ...(mmproj ? { mmproj: join(this.dir, mmproj) } : {}),
-        ...facts,
+        status: views.status,
+        handlers: text?.report.handlers.map((h) => h.name) ?? [],
+        ...views.facts,
       };
       return { name: resolved.name, files: { model: files.model, ...(mmproj ? { mmproj } : {}) }, prepared, signature: sig, paths };
     } finally {
-      for (const v of views) await v.close();
-      await source?.close();
+      await views.close();
     }
   }
 
@@ -301,16 +291,17 @@ export class StoreMount {
       ...part,
       async produce() {
         await same();
-        const view = kind === "text" ? await textView(path, env, profile) : await mmprojView(resolved, env, profile);
-        if (view === null) throw new Error(`${path}: no longer translates`);
+        const views = await servedViews(resolved, env, profile);
         try {
+          const view = kind === "text" ? views.text : views.mmproj?.kind === "view" ? views.mmproj.view : null;
+          if (view === null) throw new Error(`${path}: no longer translates`);
           const t = view.model.tensors[part.tensor.index];
           if (t?.name !== part.tensor.name) throw new Error(`${path}: ${part.label} is not in its translation any more`);
           const bytes = await readTensorData(t);
           await same();
           return bytes;
         } finally {
-          await view.close();
+          await views.close();
         }
       },
     }));
@@ -322,16 +313,30 @@ function name(m: ResolvedModel): string {
   return m.kind === "file" ? m.name.replace(/\.gguf$/i, "") : m.name;
 }
 
-async function textView(path: string, env: Record<string, string | undefined>, profile: TranslationProfile): Promise<TranslatedView | null> {
-  const source = await readGguf(path);
-  const view = translateModel(source, { env, profile });
-  if (view === null) await source.close();
-  return view;
-}
-
-async function mmprojView(resolved: ResolvedModel, env: Record<string, string | undefined>, profile: TranslationProfile): Promise<TranslatedView | null> {
-  const p = await projectorFor(resolved, { env, profile });
-  return p?.kind === "view" ? p.view : null;
+/** What llama-server gets from a model (@compat/views), with the facts its arguments depend on; close it when done. */
+async function servedViews(
+  resolved: ResolvedModel,
+  env: Record<string, string | undefined>,
+  profile: TranslationProfile,
+): Promise<{ status: FileStatus; text: TranslatedView | null; mmproj: Mmproj | null; facts: Pick<PreparedModel, "architecture" | "embedding" | "hasChatTemplate">; close(): Promise<void> }> {
+  try {
+    const views = await openViews(resolved.modelPath, { env, profile, projectors: resolved.projectors });
+    return { status: views.status, text: views.text, mmproj: views.mmproj, facts: modelFacts(views.model, views.text), close: () => views.close() };
+  } catch (e) {
+    // as prepareModel: a string that is not UTF-8 is for llama-server to judge, the file as it is
+    if (!(e instanceof GgufError) || e.code !== "INVALID_UTF8") throw e;
+  }
+  const layer = resolved.projectors[0];
+  const mmproj = layer !== undefined ? await projectorOf(layer, { env, profile }) : null;
+  return {
+    status: "native",
+    text: null,
+    mmproj,
+    facts: { architecture: "", embedding: false, hasChatTemplate: true },
+    close: async () => {
+      if (mmproj?.kind === "view") await mmproj.view.close();
+    },
+  };
 }
 
 /** A mount made for one `serve`, or why there is none. */

@@ -7,6 +7,8 @@ function prepared(over: Partial<PreparedModel> = {}, resolved: Partial<PreparedM
     modelPath: "/cache/m.gguf",
     translated: true,
     cacheHit: false,
+    status: "supported",
+    handlers: ["llama3-metadata"],
     architecture: "llama",
     embedding: false,
     hasChatTemplate: true,

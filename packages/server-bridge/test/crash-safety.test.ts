@@ -51,11 +51,14 @@ function prepare(root: string, cacheDir: string) {
   return { child, done, running: () => running, result: () => JSON.parse(out) as { hit: boolean; path: string }, stderr: () => err };
 }
 
-/** Until a file in `pid`'s staging directory (`tmp/<key>.<pid>.<hex>/`) has bytes; false if the child ended first. */
+/** The writer pid in a staging directory's name (`tmp/.<key>.<pid>.<hex>.tmp`, @compat/gguf's temp naming). */
+const stagingPid = (name: string): number => Number(name.split(".")[2]);
+
+/** Until a file in `pid`'s staging directory has bytes; false if the child ended first. */
 async function untilWriting(cacheDir: string, pid: number, running: () => boolean): Promise<boolean> {
   while (running()) {
     for (const d of await list(join(cacheDir, "tmp"))) {
-      if (Number(d.split(".")[1]) !== pid) continue;
+      if (stagingPid(d) !== pid) continue;
       for (const f of await list(join(cacheDir, "tmp", d))) {
         if ((await stat(join(cacheDir, "tmp", d, f)).then((s) => s.size, () => 0)) > 0) return true;
       }
@@ -67,7 +70,7 @@ async function untilWriting(cacheDir: string, pid: number, running: () => boolea
 
 /** Pids that own leftovers: staging directories and lock files. */
 async function leftoverPids(cacheDir: string): Promise<number[]> {
-  const pids = (await list(join(cacheDir, "tmp"))).map((d) => Number(d.split(".")[1]));
+  const pids = (await list(join(cacheDir, "tmp"))).map((d) => stagingPid(d));
   // a lock holds its owner's identity as JSON ({"pid": …, "start": …})
   for (const l of await list(join(cacheDir, "locks"))) pids.push((JSON.parse((await readFile(join(cacheDir, "locks", l), "utf8").catch(() => "")) || "{}") as { pid?: number }).pid ?? NaN);
   return pids;
@@ -107,7 +110,7 @@ describe("SIGKILL of the bridge while it fills the cache", () => {
       const p = prepare(root, cacheDir);
       if (rng.next() < 0.2) await sleep(rng.int(2500)); // start-up, store lookup, header, translation, lock
       else if (await untilWriting(cacheDir, p.child.pid!, p.running)) await sleep(rng.int(Math.ceil(writeMs * 0.9))); // the write, its rename, the unlock
-      const writing = (await list(join(cacheDir, "tmp"))).some((d) => Number(d.split(".")[1]) === p.child.pid);
+      const writing = (await list(join(cacheDir, "tmp"))).some((d) => stagingPid(d) === p.child.pid);
       p.child.kill("SIGKILL");
       const r = await p.done;
       if (r.signal === "SIGKILL") {

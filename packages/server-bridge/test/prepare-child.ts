@@ -5,7 +5,6 @@ import { ModelStore, prepareModel, TranslationCache } from "@compat/server-bridg
 const [root, ref, cacheDir] = process.argv.slice(2) as [string, string, string];
 const m = await prepareModel(await new ModelStore(root).resolve(ref), {
   cache: new TranslationCache({ dir: cacheDir }),
-  clipView: null,
   onStatus: (line) => process.stderr.write(`${line}\n`),
 });
 process.stdout.write(JSON.stringify({ hit: m.cacheHit, path: m.modelPath }) + "\n");

@@ -3,7 +3,10 @@
  * MB/s counts input (GGUF) bytes; every figure is the median of several repeats.
  *   npm run bench -w packages/tensor-ops        (BENCH_MB=32 for a larger tensor)
  */
-import { backendInfo, blockLayout, GgmlTypeId as T, nativeAvailable, setBackend, toF32Into, toF32IntoJs } from "../src/index";
+import { GgmlType as T, ggmlTypeInfo } from "@compat/gguf";
+import { backendInfo, setBackend, toF32Into } from "../src/index";
+import { toF32IntoJs } from "../src/convert";
+import { nativeAvailable } from "../src/native";
 import { randomBlocks } from "../test/support/blocks";
 
 const targetBytes = Number(process.env.BENCH_MB ?? 16) * 1024 * 1024;
@@ -41,8 +44,8 @@ console.log(
 
 const rows: string[][] = [];
 for (const type of types) {
-  const layout = blockLayout(type);
-  const nBlocks = Math.max(1, Math.floor(targetBytes / layout.blockBytes));
+  const layout = ggmlTypeInfo(type);
+  const nBlocks = Math.max(1, Math.floor(targetBytes / layout.typeSize));
   const n = nBlocks * layout.blockSize;
   const input = Buffer.from(randomBlocks(type, nBlocks, 42));
   const copyTarget = Buffer.alloc(input.byteLength);
@@ -68,7 +71,7 @@ for (const type of types) {
   const best = Math.max(js, wasm ?? 0, nat ?? 0);
   const ratio = (v: number | undefined) => (v === undefined ? "-" : `${(v / js).toFixed(1)}x`);
   rows.push([
-    `${layout.name} -> F32`,
+    `${T[type]} -> F32`,
     copy.toFixed(0),
     js.toFixed(0),
     wasm === undefined ? "-" : wasm.toFixed(0),

@@ -4,7 +4,7 @@
  * Each kernel computes exactly what the JS kernels compute (and what ggml computes): the same f32
  * operations in the same order, with floating-point contraction disabled so no FMA can change a
  * rounding. AVX2/F16C variants are selected at load time when the CPU has them; GCC vectorizes the
- * scalar loops in the AVX2 variants.
+ * plain loops (kernels.h, shared with the WASM tier) in the AVX2 variants.
  */
 #if defined(__linux__)
 #define _GNU_SOURCE 1
@@ -35,213 +35,12 @@ enum {
     T_Q6_K = 14, T_IQ4_NL = 20, T_IQ4_XS = 23, T_BF16 = 30, T_MXFP4 = 39
 };
 
-static inline uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float float_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+#include "kernels.h"
 
-/* f16 -> f32 by the same float trick ggml uses (exact for every input, NaNs come out quiet). */
-static inline float half_to_float(uint16_t h) {
-    const uint32_t w = (uint32_t) h << 16;
-    const uint32_t sign = w & 0x80000000u;
-    const uint32_t two_w = w + w;
-    const float normalized = float_of((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
-    const float denormalized = float_of((two_w >> 17) | (126u << 23)) - 0.5f;
-    const uint32_t r = sign | (two_w < (1u << 27) ? bits_of(denormalized) : bits_of(normalized));
-    return float_of(r);
-}
-
-static inline uint16_t rd16(const uint8_t *p) { return (uint16_t) (p[0] | (p[1] << 8)); }
-
-static const int8_t IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-static const int8_t FP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
-static inline float e8m0_half(uint8_t e) {
-    return float_of(e < 2 ? (0x00200000u << e) : ((uint32_t) (e - 1) << 23));
-}
-
-static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
-/* Kernel bodies, instantiated once per instruction set. */
-#define DEFINE_KERNELS(SUFFIX, ATTR)                                                              \
-    ATTR __attribute__((unused)) static void f16_##SUFFIX(const uint8_t *src, float *dst, size_t n) {                     \
-        for (size_t i = 0; i < n; i++) dst[i] = half_to_float(rd16(src + 2 * i));                  \
-    }                                                                                             \
-    ATTR __attribute__((unused)) static void bf16_##SUFFIX(const uint8_t *src, float *dst, size_t n) {                    \
-        uint32_t *out = (uint32_t *) dst;                                                         \
-        for (size_t i = 0; i < n; i++) out[i] = (uint32_t) rd16(src + 2 * i) << 16;                \
-    }                                                                                             \
-    ATTR __attribute__((unused)) static void q8_0_##SUFFIX(const uint8_t *src, float *dst, size_t nb) {                   \
-        for (size_t i = 0; i < nb; i++) {                                                         \
-            const uint8_t *b = src + 34 * i;                                                      \
-            const float d = half_to_float(rd16(b));                                               \
-            const int8_t *q = (const int8_t *) (b + 2);                                           \
-            float *y = dst + 32 * i;                                                              \
-            for (int j = 0; j < 32; j++) y[j] = q[j] * d;                                         \
-        }                                                                                         \
-    }                                                                                             \
-    ATTR __attribute__((unused)) static void mxfp4_##SUFFIX(const uint8_t *src, float *dst, size_t nb) {                  \
-        for (size_t i = 0; i < nb; i++) {                                                         \
-            const uint8_t *b = src + 17 * i;                                                      \
-            const float d = e8m0_half(b[0]);                                                      \
-            float *y = dst + 32 * i;                                                              \
-            for (int j = 0; j < 16; j++) {                                                        \
-                y[j] = FP4[b[1 + j] & 0xF] * d;                                                   \
-                y[j + 16] = FP4[b[1 + j] >> 4] * d;                                               \
-            }                                                                                     \
-        }                                                                                         \
-    }                                                                                             \
-    ATTR __attribute__((unused)) static void q4_k_##SUFFIX(const uint8_t *src, float *dst, size_t nb) {                   \
-        for (size_t i = 0; i < nb; i++) {                                                         \
-            const uint8_t *b = src + 144 * i;                                                     \
-            const float d = half_to_float(rd16(b));                                               \
-            const float dmin = half_to_float(rd16(b + 2));                                        \
-            const uint8_t *q = b + 16;                                                            \
-            float *y = dst + 256 * i;                                                             \
-            for (int is = 0; is < 8; is += 2, q += 32, y += 64) {                                 \
-                uint8_t sc, m;                                                                    \
-                scale_min_k4(is, b + 4, &sc, &m);                                                 \
-                const float d1 = d * sc, m1 = dmin * m;                                           \
-                scale_min_k4(is + 1, b + 4, &sc, &m);                                             \
-                const float d2 = d * sc, m2 = dmin * m;                                           \
-                for (int l = 0; l < 32; l++) y[l] = d1 * (q[l] & 0xF) - m1;                       \
-                for (int l = 0; l < 32; l++) y[32 + l] = d2 * (q[l] >> 4) - m2;                   \
-            }                                                                                     \
-        }                                                                                         \
-    }                                                                                             \
-    ATTR __attribute__((unused)) static void q4_0_##SUFFIX(const uint8_t *src, float *dst, size_t nb) { \
-        for (size_t i = 0; i < nb; i++) {                                                         \
-            const uint8_t *b = src + 18 * i;                                                      \
-            const float d = half_to_float(rd16(b));                                               \
-            float *y = dst + 32 * i;                                                              \
-            for (int j = 0; j < 16; j++) {                                                        \
-                y[j] = ((b[2 + j] & 0xF) - 8) * d;                                                \
-                y[j + 16] = ((b[2 + j] >> 4) - 8) * d;                                            \
-            }                                                                                     \
-        }                                                                                         \
-    }                                                                                             \
-    ATTR __attribute__((unused)) static void q4_1_##SUFFIX(const uint8_t *src, float *dst, size_t nb) { \
-        for (size_t i = 0; i < nb; i++) {                                                         \
-            const uint8_t *b = src + 20 * i;                                                      \
-            const float d = half_to_float(rd16(b)), m = half_to_float(rd16(b + 2));               \
-            float *y = dst + 32 * i;                                                              \
-            for (int j = 0; j < 16; j++) {                                                        \
-                y[j] = (b[4 + j] & 0xF) * d + m;                                                  \
-                y[j + 16] = (b[4 + j] >> 4) * d + m;                                              \
-            }                                                                                     \
-        }                                                                                         \
-    }                                                                                             \
-    ATTR __attribute__((unused)) static void q5_0_##SUFFIX(const uint8_t *src, float *dst, size_t nb) { \
-        for (size_t i = 0; i < nb; i++) {                                                         \
-            const uint8_t *b = src + 22 * i;                                                      \
-            const float d = half_to_float(rd16(b));                                               \
-            const uint32_t qh = b[2] | (b[3] << 8) | (b[4] << 16) | ((uint32_t) b[5] << 24);      \
-            float *y = dst + 32 * i;                                                              \
-            for (int j = 0; j < 16; j++) {                                                        \
-                const int x0 = ((b[6 + j] & 0xF) | (((qh >> j) << 4) & 0x10)) - 16;               \
-                const int x1 = ((b[6 + j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;                \
-                y[j] = x0 * d;                                                                    \
-                y[j + 16] = x1 * d;                                                               \
-            }                                                                                     \
-        }                                                                                         \
-    }                                                                                             \
-    ATTR __attribute__((unused)) static void q5_1_##SUFFIX(const uint8_t *src, float *dst, size_t nb) { \
-        for (size_t i = 0; i < nb; i++) {                                                         \
-            const uint8_t *b = src + 24 * i;                                                      \
-            const float d = half_to_float(rd16(b)), m = half_to_float(rd16(b + 2));               \
-            const uint32_t qh = b[4] | (b[5] << 8) | (b[6] << 16) | ((uint32_t) b[7] << 24);      \
-            float *y = dst + 32 * i;                                                              \
-            for (int j = 0; j < 16; j++) {                                                        \
-                const int x0 = (b[8 + j] & 0xF) | (((qh >> j) << 4) & 0x10);                      \
-                const int x1 = (b[8 + j] >> 4) | ((qh >> (j + 12)) & 0x10);                       \
-                y[j] = x0 * d + m;                                                                \
-                y[j + 16] = x1 * d + m;                                                           \
-            }                                                                                     \
-        }                                                                                         \
-    }                                                                                             \
-    ATTR __attribute__((unused)) static void q5_k_##SUFFIX(const uint8_t *src, float *dst, size_t nb) { \
-        for (size_t i = 0; i < nb; i++) {                                                         \
-            const uint8_t *b = src + 176 * i;                                                     \
-            const float d = half_to_float(rd16(b));                                               \
-            const float dmin = half_to_float(rd16(b + 2));                                        \
-            const uint8_t *qh = b + 16, *ql = b + 48;                                             \
-            float *y = dst + 256 * i;                                                             \
-            uint8_t u1 = 1, u2 = 2;                                                               \
-            for (int is = 0; is < 8; is += 2, ql += 32, y += 64, u1 <<= 2, u2 <<= 2) {            \
-                uint8_t sc, m;                                                                    \
-                scale_min_k4(is, b + 4, &sc, &m);                                                 \
-                const float d1 = d * sc, m1 = dmin * m;                                           \
-                scale_min_k4(is + 1, b + 4, &sc, &m);                                             \
-                const float d2 = d * sc, m2 = dmin * m;                                           \
-                for (int l = 0; l < 32; l++) y[l] = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1; \
-                for (int l = 0; l < 32; l++) y[32 + l] = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2; \
-            }                                                                                     \
-        }                                                                                         \
-    }                                                                                             \
-    ATTR __attribute__((unused)) static void iq4_nl_##SUFFIX(const uint8_t *src, float *dst, size_t nb) { \
-        for (size_t i = 0; i < nb; i++) {                                                         \
-            const uint8_t *b = src + 18 * i;                                                      \
-            const float d = half_to_float(rd16(b));                                               \
-            float *y = dst + 32 * i;                                                              \
-            for (int j = 0; j < 16; j++) {                                                        \
-                y[j] = d * IQ4NL[b[2 + j] & 0xF];                                                 \
-                y[j + 16] = d * IQ4NL[b[2 + j] >> 4];                                             \
-            }                                                                                     \
-        }                                                                                         \
-    }                                                                                             \
-    ATTR __attribute__((unused)) static void iq4_xs_##SUFFIX(const uint8_t *src, float *dst, size_t nb) { \
-        for (size_t i = 0; i < nb; i++) {                                                         \
-            const uint8_t *b = src + 136 * i;                                                     \
-            const float d = half_to_float(rd16(b));                                               \
-            const uint16_t sh = rd16(b + 2);                                                      \
-            float *y = dst + 256 * i;                                                             \
-            for (int ib = 0; ib < 8; ib++, y += 32) {                                             \
-                const int ls = ((b[4 + ib / 2] >> 4 * (ib % 2)) & 0xF) | (((sh >> 2 * ib) & 3) << 4); \
-                const float dl = d * (ls - 32);                                                   \
-                const uint8_t *qs = b + 8 + 16 * ib;                                              \
-                for (int j = 0; j < 16; j++) {                                                    \
-                    y[j] = dl * IQ4NL[qs[j] & 0xF];                                               \
-                    y[j + 16] = dl * IQ4NL[qs[j] >> 4];                                           \
-                }                                                                                 \
-            }                                                                                     \
-        }                                                                                         \
-    }                                                                                             \
-    ATTR __attribute__((unused)) static void q6_k_##SUFFIX(const uint8_t *src, float *dst, size_t nb) { \
-        /* Same arithmetic as ggml ((d * scale) * q), loops ordered so each 16-value run shares a scale. */ \
-        for (size_t i = 0; i < nb; i++) {                                                         \
-            const uint8_t *b = src + 210 * i;                                                     \
-            const float d = half_to_float(rd16(b + 208));                                         \
-            float *y = dst + 256 * i;                                                             \
-            for (int n = 0; n < 2; n++, y += 128) {                                               \
-                const uint8_t *ql = b + 64 * n;                                                   \
-                const uint8_t *qh = b + 128 + 32 * n;                                             \
-                const int8_t *sc = (const int8_t *) (b + 192 + 8 * n);                            \
-                for (int part = 0; part < 4; part++) {                                            \
-                    const uint8_t *lo = ql + (part & 1) * 32;                                     \
-                    const int lshift = (part >> 1) * 4, hshift = part * 2;                        \
-                    for (int half = 0; half < 2; half++) {                                        \
-                        const float s = d * sc[half + 2 * part];                                  \
-                        float *yy = y + part * 32 + half * 16;                                    \
-                        for (int l = half * 16, k = 0; k < 16; l++, k++) {                        \
-                            const int q = (((lo[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32; \
-                            yy[k] = s * q;                                                        \
-                        }                                                                         \
-                    }                                                                             \
-                }                                                                                 \
-            }                                                                                     \
-        }                                                                                         \
-    }
-
-DEFINE_KERNELS(scalar, )
+DEFINE_PLAIN_KERNELS(scalar, )
 
 #ifdef TOPS_X86
-DEFINE_KERNELS(avx2, __attribute__((target("avx2,f16c"))))
+DEFINE_PLAIN_KERNELS(avx2, __attribute__((target("avx2,f16c"))))
 
 /* F16C converts half -> single exactly, quieting signalling NaNs just as ggml's float path does. */
 __attribute__((target("avx2,f16c"))) static void f16_f16c(const uint8_t *src, float *dst, size_t n) {
@@ -377,6 +176,14 @@ static void select_kernels(int allow_simd) {
         if ((call) != napi_ok) { napi_throw_error(env, NULL, "tensor_ops: N-API call failed"); return NULL; } \
     } while (0)
 
+/* A typed array argument's data and element count; false (nothing thrown) unless it is one of type `want`. */
+static int typed_array_of(napi_env env, napi_value value, napi_typedarray_type want, void **data, size_t *length) {
+    napi_typedarray_type type;
+    napi_value buffer;
+    size_t offset;
+    return napi_get_typedarray_info(env, value, &type, length, data, &buffer, &offset) == napi_ok && type == want;
+}
+
 /* toF32(type, src: Uint8Array, dst: Float32Array, nBlocks) -> boolean (false: no kernel for type). */
 static napi_value to_f32(napi_env env, napi_callback_info info) {
     size_t argc = 4;
@@ -391,13 +198,9 @@ static napi_value to_f32(napi_env env, napi_callback_info info) {
     for (int i = 0; i < n_kernels; i++) if (kernels[i].type == type) k = &kernels[i];
     if (!k) { CHECK(napi_get_boolean(env, 0, &result)); return result; }
 
-    napi_typedarray_type st, dt;
-    size_t slen, dlen, soff, doff;
+    size_t slen, dlen;
     void *sdata, *ddata;
-    napi_value sbuf, dbuf;
-    CHECK(napi_get_typedarray_info(env, argv[1], &st, &slen, &sdata, &sbuf, &soff));
-    CHECK(napi_get_typedarray_info(env, argv[2], &dt, &dlen, &ddata, &dbuf, &doff));
-    if (st != napi_uint8_array || dt != napi_float32_array) {
+    if (!typed_array_of(env, argv[1], napi_uint8_array, &sdata, &slen) || !typed_array_of(env, argv[2], napi_float32_array, &ddata, &dlen)) {
         napi_throw_type_error(env, NULL, "toF32 expects a Uint8Array source and a Float32Array destination");
         return NULL;
     }
@@ -505,12 +308,7 @@ static napi_value clone_range_js(napi_env env, napi_callback_info info) {
     double a[5];
     CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
     if (argc < 5) { napi_throw_type_error(env, NULL, "cloneRange(fdIn, offIn, fdOut, offOut, length)"); return NULL; }
-    for (int i = 0; i < 5; i++) {
-        if (napi_get_value_double(env, argv[i], &a[i]) != napi_ok || !(a[i] >= 0) || a[i] > 9007199254740991.0) {
-            napi_throw_range_error(env, NULL, "cloneRange: arguments must be non-negative integers");
-            return NULL;
-        }
-    }
+    if (!integer_args(env, argv, 5, 0, 9007199254740991.0, "cloneRange: arguments must be non-negative integers", a)) return NULL;
 #if defined(__linux__) && defined(FICLONERANGE)
     struct file_clone_range r;
     r.src_fd = (int64_t) a[0];
@@ -565,14 +363,11 @@ static napi_value resample_grid_js(napi_env env, napi_callback_info info) {
     CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
     if (argc < 7) { napi_throw_type_error(env, NULL, "resampleGrid(src, dst, e, sh, sw, dh, dw)"); return NULL; }
     if (!integer_args(env, argv + 2, 5, 1, 2147483647.0, "resampleGrid: sizes must be positive integers", d)) return NULL;
-    napi_typedarray_type st, dt;
-    size_t slen, dlen, soff, doff;
+    size_t slen, dlen;
     void *sdata, *ddata;
-    napi_value sbuf, dbuf;
-    CHECK(napi_get_typedarray_info(env, argv[0], &st, &slen, &sdata, &sbuf, &soff));
-    CHECK(napi_get_typedarray_info(env, argv[1], &dt, &dlen, &ddata, &dbuf, &doff));
     const int64_t e = (int64_t) d[0], sh = (int64_t) d[1], sw = (int64_t) d[2], dh = (int64_t) d[3], dw = (int64_t) d[4];
-    if (st != napi_float32_array || dt != napi_float32_array || (int64_t) slen != e * sh * sw || (int64_t) dlen != e * dh * dw) {
+    if (!typed_array_of(env, argv[0], napi_float32_array, &sdata, &slen) || !typed_array_of(env, argv[1], napi_float32_array, &ddata, &dlen) ||
+        (int64_t) slen != e * sh * sw || (int64_t) dlen != e * dh * dw) {
         napi_throw_range_error(env, NULL, "resampleGrid: Float32Arrays of e*sh*sw and e*dh*dw values expected");
         return NULL;
     }

@@ -15,7 +15,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { llamaCppSourceDir } from "@compat/testkit";
-import { blockLayout, GgmlTypeId as T } from "../src/types";
+import { GgmlType as T, ggmlTypeInfo } from "@compat/gguf";
 import { DEQUANT_TYPES, edgeF32Bits, randomBlocks } from "../test/support/blocks";
 import { randomNormals, randomU32 } from "../test/support/prng";
 
@@ -57,7 +57,7 @@ const BULK_ELEMENTS = 16384;
 const QUANT_ELEMENTS = 4096;
 const dequant: Record<string, unknown> = {};
 for (const type of DEQUANT_TYPES) {
-  const layout = blockLayout(type);
+  const layout = ggmlTypeInfo(type);
   const seed = 1000 + type;
   const small = randomBlocks(type, SMALL_BLOCKS, seed);
   const smallN = SMALL_BLOCKS * layout.blockSize;
@@ -71,7 +71,7 @@ for (const type of DEQUANT_TYPES) {
   const quantized = run([type === T.Q8_K ? "from" : "quant", String(type), String(QUANT_ELEMENTS)], bytesOf(source));
   const quantOut = run(["deq", String(type), String(QUANT_ELEMENTS)], quantized);
 
-  dequant[layout.name] = {
+  dequant[T[type] as string] = { // keyed by the GgmlType constant ("Q4_K"), as the stored vectors are
     type,
     small: { seed, nElements: smallN, input: b64(small), output: b64(smallOut) },
     bulk: { seed: seed + 7, nElements: BULK_ELEMENTS, outputSha256: sha256(bulkOut) },

@@ -3,6 +3,7 @@
  * extents instead of copying on filesystems that can). Plugs into @compat/gguf's
  * WriteOptions.copyRange without @compat/gguf depending on this package.
  */
+import type { RangeCopier } from "@compat/gguf";
 import { nativeAddon } from "./native";
 
 /** Largest piece per native call: the call is synchronous, so the event loop gets a turn between pieces. */
@@ -14,14 +15,12 @@ const BLOCK = 4096;
 /** Errors that mean "this kernel or filesystem pair cannot do it": fall back to read/write. */
 const DECLINED = new Set([1 /* EPERM */, 9 /* EBADF */, 18 /* EXDEV */, 22 /* EINVAL */, 38 /* ENOSYS */, 95 /* EOPNOTSUPP */]);
 
-export type KernelRangeCopier = (srcFd: number, srcOffset: number, dstFd: number, dstOffset: number, length: number) => Promise<boolean>;
-
 /**
  * A copier for WriteOptions.copyRange, or undefined when the addon (or its copy function) is
  * unavailable or COMPAT_TENSOR_OPS=js. It resolves false when the kernel declines before any
  * byte was copied; a failure or a short copy midway (source truncated) throws.
  */
-export function kernelRangeCopier(): KernelRangeCopier | undefined {
+export function kernelRangeCopier(): RangeCopier | undefined {
   const addon = nativeAddon();
   const copy = addon?.copyFileRange;
   if (copy === undefined) return undefined;

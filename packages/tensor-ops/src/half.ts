@@ -88,18 +88,22 @@ export function f32BitsToBf16Bits(w: number): number {
   return (Math.floor((w + 0x7fff + ((w >>> 16) & 1)) / 65536) & 0xffff) >>> 0;
 }
 
+/** One f16 bit pattern (a number 0..65535) as a JS number, exactly as ggml widens it. */
 export function f16ToNumber(h: number): number {
   return f16ValueTable()[h & 0xffff] as number;
 }
 
+/** A number as f16 bits, rounded as ggml rounds an f32 (the number is first made an f32). */
 export function numberToF16(value: number): number {
   return f32BitsToF16Bits(bitsFromFloat(value));
 }
 
+/** One bf16 bit pattern as a JS number. */
 export function bf16ToNumber(h: number): number {
   return floatFromBits((h & 0xffff) << 16);
 }
 
+/** A number as bf16 bits, rounded as ggml rounds an f32 (nearest even, NaN made quiet). */
 export function numberToBf16(value: number): number {
   return f32BitsToBf16Bits(bitsFromFloat(value));
 }

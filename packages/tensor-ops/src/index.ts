@@ -1,3 +1,5 @@
+// The public surface: conversions, layout ops, the kernel tiers, and the errors they throw. The ggml
+// type table (GgmlType, ggmlTypeInfo, ggmlTypeName, tensorByteSize) is @compat/gguf's.
 export {
   TensorOpsError,
   UnknownTypeError,
@@ -8,74 +10,12 @@ export {
   ArgumentError,
   type TensorOpsErrorCode,
 } from "./errors";
-export {
-  GgmlTypeId,
-  blockLayout,
-  isKnownType,
-  typeName,
-  allTypes,
-  byteLengthOf,
-  rowByteLength,
-  expectByteLength,
-  type BlockLayout,
-  type GgmlTypeName,
-  type GgmlTypeNumber,
-} from "./types";
-export { f16ToNumber, numberToF16, bf16ToNumber, numberToBf16, f16BitsToF32Bits, f32BitsToF16Bits, f32BitsToBf16Bits } from "./half";
-export {
-  toF32,
-  toF32Into,
-  toF32IntoJs,
-  validateToF32,
-  canConvertToF32,
-  TO_F32_TYPES,
-  elementsIn,
-  fromF32,
-  f16ToF32,
-  bf16ToF32,
-  f32ToF16,
-  f32ToBf16,
-  dequantizeQ4_0,
-  dequantizeQ4_1,
-  dequantizeQ5_0,
-  dequantizeQ5_1,
-  dequantizeQ8_0,
-  dequantizeQ2_K,
-  dequantizeQ3_K,
-  dequantizeQ4_K,
-  dequantizeQ5_K,
-  dequantizeQ6_K,
-  dequantizeQ8_K,
-  dequantizeIQ4_NL,
-  dequantizeIQ4_XS,
-  dequantizeMXFP4,
-  dequantizeNVFP4,
-  dequantizeQ1_0,
-  dequantizeQ2_0,
-  dequantizeTQ1_0,
-  dequantizeTQ2_0,
-  dequantizeIQ2_XXS,
-  dequantizeIQ2_XS,
-  dequantizeIQ2_S,
-  dequantizeIQ3_XXS,
-  dequantizeIQ3_S,
-  dequantizeIQ1_S,
-  dequantizeIQ1_M,
-} from "./convert";
-export { convertStream, type ConvertStreamOptions, type ByteSource } from "./stream";
-export { activeBackend, setBackend, nativeAvailable, backendInfo, ready, type Backend, type BackendChoice } from "./native";
-export { type Dtype, type Shape, type TensorBytes, type Format, tensorBytes as tensorByteLength, formatOf } from "./layout/tensor";
-export { kernelRangeCopier, cloneFileRange, type KernelRangeCopier } from "./file-copy";
-export {
-  concat,
-  split,
-  truncateRows,
-  padAxis,
-  padRows,
-  zeros,
-  interleaveExperts,
-  deinterleaveExperts,
-  stack,
-} from "./layout/concat";
+export { toF32, toF32Into, fromF32, canConvertToF32 } from "./convert";
+export { convertStream, type ConvertStreamOptions, type ChunkSource } from "./stream";
+export { f16ToNumber, numberToF16, bf16ToNumber, numberToBf16 } from "./half";
+export { type Dtype, type Shape, type TensorBytes } from "./layout/tensor";
+export { concat, split, truncateRows, padAxis, padRows, zeros, interleaveExperts, deinterleaveExperts, stack } from "./layout/concat";
 export { permute, inversePermutation, permuteQK, unpermuteQK } from "./layout/permute";
 export { addScalar, resamplePositionGrid, type ResampleOptions } from "./layout/arith";
+export { activeBackend, setBackend, backendInfo, ready, type Backend, type BackendChoice } from "./native";
+export { kernelRangeCopier } from "./file-copy";

@@ -4,7 +4,7 @@
  */
 import { BlockAlignmentError, ByteLengthError, ArgumentError } from "./errors";
 import { toF32Into, validateToF32 } from "./convert";
-import { blockLayout } from "./types";
+import { typeInfo } from "./types";
 
 export interface ConvertStreamOptions {
   /** Elements in the whole tensor. When given, the total is checked before anything past it is converted. */
@@ -18,7 +18,8 @@ export interface ConvertStreamOptions {
   reuseOutput?: boolean;
 }
 
-export type ByteSource = AsyncIterable<Uint8Array> | Iterable<Uint8Array>;
+/** Raw tensor bytes in chunks of any size, in order. */
+export type ChunkSource = AsyncIterable<Uint8Array> | Iterable<Uint8Array>;
 
 /**
  * Converts tensor bytes of ggml `type` chunk by chunk. Yields Float32Array chunks of whole blocks.
@@ -27,19 +28,19 @@ export type ByteSource = AsyncIterable<Uint8Array> | Iterable<Uint8Array>;
  */
 export async function* convertStream(
   type: number,
-  source: ByteSource,
+  source: ChunkSource,
   options: ConvertStreamOptions = {},
 ): AsyncGenerator<Float32Array, void, undefined> {
-  const layout = blockLayout(type);
+  const layout = typeInfo(type);
   validateToF32(type, 0, 0); // rejects unknown and unsupported types up front
   const expectedElements = options.nElements;
   if (expectedElements !== undefined) {
     if (!Number.isSafeInteger(expectedElements) || expectedElements < 0) throw new ArgumentError("nElements must be a non-negative integer");
     if (expectedElements % layout.blockSize !== 0) throw new BlockAlignmentError(layout.name, expectedElements, layout.blockSize);
   }
-  const expectedBytes = expectedElements === undefined ? undefined : (expectedElements / layout.blockSize) * layout.blockBytes;
+  const expectedBytes = expectedElements === undefined ? undefined : (expectedElements / layout.blockSize) * layout.typeSize;
   const blocksPerChunk = Math.max(1, Math.floor((options.chunkElements ?? 1 << 20) / layout.blockSize));
-  const chunkBytes = blocksPerChunk * layout.blockBytes;
+  const chunkBytes = blocksPerChunk * layout.typeSize;
 
   const pending = new Uint8Array(chunkBytes);
   let pendingLength = 0;
@@ -47,7 +48,7 @@ export async function* convertStream(
   let shared: Float32Array | undefined;
 
   const emit = (bytes: Uint8Array): Float32Array => {
-    const nElements = (bytes.byteLength / layout.blockBytes) * layout.blockSize;
+    const nElements = (bytes.byteLength / layout.typeSize) * layout.blockSize;
     let out: Float32Array;
     if (options.reuseOutput) {
       shared ??= new Float32Array(blocksPerChunk * layout.blockSize);
@@ -90,8 +91,8 @@ export async function* convertStream(
   if (expectedBytes !== undefined && totalBytes !== expectedBytes) {
     throw new ByteLengthError(`${layout.name} stream of ${String(expectedElements)} elements`, expectedBytes, totalBytes);
   }
-  if (pendingLength % layout.blockBytes !== 0) {
-    throw new ByteLengthError(`${layout.name} stream must end on a block boundary`, totalBytes - (pendingLength % layout.blockBytes), totalBytes);
+  if (pendingLength % layout.typeSize !== 0) {
+    throw new ByteLengthError(`${layout.name} stream must end on a block boundary`, totalBytes - (pendingLength % layout.typeSize), totalBytes);
   }
   if (pendingLength > 0) yield emit(pending.subarray(0, pendingLength));
 }

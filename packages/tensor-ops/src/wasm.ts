@@ -5,7 +5,7 @@
  * synchronous compilation is refused (some browsers cap its size on the main thread) the module
  * compiles in the background, JS kernels run meanwhile, and `initWasm()` resolves once it is ready.
  */
-import { GgmlTypeId as T } from "./types";
+import { GgmlType as T } from "@compat/gguf";
 import { wasmBytes } from "./wasm-bytes";
 
 interface KernelExports {

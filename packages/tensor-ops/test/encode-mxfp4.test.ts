@@ -1,6 +1,7 @@
 /** Checks the testkit's MXFP4 encoder (used by fixtures) against this package's dequantizer. */
 import { describe, expect, it } from "vitest";
-import { dequantizeMXFP4 } from "@compat/tensor-ops";
+import { GgmlType } from "@compat/gguf";
+import { toF32 } from "@compat/tensor-ops";
 import { encodeMXFP4 } from "@compat/testkit";
 
 describe("encodeMXFP4", () => {
@@ -15,12 +16,12 @@ describe("encodeMXFP4", () => {
     expect(bytes[0]).toBe(127);
     expect(bytes[1]).toBe(7 | (10 << 4));
     expect(bytes[2]).toBe(1);
-    expect(Array.from(dequantizeMXFP4(bytes))).toEqual(Array.from(values));
+    expect(Array.from(toF32(GgmlType.MXFP4, bytes))).toEqual(Array.from(values));
   });
 
   it("round-trips through the tensor-ops dequantizer within half a step", () => {
     const values = Float32Array.from({ length: 64 }, (_, i) => Math.sin(i * 0.7) * 0.3);
-    const back = dequantizeMXFP4(encodeMXFP4(values));
+    const back = toF32(GgmlType.MXFP4, encodeMXFP4(values));
     for (let b = 0; b < 2; b++) {
       const block = values.subarray(b * 32, b * 32 + 32);
       const amax = Math.max(...Array.from(block, Math.abs));

@@ -5,7 +5,9 @@ import { statfs } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { cloneFileRange, kernelRangeCopier, nativeAvailable } from "../src/index";
+import { cloneFileRange } from "../src/file-copy";
+import { kernelRangeCopier } from "../src/index";
+import { nativeAvailable } from "../src/native";
 
 const dir = mkdtempSync(join(tmpdir(), "tops-copy-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

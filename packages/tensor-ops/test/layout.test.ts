@@ -1,12 +1,11 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { GgmlType as T } from "@compat/gguf";
 import {
   addScalar,
   concat,
   deinterleaveExperts,
-  f16ToF32,
-  f32ToF16,
-  GgmlTypeId as T,
+  fromF32,
   interleaveExperts,
   inversePermutation,
   numberToF16,
@@ -221,9 +220,9 @@ describe("addScalar", () => {
   it("adds in f32 and rounds back like ggml", () => {
     const f32 = new Uint8Array(Float32Array.of(0, -1, 0.5).buffer);
     expect([...new Float32Array(addScalar(T.F32, f32, 1).buffer)]).toEqual([1, 0, 1.5]);
-    const f16 = f32ToF16(Float32Array.of(0, -1, 0.5, 2048));
+    const f16 = fromF32(T.F16, Float32Array.of(0, -1, 0.5, 2048));
     // 2048 + 1 = 2049 is a tie in f16 (spacing 2) and rounds to even: 2048.
-    expect([...f16ToF32(addScalar(T.F16, f16, 1))]).toEqual([1, 0, 1.5, 2048]);
+    expect([...toF32(T.F16, addScalar(T.F16, f16, 1))]).toEqual([1, 0, 1.5, 2048]);
     const bf = new Uint8Array(Uint16Array.of(0x3f80, 0x0000).buffer); // 1.0, 0.0
     expect([...toF32(T.BF16, addScalar(T.BF16, bf, 1), 2)]).toEqual([2, 1]);
     expect(codeOf(() => addScalar(T.Q8_0, new Uint8Array(34), 1))).toBe("UNSUPPORTED_TYPE");
@@ -297,13 +296,13 @@ describe("F16 round trip", () => {
   it("every finite half survives F16 -> F32 -> F16 (all 63488 enumerated)", () => {
     const finite = Uint16Array.from({ length: 65536 }, (_, i) => i).filter((h) => ((h >>> 10) & 0x1f) !== 0x1f);
     expect(finite.length).toBe(63488);
-    const back = new Uint16Array(f32ToF16(f16ToF32(new Uint8Array(finite.buffer))).buffer);
+    const back = new Uint16Array(fromF32(T.F16, toF32(T.F16, new Uint8Array(finite.buffer))).buffer);
     expect(back).toEqual(finite);
   });
   it("property: any finite half round-trips (fast-check)", () => {
     fc.assert(
       fc.property(fc.integer({ min: 0, max: 0xffff }).filter((h) => ((h >>> 10) & 0x1f) !== 0x1f), (h) => {
-        const back = new Uint16Array(f32ToF16(f16ToF32(new Uint8Array(Uint16Array.of(h).buffer))).buffer)[0];
+        const back = new Uint16Array(fromF32(T.F16, toF32(T.F16, new Uint8Array(Uint16Array.of(h).buffer))).buffer)[0];
         expect(back).toBe(h);
       }),
     );

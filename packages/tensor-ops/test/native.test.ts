@@ -2,7 +2,9 @@
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { beforeAll, describe, expect, it } from "vitest";
-import { activeBackend, backendInfo, GgmlTypeId as T, resamplePositionGrid, setBackend, toF32Into, toF32IntoJs, blockLayout } from "../src/index";
+import { GgmlType as T, ggmlTypeInfo } from "@compat/gguf";
+import { activeBackend, backendInfo, resamplePositionGrid, setBackend, toF32Into } from "../src/index";
+import { toF32IntoJs } from "../src/convert";
 import { nativeAddon, reloadNative } from "../src/native";
 import { randomBlocks } from "./support/blocks";
 import { bytesOf } from "./support/vectors";
@@ -50,8 +52,8 @@ describe.each(["auto", "scalar"] as const)("native kernels (%s ISA) are bit-iden
       if (!available) ctx.skip();
       expect(backendInfo().nativeTypes).toContain(type);
       const input = make();
-      const layout = blockLayout(type);
-      const n = (input.byteLength / layout.blockBytes) * layout.blockSize;
+      const layout = ggmlTypeInfo(type);
+      const n = (input.byteLength / layout.typeSize) * layout.blockSize;
       setBackend("auto");
       nativeAddon()?.setIsa(isa);
       const native = toF32Into(type, input, new Float32Array(n), n);

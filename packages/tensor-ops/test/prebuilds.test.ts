@@ -16,7 +16,9 @@ import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { blockLayout, GgmlTypeId as T, resamplePositionGrid, setBackend, toF32IntoJs } from "../src/index";
+import { GgmlType as T, ggmlTypeInfo } from "@compat/gguf";
+import { resamplePositionGrid, setBackend } from "../src/index";
+import { toF32IntoJs } from "../src/convert";
 import { parseElf, parsePe } from "./support/binfmt";
 import { randomBlocks } from "./support/blocks";
 import { bytesOf } from "./support/vectors";
@@ -168,8 +170,8 @@ describe("prebuilds run on their platform's Node (emulated)", () => {
         let offset = 0;
         const inputs = nativeCases.map(([type, make]) => ({ type, bytes: make() }));
         const cases = inputs.map(({ type, bytes }) => {
-          const layout = blockLayout(type);
-          const c = { type, offset, length: bytes.byteLength, nElements: (bytes.byteLength / layout.blockBytes) * layout.blockSize };
+          const layout = ggmlTypeInfo(type);
+          const c = { type, offset, length: bytes.byteLength, nElements: (bytes.byteLength / layout.typeSize) * layout.blockSize };
           offset += bytes.byteLength;
           return c;
         });
@@ -226,8 +228,8 @@ describe("the musl prebuild runs under musl (minimal Node-API host)", () => {
       for (const isa of ["auto", "scalar"]) {
         for (const [i, [type, make]] of nativeCases.entries()) {
           const bytes = make();
-          const layout = blockLayout(type);
-          const nBlocks = bytes.byteLength / layout.blockBytes;
+          const layout = ggmlTypeInfo(type);
+          const nBlocks = bytes.byteLength / layout.typeSize;
           const n = nBlocks * layout.blockSize;
           writeFileSync(join(dir, "in.bin"), bytes);
           // F16/BF16 kernels count elements (block size 1), the rest count blocks

@@ -15,7 +15,10 @@ it("the README example runs and prints the value and the backend", async () => {
   const dir = await mkdtemp(join(tmpdir(), "tensor-ops-readme-"));
   try {
     const script = join(dir, "example.mts");
-    await writeFile(script, example.replace('"@compat/tensor-ops"', JSON.stringify(join(pkg, "src/index.ts"))));
+    const sources = example
+      .replace('"@compat/tensor-ops"', JSON.stringify(join(pkg, "src/index.ts")))
+      .replace('"@compat/gguf"', JSON.stringify(join(pkg, "../gguf/src/index.ts")));
+    await writeFile(script, sources);
     const tsx = join(pkg, "../../node_modules/.bin/tsx");
     const out = execFileSync(tsx, [script], { cwd: dir, encoding: "utf8" }).trim().split("\n");
     expect(out[0]).toMatch(/^5 (native|wasm|js)$/);

@@ -1,19 +1,15 @@
 /** Every conversion checked bit for bit against vectors produced by real ggml (scripts/gen-vectors.ts). */
 import { describe, expect, it } from "vitest";
-import {
-  allTypes,
-  f32ToBf16,
-  f32ToF16,
-  GgmlTypeId as T,
-  setBackend,
-  toF32,
-  toF32IntoJs,
-  nativeAvailable,
-  backendInfo,
-} from "../src/index";
+import { allGgmlTypes, GgmlType as T, ggmlTypeInfo } from "@compat/gguf";
+import { backendInfo, fromF32, setBackend, toF32 } from "../src/index";
+import { toF32IntoJs } from "../src/convert";
+import { nativeAvailable } from "../src/native";
 import { randomBlocks } from "./support/blocks";
 import { randomU32 } from "./support/prng";
 import { bytesOf, fromB64, reference, sha256 } from "./support/vectors";
+
+/** f32 bytes as floats, bits untouched (a Float32Array keeps NaN payloads); copied, so any alignment works. */
+const asF32 = (bytes: Uint8Array): Float32Array => new Float32Array(bytes.slice().buffer);
 
 // "wasm" skips the addon; "auto" is the addon where it loads.
 const backends = [
@@ -23,12 +19,12 @@ const backends = [
 ];
 
 describe("type layouts", () => {
-  it("match ggml's type traits for every type ggml reports", () => {
-    const ours = new Map(allTypes().map((l) => [l.type, l]));
+  it("@compat/gguf's table, which this package reads, matches ggml's type traits for every type ggml reports", () => {
+    const ours = new Map(allGgmlTypes().map((type) => [type as number, ggmlTypeInfo(type)]));
     for (const t of reference.types) {
       const l = ours.get(t.id);
       expect(l, t.name).toBeDefined();
-      expect([l?.blockSize, l?.blockBytes, l?.name.toLowerCase()]).toEqual([t.blockSize, t.blockBytes, t.name.toLowerCase()]);
+      expect([l?.blockSize, l?.typeSize, l?.name]).toEqual([t.blockSize, t.blockBytes, t.name]);
     }
     expect(ours.size).toBe(reference.types.length);
   });
@@ -88,13 +84,13 @@ describe("F32 -> F16 / BF16 against ggml's from_float_ref", () => {
   };
   for (const [label, input] of Object.entries(cases)) {
     it(`F16 ${label}`, () => {
-      const out = f32ToF16(input);
+      const out = fromF32(T.F16, asF32(input));
       const want = reference.fromF32.F16[label] as string;
       if (label === "edges") expect(Buffer.from(out).toString("base64")).toBe(want);
       else expect(sha256(out)).toBe(want);
     });
     it(`BF16 ${label}`, () => {
-      const out = f32ToBf16(input);
+      const out = fromF32(T.BF16, asF32(input));
       const want = reference.fromF32.BF16[label] as string;
       if (label === "edges") expect(Buffer.from(out).toString("base64")).toBe(want);
       else expect(sha256(out)).toBe(want);

@@ -7,7 +7,9 @@ import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { activeBackend, backendInfo, blockLayout, GgmlTypeId as T, ready, setBackend, toF32Into, toF32IntoJs } from "../src/index";
+import { GgmlType as T, ggmlTypeInfo } from "@compat/gguf";
+import { activeBackend, backendInfo, ready, setBackend, toF32Into } from "../src/index";
+import { toF32IntoJs } from "../src/convert";
 import { nativeAvailable } from "../src/native";
 import { reloadWasm, wasmKernels } from "../src/wasm";
 import { randomBlocks } from "./support/blocks";
@@ -35,8 +37,8 @@ const randomBytes = (n: number, seed: number): Uint8Array => prngBytes(seed, n);
 const WASM_TYPES = [T.F16, T.BF16, T.Q8_0, T.Q4_K, T.Q6_K, T.MXFP4, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q5_K, T.IQ4_NL, T.IQ4_XS];
 
 function convert(backend: "wasm" | "native", type: number, input: Uint8Array): Uint32Array {
-  const layout = blockLayout(type);
-  const n = (input.byteLength / layout.blockBytes) * layout.blockSize;
+  const layout = ggmlTypeInfo(type);
+  const n = (input.byteLength / layout.typeSize) * layout.blockSize;
   setBackend(backend);
   const out = toF32Into(type, input, new Float32Array(n), n);
   setBackend("auto");
@@ -44,8 +46,8 @@ function convert(backend: "wasm" | "native", type: number, input: Uint8Array): U
 }
 
 function js(type: number, input: Uint8Array): Uint32Array {
-  const layout = blockLayout(type);
-  const n = (input.byteLength / layout.blockBytes) * layout.blockSize;
+  const layout = ggmlTypeInfo(type);
+  const n = (input.byteLength / layout.typeSize) * layout.blockSize;
   return new Uint32Array(toF32IntoJs(type, input, new Float32Array(n), n).buffer);
 }
 
@@ -96,7 +98,7 @@ describe("WASM kernels", () => {
     const quant = fc.constantFrom(...WASM_TYPES.filter((t) => t !== T.F16 && t !== T.BF16));
     fc.assert(
       fc.property(quant, fc.integer({ min: 1, max: 12 }), fc.integer(), (type, nBlocks, seed) => {
-        const input = randomBytes(nBlocks * blockLayout(type).blockBytes, seed);
+        const input = randomBytes(nBlocks * ggmlTypeInfo(type).typeSize, seed);
         const b = js(type, input);
         // Arithmetic on a NaN scale leaves the NaN payload unspecified in wasm, C and JS engines
         // alike, so NaN outputs are compared as NaN; every other value must match bit for bit.

@@ -8,25 +8,12 @@
  * Calling convention: JS copies the source blocks to `src`, calls the kernel, and reads `n` f32 values
  * back from `dst` (both inside this module's memory, laid out by the JS side after __heap_base).
  */
-#include <stdint.h>
-#include <stddef.h>
 #include <wasm_simd128.h>
+#include "../native/kernels.h"
 
 #define EXPORT(name) __attribute__((export_name(name)))
 
-static inline uint32_t bits_of(float f) { uint32_t u; __builtin_memcpy(&u, &f, 4); return u; }
-static inline float float_of(uint32_t u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
-static inline uint16_t rd16(const uint8_t *p) { return (uint16_t) (p[0] | (p[1] << 8)); }
-
-/* One f16 -> f32, bit-exact (same results as half.ts f16BitsToF32Bits). */
-static inline float half_to_float(uint16_t h) {
-    const uint32_t sign = (uint32_t) (h & 0x8000u) << 16;
-    const uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
-    if (exp == 0x1F) return float_of(sign | 0x7F800000u | (mant << 13) | (mant ? 0x400000u : 0));
-    if (exp != 0) return float_of(sign | ((exp + 112u) << 23) | (mant << 13));
-    /* subnormal or zero: (0.5 + mant * 2^-24) - 0.5 is exact */
-    return float_of(sign | bits_of(float_of(mant | (126u << 23)) - 0.5f));
-}
+DEFINE_PLAIN_KERNELS(plain, )
 
 /* Four f16 values (low 16 bits of each lane) -> four f32 bit patterns. */
 static inline v128_t half4_to_float4(v128_t h) {
@@ -88,12 +75,6 @@ EXPORT("q8_0") void q8_0(const uint8_t *src, float *dst, size_t nb) {
     }
 }
 
-static const int8_t FP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
-static inline float e8m0_half(uint8_t e) {
-    return float_of(e < 2 ? (0x00200000u << e) : ((uint32_t) (e - 1) << 23));
-}
-
 /* MXFP4: the 16-entry codebook lookup is one swizzle per 16 nibbles. */
 EXPORT("mxfp4") void mxfp4(const uint8_t *src, float *dst, size_t nb) {
     const v128_t table = wasm_v128_load(FP4);
@@ -104,16 +85,6 @@ EXPORT("mxfp4") void mxfp4(const uint8_t *src, float *dst, size_t nb) {
         const v128_t q = wasm_v128_load(b + 1);
         store_i8x16_scaled(dst + 32 * i, wasm_i8x16_swizzle(table, wasm_v128_and(q, low4)), d);
         store_i8x16_scaled(dst + 32 * i + 16, wasm_i8x16_swizzle(table, wasm_u8x16_shr(q, 4)), d);
-    }
-}
-
-static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
     }
 }
 
@@ -175,112 +146,14 @@ EXPORT("q6_k") void q6_k(const uint8_t *src, float *dst, size_t nb) {
     }
 }
 
-/*
- * The remaining types the native addon covers, as plain loops (clang vectorizes them with simd128).
- * Same arithmetic and order as the JS kernels.
- */
-static const int8_t IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-
-EXPORT("q4_0") void q4_0(const uint8_t *src, float *dst, size_t nb) {
-    for (size_t i = 0; i < nb; i++) {
-        const uint8_t *b = src + 18 * i;
-        const float d = half_to_float(rd16(b));
-        float *y = dst + 32 * i;
-        for (int j = 0; j < 16; j++) {
-            y[j] = ((b[2 + j] & 0xF) - 8) * d;
-            y[j + 16] = ((b[2 + j] >> 4) - 8) * d;
-        }
-    }
-}
-
-EXPORT("q4_1") void q4_1(const uint8_t *src, float *dst, size_t nb) {
-    for (size_t i = 0; i < nb; i++) {
-        const uint8_t *b = src + 20 * i;
-        const float d = half_to_float(rd16(b)), m = half_to_float(rd16(b + 2));
-        float *y = dst + 32 * i;
-        for (int j = 0; j < 16; j++) {
-            y[j] = (b[4 + j] & 0xF) * d + m;
-            y[j + 16] = (b[4 + j] >> 4) * d + m;
-        }
-    }
-}
-
-EXPORT("q5_0") void q5_0(const uint8_t *src, float *dst, size_t nb) {
-    for (size_t i = 0; i < nb; i++) {
-        const uint8_t *b = src + 22 * i;
-        const float d = half_to_float(rd16(b));
-        const uint32_t qh = b[2] | (b[3] << 8) | (b[4] << 16) | ((uint32_t) b[5] << 24);
-        float *y = dst + 32 * i;
-        for (int j = 0; j < 16; j++) {
-            const int x0 = ((b[6 + j] & 0xF) | (((qh >> j) << 4) & 0x10)) - 16;
-            const int x1 = ((b[6 + j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16;
-            y[j] = x0 * d;
-            y[j + 16] = x1 * d;
-        }
-    }
-}
-
-EXPORT("q5_1") void q5_1(const uint8_t *src, float *dst, size_t nb) {
-    for (size_t i = 0; i < nb; i++) {
-        const uint8_t *b = src + 24 * i;
-        const float d = half_to_float(rd16(b)), m = half_to_float(rd16(b + 2));
-        const uint32_t qh = b[4] | (b[5] << 8) | (b[6] << 16) | ((uint32_t) b[7] << 24);
-        float *y = dst + 32 * i;
-        for (int j = 0; j < 16; j++) {
-            const int x0 = (b[8 + j] & 0xF) | (((qh >> j) << 4) & 0x10);
-            const int x1 = (b[8 + j] >> 4) | ((qh >> (j + 12)) & 0x10);
-            y[j] = x0 * d + m;
-            y[j + 16] = x1 * d + m;
-        }
-    }
-}
-
-EXPORT("q5_k") void q5_k(const uint8_t *src, float *dst, size_t nb) {
-    for (size_t i = 0; i < nb; i++) {
-        const uint8_t *b = src + 176 * i;
-        const float d = half_to_float(rd16(b));
-        const float dmin = half_to_float(rd16(b + 2));
-        const uint8_t *qh = b + 16, *ql = b + 48;
-        float *y = dst + 256 * i;
-        uint8_t u1 = 1, u2 = 2;
-        for (int is = 0; is < 8; is += 2, ql += 32, y += 64, u1 <<= 2, u2 <<= 2) {
-            uint8_t sc, m;
-            scale_min_k4(is, b + 4, &sc, &m);
-            const float d1 = d * sc, m1 = dmin * m;
-            scale_min_k4(is + 1, b + 4, &sc, &m);
-            const float d2 = d * sc, m2 = dmin * m;
-            for (int l = 0; l < 32; l++) y[l] = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-            for (int l = 0; l < 32; l++) y[32 + l] = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
-        }
-    }
-}
-
-EXPORT("iq4_nl") void iq4_nl(const uint8_t *src, float *dst, size_t nb) {
-    for (size_t i = 0; i < nb; i++) {
-        const uint8_t *b = src + 18 * i;
-        const float d = half_to_float(rd16(b));
-        float *y = dst + 32 * i;
-        for (int j = 0; j < 16; j++) {
-            y[j] = d * IQ4NL[b[2 + j] & 0xF];
-            y[j + 16] = d * IQ4NL[b[2 + j] >> 4];
-        }
-    }
-}
-
-EXPORT("iq4_xs") void iq4_xs(const uint8_t *src, float *dst, size_t nb) {
-    for (size_t i = 0; i < nb; i++) {
-        const uint8_t *b = src + 136 * i;
-        const float d = half_to_float(rd16(b));
-        const uint16_t sh = rd16(b + 2);
-        float *y = dst + 256 * i;
-        for (int ib = 0; ib < 8; ib++, y += 32) {
-            const int ls = ((b[4 + ib / 2] >> 4 * (ib % 2)) & 0xF) | (((sh >> 2 * ib) & 3) << 4);
-            const float dl = d * (ls - 32);
-            const uint8_t *qs = b + 8 + 16 * ib;
-            for (int j = 0; j < 16; j++) {
-                y[j] = dl * IQ4NL[qs[j] & 0xF];
-                y[j + 16] = dl * IQ4NL[qs[j] >> 4];
-            }
-        }
-    }
-}
+/* The remaining types the native addon covers: the shared plain loops (native/kernels.h), which clang
+ * vectorizes with simd128. */
+#define PLAIN_EXPORT(name)                                                                        \
+    EXPORT(#name) void name(const uint8_t *src, float *dst, size_t nb) { name##_plain(src, dst, nb); }
+PLAIN_EXPORT(q4_0)
+PLAIN_EXPORT(q4_1)
+PLAIN_EXPORT(q5_0)
+PLAIN_EXPORT(q5_1)
+PLAIN_EXPORT(q5_k)
+PLAIN_EXPORT(iq4_nl)
+PLAIN_EXPORT(iq4_xs)

@@ -1,60 +1,34 @@
-import { readGguf, type GgufModel } from "@compat/gguf";
-import { compatEnabled, detectHandlers, gatesOn, textHandlers, type TranslationProfile } from "@compat/handlers";
-import { clipViewModel } from "@compat/clip";
+import type { TranslatedView, TranslationProfile } from "@compat/handlers";
+import { openViews, type FileStatus, type ModelViews } from "@compat/views";
 import { ExitCode, paint, type CliIo } from "../io";
-import { LLAMA_CPP_ARCHS } from "../llama-archs";
-import { ollamaWriterMarkers } from "../ollama-written";
 import { jsonText, terminalSafe } from "../terminal";
 import { resolveInput } from "./resolve";
 
-/**
- * native: llama.cpp loads the file as it is; supported: Ollama-format and this version
- * translates it; not-supported: Ollama-written (see ollamaWriterMarkers), no handler of this
- * version knows its architecture, and stock llama.cpp has no architecture of that name
- * either; disabled: OLLAMA_LLAMA_CPP_COMPAT=0.
- *
- * An Ollama-written file of an architecture llama.cpp knows and no handler gates on is
- * native: the reference's compat layer has no handler for it either, so Ollama itself
- * hands it to llama.cpp unchanged.
- */
-export type DetectStatus = "native" | "supported" | "not-supported" | "disabled";
-
+/** What `detect` reports: @compat/views' status of the file, with the handlers and markers behind it. */
 export interface Detection {
-  status: DetectStatus;
+  status: FileStatus;
   architecture: string;
   handlers: Array<{ name: string; markers: readonly string[] }>;
   clipHandlers: Array<{ name: string; markers: readonly string[] }>;
   /** Traces of Ollama's GGUF writer, or null. */
-  ollamaWriter: string[] | null;
+  ollamaWriter: readonly string[] | null;
 }
 
-/** What `detect` reports, for a model already read. */
-export function classify(model: GgufModel, env: Record<string, string | undefined>, profile?: TranslationProfile): Detection {
-  const architecture = model.getString("general.architecture", "unknown");
-  const ollamaWriter = ollamaWriterMarkers(model);
-  if (!compatEnabled(env)) return { status: "disabled", architecture, handlers: [], clipHandlers: [], ollamaWriter };
-  const handlers = detectHandlers(model, { env, ...(profile !== undefined ? { profile } : {}) });
-  // the clip side: which handler would write this file's mmproj
-  const clipHandlers = clipViewModel(model, { env, ...(profile !== undefined ? { profile } : {}) })?.report.handlers.map((h) => ({ name: h.name, markers: h.markers })) ?? [];
-  let status: DetectStatus = "native";
-  if (handlers.length > 0 || clipHandlers.length > 0) status = "supported";
-  else if (unsupportedArch(ollamaWriter, architecture)) status = "not-supported";
-  return { status, architecture, handlers, clipHandlers, ollamaWriter };
-}
-
-/** Ollama wrote it, no handler looks at its architecture, and llama.cpp does not know the name. */
-export function unsupportedArch(ollamaWriter: string[] | null, architecture: string): boolean {
-  return ollamaWriter !== null && !textHandlers.some((h) => gatesOn(h, architecture)) && !LLAMA_CPP_ARCHS.has(architecture);
+function detection(v: ModelViews): Detection {
+  const handlers = (view: TranslatedView | null) => view?.report.handlers.map((h) => ({ name: h.name, markers: h.markers })) ?? [];
+  return {
+    status: v.status,
+    architecture: v.architecture,
+    handlers: handlers(v.text),
+    clipHandlers: handlers(v.mmproj?.kind === "view" ? v.mmproj.view : null),
+    ollamaWriter: v.ollamaWriter,
+  };
 }
 
 export async function detectCommand(file: string, opts: { json?: boolean; profile?: TranslationProfile }, io: CliIo): Promise<number> {
-  const model = await readGguf((await resolveInput(file, io)).path);
-  let d: Detection;
-  try {
-    d = classify(model, io.env, opts.profile);
-  } finally {
-    await model.close();
-  }
+  const views = await openViews((await resolveInput(file, io)).path, { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
+  const d = detection(views);
+  await views.close();
   const exit = d.status === "not-supported" ? ExitCode.notSupported : ExitCode.ok;
   if (opts.json) {
     io.out(jsonText({ file, ...d, compatEnabled: d.status !== "disabled", profile: opts.profile ?? "native", exitCode: exit }, 2) + "\n");

@@ -5,13 +5,11 @@
  * replaces a link instead of following it), and removes the temp files an export killed
  * mid-write left behind.
  */
-import { randomBytes } from "node:crypto";
-import { lstat, mkdir, open, readdir, readFile, rename, rm, symlink, unlink } from "node:fs/promises";
-import { basename, dirname, join, relative, resolve, sep } from "node:path";
-import { readGguf, writeGguf } from "@compat/gguf";
+import { lstat, mkdir, readdir, readFile, symlink, unlink } from "node:fs/promises";
+import { join, relative, resolve, sep } from "node:path";
+import { processAlive, readGguf, replaceAtomically, tempFileOwner, writeFileAtomic, writeGguf } from "@compat/gguf";
 import { kernelRangeCopier } from "@compat/tensor-ops";
 import { CliError } from "../errors";
-import { trackTempFile, untrackTempFile } from "../temp-files";
 
 /** What export made in a folder, as paths relative to it. */
 export interface ExportRecord {
@@ -55,29 +53,24 @@ export async function readRecord(root: string, force: boolean): Promise<ExportRe
 }
 
 export async function writeRecord(root: string, record: ExportRecord): Promise<void> {
-  await writeText(join(root, RECORD_FILE), JSON.stringify(record, null, 2) + "\n");
+  await writeFileAtomic(join(root, RECORD_FILE), JSON.stringify(record, null, 2) + "\n");
 }
 
-/** The name a file is made under before it is renamed into place: `.NAME.PID.HEX.tmp`, as @compat/gguf's atomic writer names its own. */
-function tempPath(target: string): string {
-  return join(dirname(target), `.${basename(target)}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
-}
-
-const TEMP = /^\.(.+)\.(\d+)\.[0-9a-f]+\.tmp$/;
 /** Earlier versions of export copied into a fixed `.NAME.gguf.partial`. */
 const PARTIAL = /^\.(.+\.gguf)\.partial$/;
 
 /**
  * Removes what exports killed mid-write left in `dirs`: temp files of processes that are gone
- * (`.NAME.PID.HEX.tmp`) and earlier versions' `.NAME.gguf.partial`. Only files and links are
- * removed (a link itself, never what it points to). Returns the paths removed.
+ * (@compat/gguf's `.NAME.PID.HEX.tmp`) and earlier versions' `.NAME.gguf.partial`. Only files
+ * and links are removed (a link itself, never what it points to: the folder is the user's).
+ * Returns the paths removed.
  */
 export async function sweepLeftovers(dirs: Iterable<string>): Promise<string[]> {
   const removed: string[] = [];
   for (const dir of new Set(dirs)) {
     for (const name of await readdir(dir).catch(() => [] as string[])) {
-      const temp = TEMP.exec(name);
-      const leftover = temp ? !alive(Number(temp[2])) : PARTIAL.test(name);
+      const owner = tempFileOwner(name);
+      const leftover = owner ? owner.pid !== process.pid && !processAlive(owner.pid) : PARTIAL.test(name);
       if (!leftover) continue;
       const path = join(dir, name);
       const st = await lstat(path).catch(() => undefined);
@@ -87,16 +80,6 @@ export async function sweepLeftovers(dirs: Iterable<string>): Promise<string[]> 
     }
   }
   return removed;
-}
-
-function alive(pid: number): boolean {
-  if (pid === process.pid) return true;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
-  }
 }
 
 /** `path` relative to `root`, with `/` separators (the record's keys). */
@@ -147,28 +130,10 @@ export async function makeFolders(root: string, dir: string, force: boolean): Pr
   }
 }
 
-/**
- * Runs `make(tmp)`, which creates a fresh temp file beside `target`, and renames the temp over
- * `target` (a link there is replaced, not followed). The temp is removed on failure, and by the
- * binary's exit handler on a signal.
- */
-async function replaceWith(target: string, make: (tmp: string) => Promise<void>): Promise<void> {
-  const tmp = tempPath(target);
-  trackTempFile(tmp);
-  try {
-    await make(tmp);
-    await rename(tmp, target);
-  } catch (e) {
-    await rm(tmp, { force: true });
-    throw e;
-  } finally {
-    untrackTempFile(tmp);
-  }
-}
-
 /** A link at `target` to `source` (absolute). */
 export async function placeLink(source: string, target: string): Promise<void> {
-  await replaceWith(target, (tmp) => symlink(resolve(source), tmp));
+  // made beside it and renamed over it: a link there is replaced, not followed
+  await replaceAtomically(target, (tmp) => symlink(resolve(source), tmp));
 }
 
 /**
@@ -186,17 +151,4 @@ export async function placeCopy(source: string, target: string, onProgress?: (wr
   } finally {
     await model.close();
   }
-}
-
-/** A text file at `path`, fsynced before it replaces what was there. */
-export async function writeText(path: string, text: string): Promise<void> {
-  await replaceWith(path, async (tmp) => {
-    const fh = await open(tmp, "wx");
-    try {
-      await fh.writeFile(text);
-      await fh.sync();
-    } finally {
-      await fh.close();
-    }
-  });
 }

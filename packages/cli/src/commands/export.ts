@@ -1,5 +1,6 @@
 import { lstat, mkdir, stat } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
+import { writeFileAtomic } from "@compat/gguf";
 import type { TranslationProfile } from "@compat/handlers";
 import { findLlamaTool, modelArgs, modelFiles, ModelStore, prepareModel, presetSection, type PreparedModel } from "@compat/server-bridge";
 import { CliError } from "../errors";
@@ -7,7 +8,7 @@ import { ExitCode, type CliIo } from "../io";
 import { cacheProgress, progressBar } from "../progress";
 import { bridgeEnv, commandCache } from "./cache-dir";
 import { LLAMA_SWAP_FILE, llamaSwapFile, PRESET_FILE, presetFile, shellWord } from "./export-configs";
-import { checkReplaceable, makeFolders, placeCopy, placeLink, readRecord, relativeTo, sweepLeftovers, writeRecord, writeText } from "./export-files";
+import { checkReplaceable, makeFolders, placeCopy, placeLink, readRecord, relativeTo, sweepLeftovers, writeRecord } from "./export-files";
 
 /** Where the files go (a llama-swap folder is laid out as a models-dir one) and which configuration is written beside them. */
 export type ExportLayout = "models-dir" | "llama-swap" | "lmstudio";
@@ -110,12 +111,12 @@ export async function exportCommand(refs: string[], opts: ExportFlags, io: CliIo
     record.files[relativeTo(root, config)] = "file";
     await writeRecord(root, record);
     if (layout === "models-dir") {
-      await writeText(config, presetFile(record));
+      await writeFileAtomic(config, presetFile(record));
       command = `llama-server --models-preset ${shellWord(join(opts.to, PRESET_FILE))}`;
     } else {
       const server = opts.llamaServer ?? llamaServerFor(env);
       // warnings about models exported before were given then
-      await writeText(
+      await writeFileAtomic(
         config,
         llamaSwapFile(record, server, (name, m) => {
           if (now.has(name)) warn(m);

@@ -1,15 +1,16 @@
 import type { TranslationProfile } from "@compat/handlers";
-import { readGguf } from "@compat/gguf";
-import { translate } from "@compat/handlers";
 import { ModelStore, TranslationCache, type ResolvedModel } from "@compat/server-bridge";
+import { openViews, type FileStatus } from "@compat/views";
 import { humanBytes } from "../format";
 import type { CliIo } from "../io";
 import { jsonText, terminalSafe } from "../terminal";
-import { ollamaWriterMarkers } from "../ollama-written";
 import { bridgeEnv, commandCache } from "./cache-dir";
-import { unsupportedArch } from "./detect";
 
-export type ModelStatus = "native" | "translatable" | "cached" | "not supported";
+/**
+ * @compat/views' status of the model file, with `supported` told apart by what serving it takes:
+ * `translatable` (a translation to write) or `cached` (its text translation is in the cache).
+ */
+export type ModelStatus = Exclude<FileStatus, "supported"> | "translatable" | "cached";
 
 export interface ListedModel {
   name: string;
@@ -20,12 +21,12 @@ export interface ListedModel {
   reason?: string;
 }
 
-/** Reads a model's header and decides what serving it takes; a model that cannot be read is one "not supported" row, never the end of the listing. */
+/** Reads a model's header and decides what serving it takes; a model that cannot be read is one "not-supported" row, never the end of the listing. */
 async function statusOf(m: ResolvedModel, cache: TranslationCache, env: Record<string, string | undefined>): Promise<ListedModel> {
   try {
     return await readStatus(m, cache, env);
   } catch (e) {
-    return { name: m.name, size: m.size, status: "not supported", reason: firstLine(e) };
+    return { name: m.name, size: m.size, status: "not-supported", reason: firstLine(e) };
   }
 }
 
@@ -35,35 +36,21 @@ function firstLine(e: unknown): string {
 
 async function readStatus(m: ResolvedModel, cache: TranslationCache, env: Record<string, string | undefined>): Promise<ListedModel> {
   const base = { name: m.name, size: m.size };
-  let source;
+  let views;
   try {
-    source = await readGguf(m.modelPath);
+    views = await openViews(m.modelPath, { env, profile: cache.profile, projectors: m.projectors });
   } catch (e) {
-    return { ...base, status: "not supported", reason: firstLine(e) };
-  }
-  let architecture: string;
-  let view;
-  try {
-    architecture = source.getString("general.architecture", "?");
-    // translate() owns the source from here: it closes it when there is nothing to do
-    view = await translate(source, { env, profile: cache.profile });
-  } catch (e) {
-    await source.close();
-    throw e;
-  }
-  if (!view) {
-    // the same verdict as `detect`: Ollama wrote it, and neither a handler nor llama.cpp knows the arch
-    const unsupported = unsupportedArch(ollamaWriterMarkers(source), architecture);
-    await source.close();
-    if (unsupported) return { ...base, architecture, status: "not supported", reason: `no handler, and llama.cpp has no architecture "${architecture}"` };
-    return { ...base, architecture, status: "native" };
+    return { ...base, status: "not-supported", reason: firstLine(e) };
   }
   try {
+    const { status, architecture, text } = views;
+    if (status === "not-supported") return { ...base, architecture, status, reason: `no handler, and llama.cpp has no architecture "${architecture}"` };
+    if (status !== "supported") return { ...base, architecture, status };
     // by the digest remembered for this version of the blob (its name when it was not hashed since it changed)
-    const cached = m.modelDigest ? await cache.has(view, "text", m.modelDigest) : false;
+    const cached = text !== null && m.modelDigest ? await cache.has(text, "text", m.modelDigest) : false;
     return { ...base, architecture, status: cached ? "cached" : "translatable" };
   } finally {
-    await view.close();
+    await views.close();
   }
 }
 
@@ -73,7 +60,7 @@ export async function lsCommand(opts: { json?: boolean; models?: string; cacheDi
   const cache = commandCache(bridgeEnv(io.env, opts.cacheDir), opts.profile);
   const rows: ListedModel[] = [];
   for (const e of await store.list()) {
-    if (e.error) rows.push({ name: e.name, size: 0, status: "not supported", reason: firstLine(e.error) });
+    if (e.error) rows.push({ name: e.name, size: 0, status: "not-supported", reason: firstLine(e.error) });
     else rows.push(await statusOf(e.model!, cache, io.env));
   }
   if (opts.json) {

@@ -1,16 +1,13 @@
 import { statSync } from "node:fs";
 import { stat } from "node:fs/promises";
 import { basename, dirname, join, resolve } from "node:path";
-import { readGguf } from "@compat/gguf";
-import { formatReport, translateModel, type TranslatedView, type TranslationProfile } from "@compat/handlers";
-import { clipViewModel } from "@compat/clip";
+import { formatReport, type TranslatedView, type TranslationProfile } from "@compat/handlers";
+import { openViews } from "@compat/views";
 import { CliError } from "../errors";
 import { groupThousands } from "../format";
 import type { CliIo } from "../io";
-import { ollamaWriterMarkers } from "../ollama-written";
 import { progressBar } from "../progress";
 import { jsonText, terminalSafe, terminalSafeLines } from "../terminal";
-import { unsupportedArch } from "./detect";
 import { resolveInput, type Input } from "./resolve";
 
 export interface TranslateFlags {
@@ -60,19 +57,17 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
   // resolved first: a model reference names blobs in the store, and none of them may be an output
   const input = await resolveInput(file, io);
   for (const [flag, path] of [["-o", opts.output], ["--mmproj", opts.mmproj]] as const) await refuseSource(flag, path, input);
-  const model = await readGguf(input.path);
+  const views = await openViews(input.path, { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
   try {
-    const text = translateModel(model, { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
-    const clip = clipViewModel(model, { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
+    const text = views.text;
+    const clip = views.mmproj?.kind === "view" ? views.mmproj.view : null;
+    if (views.status === "not-supported") {
+      throw new CliError(
+        "not-supported",
+        `${file}: Ollama-format (${views.ollamaWriter!.join("; ")}) but neither a handler of this version nor llama.cpp knows architecture "${views.architecture}"; nothing written`,
+      );
+    }
     if (text === null && clip === null) {
-      const markers = ollamaWriterMarkers(model);
-      const arch = model.getString("general.architecture", "unknown");
-      if (unsupportedArch(markers, arch)) {
-        throw new CliError(
-          "not-supported",
-          `${file}: Ollama-format (${markers!.join("; ")}) but neither a handler of this version nor llama.cpp knows architecture "${arch}"; nothing written`,
-        );
-      }
       if (opts.json) io.out(jsonText({ file, translated: false, profile: opts.profile ?? "native", mmproj: null }, 2) + "\n");
       else io.out(`${terminalSafe(file)}: nothing to do, no output written\n`);
       if (opts.mmproj !== undefined) io.err(terminalSafe(`ollama-compat: ${file} has no vision/audio projector to translate; nothing written to ${opts.mmproj}`) + "\n");
@@ -111,7 +106,7 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
       if (clip !== null) io.out(terminalSafe(`${file} -> ${mmprojOut} (${summary(clip)})`) + "\n");
     }
   } finally {
-    await model.close();
+    await views.close();
   }
 }
 

@@ -1,12 +1,11 @@
 import { rm } from "node:fs/promises";
-import { readGguf } from "@compat/gguf";
 import type { TranslationProfile } from "@compat/handlers";
 import { launch, modelArgs, ModelStore, ownedTempDir, prepareModel, TranslationCache, type RunningServer } from "@compat/server-bridge";
+import type { FileStatus } from "@compat/views";
 import { CliError } from "../errors";
 import { ExitCode, paint, type CliIo } from "../io";
 import { embeddingLength, imageAnswer, llamaErrorText, startFailureText, textAnswer } from "../llama-check";
 import { jsonText, terminalSafe } from "../terminal";
-import { classify } from "./detect";
 
 export interface VerifyFlags {
   llamaServer?: string;
@@ -16,7 +15,7 @@ export interface VerifyFlags {
 
 export interface VerifyResult {
   file: string;
-  status: string;
+  status: FileStatus;
   pass: boolean;
   translated: boolean;
   mmproj: boolean;
@@ -33,17 +32,9 @@ export interface VerifyResult {
 export async function verifyCommand(file: string, opts: VerifyFlags, io: CliIo, passthrough: string[] = []): Promise<number> {
   const store = new ModelStore(undefined, io.env);
   const resolved = await store.resolve(file);
-  const source = await readGguf(resolved.modelPath);
-  const detection = (() => {
-    try {
-      return classify(source, io.env, opts.profile);
-    } finally {
-      void source.close();
-    }
-  })();
   // named after this process: a verify killed with SIGKILL cannot remove it, the next one does
   const dir = await ownedTempDir("ollama-compat-verify-");
-  const result: VerifyResult = { file, status: detection.status, pass: false, translated: false, mmproj: false, steps: [] };
+  const result: VerifyResult = { file, status: "native", pass: false, translated: false, mmproj: false, steps: [] };
   const step = (name: string, ok: boolean, detail: string) => {
     result.steps.push({ step: name, ok, detail });
     if (!opts.json) {
@@ -55,9 +46,10 @@ export async function verifyCommand(file: string, opts: VerifyFlags, io: CliIo, 
   try {
     const cache = new TranslationCache({ env: io.env, dir, ...(opts.profile ? { profile: opts.profile } : {}) });
     const prepared = await prepareModel(resolved, { cache, env: io.env });
+    result.status = prepared.status;
     result.translated = prepared.translated;
     result.mmproj = prepared.mmproj !== undefined;
-    step("translate", true, prepared.translated ? `translated (${detection.handlers.map((h) => h.name).join(", ") || "no text change"}${prepared.mmproj ? ", with mmproj" : ""})` : "nothing to translate, loading the file as it is");
+    step("translate", true, prepared.translated ? `translated (${prepared.handlers.join(", ") || "no text change"}${prepared.mmproj ? ", with mmproj" : ""})` : "nothing to translate, loading the file as it is");
     try {
       server = await launch([...modelArgs(prepared), "--ctx-size", "1024", "--no-warmup"], {
         env: io.env,
@@ -98,7 +90,7 @@ export async function verifyCommand(file: string, opts: VerifyFlags, io: CliIo, 
 
   function finish(): number {
     result.pass = result.steps.every((s) => s.ok);
-    const exit = result.pass ? ExitCode.ok : detection.status === "not-supported" ? ExitCode.notSupported : ExitCode.error;
+    const exit = result.pass ? ExitCode.ok : result.status === "not-supported" ? ExitCode.notSupported : ExitCode.error;
     if (opts.json) io.out(jsonText({ ...result, exitCode: exit }, 2) + "\n");
     else {
       const c = paint(io, "out");

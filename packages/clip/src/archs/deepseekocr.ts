@@ -1,4 +1,4 @@
-import type { Handler, Translation } from "@compat/handlers";
+import { promoteF16ToF32, tensorNames, u32Kv, type Handler, type Translation } from "@compat/handlers";
 import { asMmproj, embeddedVision, widenBf16ForCpu } from "../tower";
 
 /** Ollama's SAM / CLIP / projector names, mapped to clip.cpp's (substring, first occurrence, in this order). */
@@ -34,18 +34,18 @@ const DEEPSEEK_OCR_TEXT_WIDTH = 1280;
 
 /** The values llama.cpp's converter (DeepseekOCRVisionModel) would write, from the file's own keys. */
 function fixSizes(t: Translation): void {
-  const heads = t.getU32("deepseekocr.vision.head_count");
+  const heads = u32Kv(t.draft, "deepseekocr.vision.head_count");
   t.fix({
     name: "deepseekocr-clip-feed-forward-length",
     reason: `the reference writes clip.vision.feed_forward_length ${DEEPSEEK_OCR_FF} (DeepSeek-OCR's 16 CLIP heads * 4) whatever the file holds; llama.cpp's converter writes the CLIP head count * 4 (its get_vision_config), read here from deepseekocr.vision.head_count`,
-    needed: () => heads !== undefined && heads > 0 && t.getU32("clip.vision.feed_forward_length") !== heads * 4,
+    needed: () => heads !== undefined && heads > 0 && u32Kv(t.draft, "clip.vision.feed_forward_length") !== heads * 4,
     apply: () => t.setU32("clip.vision.feed_forward_length", heads! * 4),
   });
-  const width = t.getU32("deepseekocr.embedding_length");
+  const width = u32Kv(t.draft, "deepseekocr.embedding_length");
   t.fix({
     name: "deepseekocr-clip-projection-dim",
     reason: `the reference writes clip.vision.projection_dim ${DEEPSEEK_OCR_TEXT_WIDTH} (DeepSeek-OCR's text width) whatever the file holds; llama.cpp's converter writes the text model's hidden size, read here from deepseekocr.embedding_length`,
-    needed: () => width !== undefined && width > 0 && t.getU32("clip.vision.projection_dim") !== width,
+    needed: () => width !== undefined && width > 0 && u32Kv(t.draft, "clip.vision.projection_dim") !== width,
     apply: () => t.setU32("clip.vision.projection_dim", width!),
   });
 }
@@ -83,7 +83,7 @@ export const deepseekocrClip: Handler = {
     t.setString("clip.projector_type", "deepseekocr");
 
     // SAM: a prefix swap (a substring rename of "s." would also hit e.g. "mm.layers.weight")
-    for (const name of t.tensorNames()) if (name.startsWith("s.")) t.renameTensor(name, "v.sam." + name.slice(2));
+    for (const name of tensorNames(t.draft)) if (name.startsWith("s.")) t.renameTensor(name, "v.sam." + name.slice(2));
     t.renameTensor("v.sam.position_embd", "v.sam.pos_embd.weight");
     for (const [from, to] of RENAMES) t.renameTensorsContaining(from, to);
 
@@ -91,12 +91,12 @@ export const deepseekocrClip: Handler = {
     // embeddings, SAM's neck and net_2/net_3 convolutions); Ollama stored the matrices F16.
     // The reference promotes only the CLIP patch and position embeddings.
     for (const name of ["v.patch_embd.weight", "v.position_embd.weight", "v.sam.neck.0.weight", "v.sam.neck.2.weight", "v.sam.net_2.weight", "v.sam.net_3.weight"]) {
-      t.promoteF16ToF32(name);
+      promoteF16ToF32(t, name);
     }
     // Not v.sam.patch_embd.weight (the reference promotes it): the converter writes it F16
     // for f16 output and clip.cpp runs it as it is.
     // The converter stores view_seperator as [n, 1] (same bytes as Ollama's [n]).
-    const sep = t.tensor("v.view_seperator");
+    const sep = t.draft.findTensor("v.view_seperator");
     if (sep?.shape.length === 1) t.reshape("v.view_seperator", [sep.shape[0]!, 1]);
     widenBf16ForCpu(t, "deepseekocr-clip", Object.fromEntries(SAM_CONVS.map((n) => [n, "conv"] as const)));
     asMmproj(t);

@@ -1,4 +1,4 @@
-import type { Handler } from "@compat/handlers";
+import { promoteF16ToF32, type Handler } from "@compat/handlers";
 import { asMmproj, embeddedVision, widenBf16ForCpu } from "../tower";
 
 /** Ollama's SigLIP names, mapped to clip.cpp's (substring, first occurrence, in this order). */
@@ -39,8 +39,8 @@ export const gemma3Clip: Handler = {
     t.setString("clip.projector_type", "gemma3");
     for (const [from, to] of RENAMES) t.renameTensorsContaining(from, to);
     // llama.cpp's converter forces both to F32; Ollama stored them F16.
-    t.promoteF16ToF32("v.patch_embd.weight");
-    t.promoteF16ToF32("v.position_embd.weight");
+    promoteF16ToF32(t, "v.patch_embd.weight");
+    promoteF16ToF32(t, "v.position_embd.weight");
     widenBf16ForCpu(t, "gemma3-clip", { "v.patch_embd.weight": "conv", "v.position_embd.weight": "add" });
     asMmproj(t);
   },

@@ -1,4 +1,4 @@
-import type { Handler, Translation } from "@compat/handlers";
+import { blocksWithTensors, hasTensorPrefix, promoteF16ToF32, u32Kv, type Handler, type Translation } from "@compat/handlers";
 import { asMmproj, embeddedVision } from "../tower";
 
 /**
@@ -13,11 +13,11 @@ export const gemma4Clip: Handler = {
   arch: "gemma4",
   detect: embeddedVision,
   apply(t) {
-    if (t.anyTensorWithPrefix("v.")) vision(t);
-    if (t.anyTensorWithPrefix("a.")) {
+    if (hasTensorPrefix(t.draft, "v.")) vision(t);
+    if (hasTensorPrefix(t.draft, "a.")) {
       // clip.cpp takes gemma4a's output width from this tensor's rows and would dereference
       // nothing without it: such a file's audio tower is left out (vision still served)
-      if (t.hasTensor(AUDIO_EMBEDDER)) audio(t);
+      if (t.draft.hasTensor(AUDIO_EMBEDDER)) audio(t);
       else for (const p of ["a.", "mm.a."]) t.hide(p);
     }
     asMmproj(t);
@@ -77,11 +77,11 @@ function audio(t: Translation): void {
   t.renameTensor("mm.a.fc.bias", "a.pre_encode.out.bias");
   // llama.cpp's converter forces the SSCP input projection to F32 (its HF name sits under
   // subsample_conv_projection, which tensor_force_quant treats as a conv); Ollama stored F16.
-  t.promoteF16ToF32("a.input_projection.weight");
+  promoteF16ToF32(t, "a.input_projection.weight");
 
   // the reference assumes 12 blocks (E2B/E4B) when the key is missing
-  const blocks = t.getU32("gemma4.audio.block_count") ?? 12;
-  for (const b of t.blocksWithTensors(blocks, "a.blk.")) {
+  const blocks = u32Kv(t.draft, "gemma4.audio.block_count") ?? 12;
+  for (const b of blocksWithTensors(t.draft, blocks, "a.blk.")) {
     const p = `a.blk.${b}.`;
     // ln2 is vacated before layer_pre_norm (the block's output norm) takes its name
     t.renameTensor(`${p}ln1.weight`, `${p}attn_pre_norm.weight`);
@@ -100,13 +100,13 @@ function audio(t: Translation): void {
  * count gets a filterbank that fits its weights.
  */
 function fixMelBins(t: Translation): void {
-  const width = t.tensor("a.pre_encode.out.weight")?.shape[0];
-  const channels = t.tensor("a.conv1d.1.weight")?.shape[3];
+  const width = t.draft.findTensor("a.pre_encode.out.weight")?.shape[0];
+  const channels = t.draft.findTensor("a.conv1d.1.weight")?.shape[3];
   const derived = width !== undefined && channels !== undefined && channels > 0 && width % channels === 0 ? (width / channels) * SSCP_FREQ_DIVISOR : undefined;
   t.fix({
     name: "gemma4-clip-num-mel-bins",
     reason: `the reference writes clip.audio.num_mel_bins ${REFERENCE_MEL_BINS} (Gemma 4's feature extractor) whatever the tower holds; the SSCP input projection (a.pre_encode.out) is channels x mel / 4 wide, which gives ${derived ?? "?"} here, and llama.cpp's converter writes the checkpoint's input_feat_size`,
-    needed: () => derived !== undefined && derived !== REFERENCE_MEL_BINS && !t.has("clip.audio.num_mel_bins"),
+    needed: () => derived !== undefined && derived !== REFERENCE_MEL_BINS && !t.draft.has("clip.audio.num_mel_bins"),
     apply: () => t.setU32("clip.audio.num_mel_bins", derived!),
   });
 }

@@ -1,5 +1,5 @@
 import { GgmlType, GgufValueType } from "@compat/gguf";
-import { TranslationError, type Handler, type Translation } from "@compat/handlers";
+import { arrayKv, blocksWithTensors, permuteQKRows, rowAsF32Tensor, TranslationError, u32Kv, type Handler, type Translation } from "@compat/handlers";
 import { zeros } from "@compat/tensor-ops";
 import { asMmproj, embeddedVision, widenBf16ForCpu } from "../tower";
 
@@ -68,22 +68,22 @@ export const mistral3Clip: Handler = {
  * it (the fix below; Ollama wrote BF16 towers in Aug-Sep 2025, and Q/K are never quantized).
  */
 function permuteVisionQK(t: Translation): void {
-  const nHead = t.getU32("mistral3.vision.attention.head_count");
-  const nBlock = t.getU32("mistral3.vision.block_count");
+  const nHead = u32Kv(t.draft, "mistral3.vision.attention.head_count");
+  const nBlock = u32Kv(t.draft, "mistral3.vision.block_count");
   if (nHead === undefined || nBlock === undefined) return;
-  const names = t.blocksWithTensors(nBlock, "v.blk.").flatMap((b) => [`v.blk.${b}.attn_q.weight`, `v.blk.${b}.attn_k.weight`]);
-  const isF16 = (n: string) => t.tensor(n)?.type === GgmlType.F16;
+  const names = blocksWithTensors(t.draft, nBlock, "v.blk.").flatMap((b) => [`v.blk.${b}.attn_q.weight`, `v.blk.${b}.attn_k.weight`]);
+  const isF16 = (n: string) => t.draft.findTensor(n)?.type === GgmlType.F16;
   let anyType = false;
   t.fix({
     name: "mistral3-clip-permute-qk-any-type",
     reason:
       "the reference RoPE-permutes Pixtral's vision Q/K only when they are F16 and leaves other types (a BF16 tower) in Hugging Face's rotate-half order, so clip.cpp's 2-D RoPE rotates the wrong pairs; the permutation moves whole rows, so any type takes it, as llama.cpp's converter applies it",
-    needed: () => names.some((n) => t.hasTensor(n) && !isF16(n)),
+    needed: () => names.some((n) => t.draft.hasTensor(n) && !isF16(n)),
     apply: () => {
       anyType = true;
     },
   });
-  for (const name of names) if (isF16(name) || anyType) t.permuteQKRows(name, nHead);
+  for (const name of names) if (isF16(name) || anyType) permuteQKRows(t, name, nHead);
 }
 
 /**
@@ -93,19 +93,19 @@ function permuteVisionQK(t: Translation): void {
  * fallback when the vocabulary has no [IMG_BREAK].
  */
 function addImageBreak(t: Translation): void {
-  const embd = t.tensor("token_embd.weight");
+  const embd = t.draft.findTensor("token_embd.weight");
   // The row is as wide as the text embedding (else the projector's output). The key must
   // agree: a hostile mistral3.embedding_length of 2^31-1 once sized an 8 GiB zero row.
-  const declared = t.getU32("mistral3.embedding_length");
-  const width = embd?.shape[0] ?? t.tensor("mm.linear_2.weight")?.shape[1];
+  const declared = u32Kv(t.draft, "mistral3.embedding_length");
+  const width = embd?.shape[0] ?? t.draft.findTensor("mm.linear_2.weight")?.shape[1];
   if (width === undefined || width === 0) return;
   if (declared !== undefined && declared !== width) {
     throw new TranslationError("BAD_COUNT", `mistral3.embedding_length is ${declared} but the text embedding is ${width} wide`);
   }
   const id = tokenId(t, "[IMG_BREAK]");
   if (embd !== undefined && id !== undefined) {
-    t.rowAsF32Tensor(IMG_BREAK, "token_embd.weight", id);
-    if (t.hasTensor(IMG_BREAK)) return;
+    rowAsF32Tensor(t, IMG_BREAK, "token_embd.weight", id);
+    if (t.draft.hasTensor(IMG_BREAK)) return;
   }
   t.op(IMG_BREAK, {
     label: "zero-fill (no [IMG_BREAK] row to copy)",
@@ -117,9 +117,8 @@ function addImageBreak(t: Translation): void {
 }
 
 function tokenId(t: Translation, text: string): number | undefined {
-  if (t.draft.get("tokenizer.ggml.tokens")?.type !== GgufValueType.ARRAY) return undefined;
-  const tokens = t.draft.getArray("tokenizer.ggml.tokens");
-  if (tokens.itemType !== GgufValueType.STRING) return undefined;
+  const tokens = arrayKv(t.draft, "tokenizer.ggml.tokens");
+  if (tokens?.itemType !== GgufValueType.STRING) return undefined;
   for (let i = 0; i < tokens.length; i++) if (tokens.at(i) === text) return i;
   return undefined;
 }

@@ -1,6 +1,6 @@
 import { GgmlType } from "@compat/gguf";
-import type { Handler, Translation } from "@compat/handlers";
-import { concat, permute, resamplePositionGrid, toF32 } from "@compat/tensor-ops";
+import { joinQkv, promoteF16ToF32, u32Kv, type Handler, type Translation } from "@compat/handlers";
+import { permute, resamplePositionGrid, toF32 } from "@compat/tensor-ops";
 import { asMmproj, embeddedVision } from "../tower";
 
 const P = "nemotron_h_omni.";
@@ -28,10 +28,10 @@ export const nemotronHOmniClip: Handler = {
     }
     t.copyKv(`${P}embedding_length`, "clip.vision.projection_dim");
 
-    const imageSize = t.getU32("clip.vision.image_size") ?? 512;
-    const patchSize = t.getU32("clip.vision.patch_size") ?? 16;
-    const embedding = t.getU32("clip.vision.embedding_length") ?? 1280;
-    const channels = t.getU32("clip.vision.num_channels") ?? 3;
+    const imageSize = u32Kv(t.draft, "clip.vision.image_size") ?? 512;
+    const patchSize = u32Kv(t.draft, "clip.vision.patch_size") ?? 16;
+    const embedding = u32Kv(t.draft, "clip.vision.embedding_length") ?? 1280;
+    const channels = u32Kv(t.draft, "clip.vision.num_channels") ?? 3;
     const targetSide = patchSize > 0 ? Math.floor(imageSize / patchSize) : 0;
 
     // RADIO v2.5-h, what the reference assumes when Ollama's file lacks a key
@@ -58,7 +58,7 @@ export const nemotronHOmniClip: Handler = {
     t.hide("mm.a.");
 
     t.renameTensor("v.cls_embd", "v.class_embd");
-    t.promoteF16ToF32("v.class_embd");
+    promoteF16ToF32(t, "v.class_embd");
     resamplePositions(t, embedding, targetSide);
     reshapePatchEmbedding(t, patchSize, channels, embedding);
     fuseQkv(t);
@@ -79,8 +79,8 @@ const isSquare = (n: number) => Number.isInteger(Math.sqrt(n)) && n > 0;
  * Layout: ggml [embedding, positions] (Ollama's), or [positions, embedding] transposed.
  */
 function resamplePositions(t: Translation, embedding: number, targetSide: number): void {
-  const name = t.hasTensor("v.position_embd") ? "v.position_embd" : "v.position_embd.weight";
-  const src = t.tensor(name);
+  const name = t.draft.hasTensor("v.position_embd") ? "v.position_embd" : "v.position_embd.weight";
+  const src = t.draft.findTensor(name);
   if (src === undefined || targetSide === 0) return;
   const dims = src.shape.filter((d) => d !== 1);
   if (dims.length !== 2) return;
@@ -115,34 +115,15 @@ function resamplePositions(t: Translation, embedding: number, targetSide: number
  * for f16 output; the reference promotes to F32).
  */
 function reshapePatchEmbedding(t: Translation, patch: number, channels: number, embedding: number): void {
-  const w = t.tensor("v.patch_embd.weight");
+  const w = t.draft.findTensor("v.patch_embd.weight");
   if (w === undefined || w.shape.length !== 2 || w.shape[0] !== patch * patch * channels || w.shape[1] !== embedding) return;
   t.reshape("v.patch_embd.weight", [patch, patch, channels, embedding]);
 }
 
 /**
  * Ollama split RADIO's fused attn.qkv into attn_q/k/v; llama.cpp's converter keeps it fused
- * (v.blk.N.attn_qkv). Rows q, then k, then v. Left split when the parts differ in type
- * (clip.cpp also runs split Q/K/V).
+ * (v.blk.N.attn_qkv). Left split when the parts differ in type (clip.cpp also runs split Q/K/V).
  */
 function fuseQkv(t: Translation): void {
-  for (let b = 0; t.hasTensor(`v.blk.${b}.attn_q.weight`); b++) {
-    for (const suffix of ["weight", "bias"]) {
-      const names = ["attn_q", "attn_k", "attn_v"].map((x) => `v.blk.${b}.${x}.${suffix}`);
-      const parts = names.map((n) => t.tensor(n));
-      if (parts.some((p) => p === undefined)) continue;
-      const first = parts[0]!;
-      const axis = first.shape.length - 1;
-      if (parts.some((p) => p!.type !== first.type || p!.shape.length !== first.shape.length || p!.shape.slice(0, axis).join() !== first.shape.slice(0, axis).join())) continue;
-      const shape = [...first.shape.slice(0, axis), parts.reduce((n, p) => n + p!.shape[axis]!, 0)];
-      t.op(`v.blk.${b}.attn_qkv.${suffix}`, {
-        label: "concat attn_q+attn_k+attn_v",
-        inputs: names,
-        type: first.type,
-        shape,
-        compute: (xs) => concat(xs.map((x) => ({ data: x.bytes, shape: x.shape })), first.type, axis).data,
-      });
-      for (const n of names) t.dropTensor(n);
-    }
-  }
+  for (let b = 0; t.draft.hasTensor(`v.blk.${b}.attn_q.weight`); b++) joinQkv(t, `v.blk.${b}.`, { mixed: "split", what: "attn_q+attn_k+attn_v" });
 }

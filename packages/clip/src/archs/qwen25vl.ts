@@ -1,4 +1,4 @@
-import type { Handler } from "@compat/handlers";
+import { intArrayKv, type Handler } from "@compat/handlers";
 import { asMmproj, embeddedVision, widenBf16ForCpu } from "../tower";
 
 /** CLIP's normalization, as Qwen2.5-VL's preprocessor_config.json gives it. */
@@ -30,11 +30,11 @@ export const qwen25vlClip: Handler = {
       t.copyKv(`qwen25vl.vision.${k}`, `clip.vision.${k}`);
     }
     t.copyKv("qwen25vl.embedding_length", "clip.vision.projection_dim");
-    const up = t.tensor("v.blk.0.ffn_up.weight");
+    const up = t.draft.findTensor("v.blk.0.ffn_up.weight");
     if (up?.shape[1] !== undefined) t.injectU32("clip.vision.feed_forward_length", up.shape[1]);
     // clip.cpp requires the window-attention period: llama.cpp's converter takes it from
     // the first full-attention block, as here; 8 (every Qwen2.5-VL's) when the key is missing
-    const full = t.getIntArray("qwen25vl.vision.fullatt_block_indexes")?.[0];
+    const full = intArrayKv(t.draft, "qwen25vl.vision.fullatt_block_indexes")?.[0];
     if (full !== undefined && full >= 0) t.setU32("clip.vision.n_wa_pattern", full + 1);
     t.injectU32("clip.vision.n_wa_pattern", 8);
     // the config has no image_size: 560 is the converter's (and the reference's) default

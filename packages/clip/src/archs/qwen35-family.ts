@@ -1,5 +1,5 @@
 import { GgufValueType } from "@compat/gguf";
-import type { Translation } from "@compat/handlers";
+import { promoteF16ToF32, u32Kv, type Translation } from "@compat/handlers";
 import { mergeVisionQkv, QWEN_BF16_ON_CPU, splitPatchEmbedding, visionBlockCount } from "../qwen-tower";
 import { asMmproj, widenBf16ForCpu } from "../tower";
 
@@ -27,20 +27,20 @@ const REFERENCE_IMAGE_SIZE = 768;
  * so `reference` keeps the hard-coded values.
  */
 function fixTowerSizes(t: Translation, arch: string): void {
-  const ffn = t.tensor("v.blk.0.mlp.linear_fc1.weight")?.shape[1];
+  const ffn = t.draft.findTensor("v.blk.0.mlp.linear_fc1.weight")?.shape[1];
   t.fix({
     name: `${arch}-clip-feed-forward-length`,
     reason: `the reference writes clip.vision.feed_forward_length ${REFERENCE_FFN} (Qwen3.5's tower) whatever the file holds; llama.cpp's converter writes the vision intermediate_size, which is the rows of v.blk.0.mlp.linear_fc1`,
-    needed: () => ffn !== undefined && t.getU32("clip.vision.feed_forward_length") !== ffn,
+    needed: () => ffn !== undefined && u32Kv(t.draft, "clip.vision.feed_forward_length") !== ffn,
     apply: () => t.setU32("clip.vision.feed_forward_length", ffn!),
   });
-  const positions = t.tensor("v.pos_embed.weight")?.shape[1];
-  const patch = t.getU32(`${arch}.vision.patch_size`);
+  const positions = t.draft.findTensor("v.pos_embed.weight")?.shape[1];
+  const patch = u32Kv(t.draft, `${arch}.vision.patch_size`);
   const size = positions !== undefined && patch !== undefined ? Math.trunc(Math.sqrt(positions) * patch) : undefined;
   t.fix({
     name: `${arch}-clip-image-size`,
     reason: `the reference writes clip.vision.image_size ${REFERENCE_IMAGE_SIZE} (Qwen3.5's 2304 positions of 16 px) whatever the file holds; llama.cpp's converter writes sqrt(num_position_embeddings) * patch_size, read here from v.pos_embed and ${arch}.vision.patch_size`,
-    needed: () => size !== undefined && size > 0 && t.getU32("clip.vision.image_size") !== size,
+    needed: () => size !== undefined && size > 0 && u32Kv(t.draft, "clip.vision.image_size") !== size,
     apply: () => t.setU32("clip.vision.image_size", size!),
   });
 }
@@ -64,18 +64,18 @@ export function applyQwen35Clip(t: Translation, arch: "qwen35" | "qwen35moe"): v
   t.injectF32Array("clip.vision.image_std", [0.5, 0.5, 0.5]);
   // no DeepStack: one false per block, as llama.cpp's converter writes it
   const blocks = visionBlockCount(t);
-  if (!t.has("clip.vision.is_deepstack_layers") && blocks > 0) {
+  if (!t.draft.has("clip.vision.is_deepstack_layers") && blocks > 0) {
     t.setArray("clip.vision.is_deepstack_layers", GgufValueType.BOOL, Array.from({ length: blocks }, () => false));
   }
   t.injectBool("clip.has_vision_encoder", true);
   t.injectBool("clip.use_gelu", true);
   t.setString("clip.projector_type", "qwen3vl_merger");
 
-  mergeVisionQkv(t, t.getU32("clip.vision.block_count") ?? 27);
-  splitPatchEmbedding(t, t.getU32("clip.vision.num_channels") ?? 3, `${arch}-clip`);
+  mergeVisionQkv(t, u32Kv(t.draft, "clip.vision.block_count") ?? 27);
+  splitPatchEmbedding(t, u32Kv(t.draft, "clip.vision.num_channels") ?? 3, `${arch}-clip`);
   for (const [from, to] of RENAMES) t.renameTensorsContaining(from, to);
   // llama.cpp's converter keeps the position embedding F32; Ollama stored it F16
-  t.promoteF16ToF32("v.position_embd.weight");
+  promoteF16ToF32(t, "v.position_embd.weight");
   widenBf16ForCpu(t, `${arch}-clip`, QWEN_BF16_ON_CPU);
   asMmproj(t);
 }

@@ -1,5 +1,5 @@
 import { GgufValueType } from "@compat/gguf";
-import { detect, type Handler } from "@compat/handlers";
+import { intArrayKv, promoteF16ToF32, stringKv, u32Kv, type Handler } from "@compat/handlers";
 import { mergeVisionQkv, QWEN_BF16_ON_CPU, splitPatchEmbedding, visionBlockCount } from "../qwen-tower";
 import { asMmproj, embeddedVision, widenBf16ForCpu } from "../tower";
 
@@ -39,7 +39,7 @@ export const qwen3vlClip: Handler = {
   name: "qwen3vl-clip",
   arch: ["qwen3vl", "qwen3vlmoe"],
   detect(m) {
-    const arch = detect.stringKv(m, "general.architecture");
+    const arch = stringKv(m, "general.architecture");
     if (m.has(`${arch}.rope.dimension_sections`)) return null;
     return embeddedVision(m);
   },
@@ -53,11 +53,11 @@ export const qwen3vlClip: Handler = {
     t.injectU32("clip.vision.num_channels", 3);
     t.injectU32("clip.vision.temporal_patch_size", 2);
     t.injectF32("clip.vision.rope.freq_base", 10000);
-    const fc1 = t.tensor("v.blk.0.mlp.linear_fc1.weight");
+    const fc1 = t.draft.findTensor("v.blk.0.mlp.linear_fc1.weight");
     if (fc1?.shape[1] !== undefined) t.injectU32("clip.vision.feed_forward_length", fc1.shape[1]);
     // image_size = sqrt(num_position_embeddings) * patch_size, as llama.cpp's converter derives it
-    const positions = t.tensor("v.pos_embed.weight")?.shape[1];
-    const patch = t.getU32(`${a}.vision.patch_size`);
+    const positions = t.draft.findTensor("v.pos_embed.weight")?.shape[1];
+    const patch = u32Kv(t.draft, `${a}.vision.patch_size`);
     if (positions !== undefined && patch !== undefined) t.injectU32("clip.vision.image_size", Math.floor(Math.sqrt(positions)) * patch);
     t.copyKv(`${a}.vision.image_mean`, "clip.vision.image_mean");
     t.copyKv(`${a}.vision.image_std`, "clip.vision.image_std");
@@ -69,8 +69,8 @@ export const qwen3vlClip: Handler = {
     t.injectF32Array("clip.vision.image_mean", [0.5, 0.5, 0.5]);
     t.injectF32Array("clip.vision.image_std", [0.5, 0.5, 0.5]);
     const blocks = visionBlockCount(t);
-    const deepstack = t.getIntArray(`${a}.vision.deepstack_visual_indexes`) ?? [];
-    if (!t.has("clip.vision.is_deepstack_layers") && blocks > 0) {
+    const deepstack = intArrayKv(t.draft, `${a}.vision.deepstack_visual_indexes`) ?? [];
+    if (!t.draft.has("clip.vision.is_deepstack_layers") && blocks > 0) {
       const mask = Array.from({ length: blocks }, (_, i) => deepstack.includes(i));
       t.setArray("clip.vision.is_deepstack_layers", GgufValueType.BOOL, mask);
     }
@@ -78,8 +78,8 @@ export const qwen3vlClip: Handler = {
     t.injectBool("clip.use_gelu", true);
     t.setString("clip.projector_type", "qwen3vl_merger");
 
-    mergeVisionQkv(t, t.getU32("clip.vision.block_count") ?? 27);
-    splitPatchEmbedding(t, t.getU32(`${a}.vision.num_channels`) ?? 3, "qwen3vl-clip");
+    mergeVisionQkv(t, u32Kv(t.draft, "clip.vision.block_count") ?? 27);
+    splitPatchEmbedding(t, u32Kv(t.draft, `${a}.vision.num_channels`) ?? 3, "qwen3vl-clip");
     for (const [from, to] of RENAMES) t.renameTensor(from, to);
     // merger K feeds after vision layer deepstack_visual_indexes[K]: clip.cpp names it by that layer
     deepstack.forEach((layer, k) => {
@@ -89,7 +89,7 @@ export const qwen3vlClip: Handler = {
     });
     for (const [from, to] of BLOCK_RENAMES) t.renameTensorsContaining(from, to);
     // llama.cpp's converter keeps the position embedding F32; Ollama stored it F16
-    t.promoteF16ToF32("v.position_embd.weight");
+    promoteF16ToF32(t, "v.position_embd.weight");
     widenBf16ForCpu(t, "qwen3vl-clip", QWEN_BF16_ON_CPU);
     asMmproj(t);
   },

@@ -1,7 +1,7 @@
 import { join } from "node:path";
-import { GgmlType, GgufValueType, PADDING_KEY, readGguf } from "@compat/gguf";
+import { GgmlType, GgufValueType, PADDING_KEY, readGguf, readTensorData } from "@compat/gguf";
 import { clipView } from "@compat/clip";
-import { readTensorBytes } from "@compat/handlers";
+import type {  } from "@compat/handlers";
 import { killAllSpawned, writeFixture } from "@compat/testkit";
 import { afterAll, describe, expect, it } from "vitest";
 import { tempDir } from "../../../handlers/test/helpers";
@@ -56,7 +56,7 @@ describe("deepseekocr clip handler (SAM + CLIP-L encoders and linear projector i
     for (const [ours, theirs] of pairs) {
       const src = source.findTensor(theirs)!;
       expect(src.type, theirs).toBe(GgmlType.F16);
-      const bytes = await readTensorBytes(src.data);
+      const bytes = await readTensorData(src);
       const want = new Float32Array(bytes.length / 2);
       for (let i = 0; i < want.length; i++) want[i] = halfToFloat(bytes[2 * i]! | (bytes[2 * i + 1]! << 8));
       expect(m.findTensor(ours)?.type, ours).toBe(GgmlType.F32);

@@ -1,7 +1,6 @@
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { GgmlType, PADDING_KEY, readGguf, type GgufModel } from "@compat/gguf";
-import { readTensorBytes } from "@compat/handlers";
+import { GgmlType, PADDING_KEY, readGguf, readTensorData, type GgufModel } from "@compat/gguf";
 import { clipView, clipViewModel } from "@compat/clip";
 import { generateFixture, killAllSpawned, runMtmdCli, writeFixture } from "@compat/testkit";
 import { afterAll, describe, expect, it } from "vitest";
@@ -51,7 +50,7 @@ describe("gemma4 clip handler (gemma4v vision tower inline)", () => {
 async function rawValues(m: GgufModel, name: string): Promise<{ type: number; values: number[] }> {
   const t = m.findTensor(name);
   if (t === undefined) throw new Error(`no ${name}`);
-  const bytes = await readTensorBytes(t.data);
+  const bytes = await readTensorData(t);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const n = t.shape.reduce((a, b) => a * b, 1);
   if (t.type === GgmlType.F16) return { type: t.type, values: Array.from({ length: n }, (_, i) => halfToFloat(view.getUint16(2 * i, true))) };

@@ -1,4 +1,5 @@
 import type { Handler } from "../handler";
+import { u32Kv } from "../reads";
 
 const DST = "deepseek2-ocr.";
 
@@ -15,15 +16,15 @@ export const deepseekocr: Handler = {
   apply(t) {
     t.renameArch("deepseekocr", "deepseek2-ocr");
     t.injectF32(`${DST}attention.layer_norm_rms_epsilon`, 1e-6);
-    if (!t.has(`${DST}expert_feed_forward_length`)) {
+    if (!t.draft.has(`${DST}expert_feed_forward_length`)) {
       // ffn_down_exps is [n_ff_exp, n_embd, n_expert]
-      const down = t.tensor("blk.1.ffn_down_exps.weight");
+      const down = t.draft.findTensor("blk.1.ffn_down_exps.weight");
       if (down !== undefined) t.setU32(`${DST}expert_feed_forward_length`, down.shape[0]!);
     }
-    if (!t.has(`${DST}expert_shared_count`)) {
+    if (!t.draft.has(`${DST}expert_shared_count`)) {
       // the shared experts are one FFN n_expert_shared times as wide as a routed one
-      const shexp = t.tensor("blk.1.ffn_down_shexp.weight");
-      const perExpert = t.getU32(`${DST}expert_feed_forward_length`);
+      const shexp = t.draft.findTensor("blk.1.ffn_down_shexp.weight");
+      const perExpert = u32Kv(t.draft, `${DST}expert_feed_forward_length`);
       if (shexp !== undefined && perExpert !== undefined && perExpert > 0) {
         t.setU32(`${DST}expert_shared_count`, Math.floor(shexp.shape[0]! / perExpert));
       }

@@ -16,8 +16,8 @@ export const embeddinggemma: Handler = {
     t.removeKv(`${P}attention.causal`);
     t.removeKv(`${P}attention.sliding_window_pattern`);
     t.injectF32(`${P}rope.freq_base_swa`, 10_000);
-    const d0 = t.tensor("dense.0.weight");
-    const d1 = t.tensor("dense.1.weight");
+    const d0 = t.draft.findTensor("dense.0.weight");
+    const d1 = t.draft.findTensor("dense.1.weight");
     if (d0 !== undefined && d1 !== undefined) {
       t.setU32(`${P}dense_2_feat_in`, d0.shape[0] ?? 1);
       t.setU32(`${P}dense_2_feat_out`, d0.shape[1] ?? 1);

@@ -1,6 +1,7 @@
-import { anyOf, hasTensorPrefix, kvMarkers } from "../detect";
 import type { Handler } from "../handler";
 import type { Translation } from "../translation";
+import { hasTensorPrefix, stringKv, u32Kv } from "../reads";
+import { anyOf, kvMarkers } from "../markers";
 
 /** Google's original Gemma 3 text-only chat template (data, byte for byte). */
 export const GEMMA3_CHAT_TEMPLATE =
@@ -42,12 +43,12 @@ export const gemma3: Handler = {
     t.injectF32("gemma3.rope.freq_base_swa", 10_000);
     t.injectString("tokenizer.chat_template", GEMMA3_CHAT_TEMPLATE);
     // 4B and larger extend a 16k training context to 128k with linear x8 scaling; the 1B has none.
-    const ctx = t.getU32("gemma3.context_length");
+    const ctx = u32Kv(t.draft, "gemma3.context_length");
     if (ctx !== undefined && ctx >= 131_072) {
       t.injectString("gemma3.rope.scaling.type", "linear");
       t.injectF32("gemma3.rope.scaling.factor", 8);
     }
-    const embd = t.tensor("token_embd.weight");
+    const embd = t.draft.findTensor("token_embd.weight");
     if (embd !== undefined) {
       const rows = embd.shape[1] ?? 1;
       t.truncateArray("tokenizer.ggml.tokens", rows);
@@ -69,7 +70,7 @@ export function fixGemmaSpacePrefix(t: Translation, name: string, input: string,
   t.fix({
     name,
     reason: `Ollama never wrote tokenizer.ggml.add_space_prefix, so llama.cpp's SentencePiece default (true) puts a space before every ${input}; llama.cpp's converter writes false ${converter}`,
-    needed: () => t.getString("tokenizer.ggml.model") === "llama" && !t.has("tokenizer.ggml.add_space_prefix"),
+    needed: () => stringKv(t.draft, "tokenizer.ggml.model") === "llama" && !t.draft.has("tokenizer.ggml.add_space_prefix"),
     apply: () => t.setBool("tokenizer.ggml.add_space_prefix", false),
   });
 }

@@ -2,6 +2,7 @@ import { GgufValueType, type GgufModel } from "@compat/gguf";
 import type { Handler } from "../handler";
 import { fixGemmaSpacePrefix } from "./gemma3";
 import type { Translation } from "../translation";
+import { arrayKv } from "../reads";
 
 /** `<end_of_turn>` in the Gemma vocabulary; Ollama's own runner stops on it. */
 const END_OF_TURN_ID = 106;
@@ -23,11 +24,11 @@ export const gemma3n: Handler = {
     return rows === undefined ? null : [`token_embd has ${rows.embd} rows, per_layer_token_embd ${rows.perLayer}`];
   },
   apply(t) {
-    const perLayer = t.tensor("per_layer_token_embd.weight");
+    const perLayer = t.draft.findTensor("per_layer_token_embd.weight");
     if (perLayer === undefined) return;
     const vocab = perLayer.shape[1] ?? 0;
     t.setString("tokenizer.ggml.model", "llama");
-    const embd = t.tensor("token_embd.weight");
+    const embd = t.draft.findTensor("token_embd.weight");
     // metadata only: the loader then reads the first `vocab` rows from the same offset
     if (embd !== undefined) t.reshape("token_embd.weight", [embd.shape[0] ?? 0, vocab]);
     t.truncateArray("tokenizer.ggml.tokens", vocab);
@@ -40,7 +41,7 @@ export const gemma3n: Handler = {
       name: "gemma3n-rope-freq-base-swa",
       reason:
         "Ollama wrote the sliding-window rope base as gemma3n.rope.freq_base_local, which llama.cpp does not read, so its sliding layers rotate with freq_base (1e6) instead of 1e4; llama.cpp's converter writes it as gemma3n.rope.freq_base_swa",
-      needed: () => t.has("gemma3n.rope.freq_base_local") && !t.has("gemma3n.rope.freq_base_swa"),
+      needed: () => t.draft.has("gemma3n.rope.freq_base_local") && !t.draft.has("gemma3n.rope.freq_base_swa"),
       apply: () => t.copyKv("gemma3n.rope.freq_base_local", "gemma3n.rope.freq_base_swa"),
     });
     fixGemmaSpacePrefix(t, "gemma3n-add-space-prefix", "prompt", "for Gemma 3n (Gemma3Model.set_vocab)");
@@ -56,8 +57,8 @@ function perLayerMismatch(m: GgufModel): { embd: number; perLayer: number } | un
 
 /** `<0xNN>` pieces become BYTE and `<unused…>` pieces NORMAL, as llama.cpp's SPM vocab wants them. */
 function retagTokenTypes(t: Translation, vocab: number): void {
-  const types = arrayKv(t, "tokenizer.ggml.token_type");
-  const tokens = arrayKv(t, "tokenizer.ggml.tokens");
+  const types = flatArray(t, "tokenizer.ggml.token_type");
+  const tokens = flatArray(t, "tokenizer.ggml.tokens");
   if (types?.itemType !== GgufValueType.INT32 || tokens?.itemType !== GgufValueType.STRING) return;
   const n = Math.min(types.values.length, vocab, tokens.values.length);
   const out = (types.values.slice(0, n) as number[]).slice();
@@ -78,18 +79,19 @@ function isBytePiece(text: string): boolean {
 /** Ollama-only list llama.cpp never reads; kept in step with the reference for Ollama's consumers. */
 function appendEndOfTurnEos(t: Translation): void {
   const key = "tokenizer.ggml.eos_token_ids";
-  if (t.getArray(key) === undefined) {
+  if (arrayKv(t.draft, key) === undefined) {
     t.setArray(key, GgufValueType.INT32, [1, END_OF_TURN_ID]);
     return;
   }
-  const ids = arrayKv(t, key)!;
+  const ids = flatArray(t, key)!;
   if (ids.itemType !== GgufValueType.INT32 && ids.itemType !== GgufValueType.UINT32) return;
   if (ids.values.includes(END_OF_TURN_ID)) return;
   t.setArray(key, ids.itemType, [...ids.values, END_OF_TURN_ID]);
 }
 
-function arrayKv(t: Translation, key: string): { itemType: GgufValueType; values: readonly (number | bigint | boolean | string)[] } | undefined {
-  const arr = t.getArray(key);
+/** A flat (not nested) array KV's item type and items. */
+function flatArray(t: Translation, key: string): { itemType: GgufValueType; values: readonly (number | bigint | boolean | string)[] } | undefined {
+  const arr = arrayKv(t.draft, key);
   if (arr === undefined || arr.itemType === GgufValueType.ARRAY) return undefined;
-  return { itemType: arr.itemType, values: arr.values as (number | bigint | boolean | string)[] };
+  return { itemType: arr.itemType, values: arr.toArray() as (number | bigint | boolean | string)[] };
 }

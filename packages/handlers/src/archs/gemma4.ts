@@ -1,8 +1,9 @@
 import { GgufValueType, tensorByteSize } from "@compat/gguf";
 import { interleaveExperts } from "@compat/tensor-ops";
-import { anyOf, hasTensorPrefix, stringKv } from "../detect";
 import type { Handler } from "../handler";
 import type { Translation } from "../translation";
+import { blocksWithTensors, hasTensorPrefix, intArrayKv, stringArrayKv, stringKv, u32Kv } from "../reads";
+import { anyOf } from "../markers";
 
 /** Tensor prefixes of the towers and projectors Ollama kept inline; the clip view serves them. */
 const TOWER_PREFIXES = ["a.", "v.", "mm.", "model.vision_tower."] as const;
@@ -25,9 +26,9 @@ export const gemma4: Handler = {
     );
   },
   apply(t) {
-    if (t.getString("tokenizer.ggml.model") === "llama") t.setString("tokenizer.ggml.model", "gemma4");
+    if (stringKv(t.draft, "tokenizer.ggml.model") === "llama") t.setString("tokenizer.ggml.model", "gemma4");
     for (const p of TOWER_PREFIXES) t.hide(p);
-    for (const b of t.blocksWithTensors(t.getU32("gemma4.block_count") ?? 0)) {
+    for (const b of blocksWithTensors(t.draft, u32Kv(t.draft, "gemma4.block_count") ?? 0)) {
       if (!hasExpertSidecars(t, b)) fuseGateUp(t, b);
       t.renameTensor(`blk.${b}.ffn_gate_inp.per_expert_scale`, `blk.${b}.ffn_down_exps.scale`);
     }
@@ -51,8 +52,8 @@ const VISIBLE_MARKERS = new Set(["<|channel>", "<channel|>", "<|tool_call>", "<t
 
 /** The token types as llama.cpp's converter writes them, or undefined when nothing changes. */
 function retypedTokens(t: Translation): number[] | undefined {
-  const tokens = t.getStringArray("tokenizer.ggml.tokens");
-  const types = t.getIntArray("tokenizer.ggml.token_type");
+  const tokens = stringArrayKv(t.draft, "tokenizer.ggml.tokens");
+  const types = intArrayKv(t.draft, "tokenizer.ggml.token_type");
   if (tokens === undefined || types === undefined || types.length !== tokens.length) return undefined;
   let changed = false;
   const out = types.map((type, i) => {
@@ -67,7 +68,7 @@ function retypedTokens(t: Translation): number[] | undefined {
 
 /** Per-expert scales of gate or up: a fused tensor would leave them unclaimed. */
 function hasExpertSidecars(t: Translation, b: number): boolean {
-  return ["ffn_gate_exps.scale", "ffn_gate_exps.input_scale", "ffn_up_exps.scale", "ffn_up_exps.input_scale"].some((s) => t.hasTensor(`blk.${b}.${s}`));
+  return ["ffn_gate_exps.scale", "ffn_gate_exps.input_scale", "ffn_up_exps.scale", "ffn_up_exps.input_scale"].some((s) => t.draft.hasTensor(`blk.${b}.${s}`));
 }
 
 /** ffn_gate_exps + ffn_up_exps -> ffn_gate_up_exps [n_embd, 2*n_ff, n_expert], under the reference's conditions. */
@@ -75,9 +76,9 @@ function fuseGateUp(t: Translation, b: number): void {
   const gateName = `blk.${b}.ffn_gate_exps.weight`;
   const upName = `blk.${b}.ffn_up_exps.weight`;
   const fusedName = `blk.${b}.ffn_gate_up_exps.weight`;
-  const gate = t.tensor(gateName);
-  const up = t.tensor(upName);
-  if (gate === undefined || up === undefined || t.hasTensor(fusedName) || gate.type !== up.type) return;
+  const gate = t.draft.findTensor(gateName);
+  const up = t.draft.findTensor(upName);
+  if (gate === undefined || up === undefined || t.draft.hasTensor(fusedName) || gate.type !== up.type) return;
   const ne = (shape: readonly number[], i: number) => shape[i] ?? 1;
   if ([0, 1, 2].some((i) => ne(gate.shape, i) !== ne(up.shape, i))) return;
   const [nEmbd, nFf, nExpert] = [ne(gate.shape, 0), ne(gate.shape, 1), ne(gate.shape, 2)];

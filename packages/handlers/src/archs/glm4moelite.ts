@@ -1,5 +1,6 @@
 import type { Handler } from "../handler";
 import type { Translation } from "../translation";
+import { u32ArrayKv, u32Kv } from "../reads";
 
 const SRC = "glm4moelite.";
 const DST = "deepseek2.";
@@ -16,13 +17,13 @@ export const glm4moelite: Handler = {
   apply(t) {
     t.renameArch("glm4moelite", "deepseek2");
     t.setU32(`${DST}attention.head_count_kv`, 1);
-    const kvLora = t.getU32(`${DST}attention.kv_lora_rank`);
-    const ropeDims = t.getU32(`${DST}rope.dimension_count`);
+    const kvLora = u32Kv(t.draft, `${DST}attention.kv_lora_rank`);
+    const ropeDims = u32Kv(t.draft, `${DST}rope.dimension_count`);
     if (kvLora !== undefined && ropeDims !== undefined) {
       t.setU32(`${DST}attention.key_length`, kvLora + ropeDims);
       t.setU32(`${DST}attention.value_length`, kvLora);
     }
-    const keyLength = t.getU32(`${SRC}attention.key_length`);
+    const keyLength = u32Kv(t.draft, `${SRC}attention.key_length`);
     if (keyLength !== undefined) {
       // The reference uses the key head dim for both (equal for GLM-4.7 Flash).
       t.setU32(`${DST}attention.key_length_mla`, keyLength);
@@ -37,10 +38,10 @@ export const glm4moelite: Handler = {
 
 /** EOT and EOM are the second and third of Ollama's eos_token_ids, when llama.cpp's keys are missing. */
 export function fixEndOfGenerationIds(t: Translation): void {
-  const needEot = !t.has("tokenizer.ggml.eot_token_id");
-  const needEom = !t.has("tokenizer.ggml.eom_token_id");
+  const needEot = !t.draft.has("tokenizer.ggml.eot_token_id");
+  const needEom = !t.draft.has("tokenizer.ggml.eom_token_id");
   if (!needEot && !needEom) return;
-  const ids = t.getU32Array("tokenizer.ggml.eos_token_ids") ?? [];
+  const ids = u32ArrayKv(t.draft, "tokenizer.ggml.eos_token_ids") ?? [];
   if (needEot && ids.length >= 2) t.setU32("tokenizer.ggml.eot_token_id", ids[1]!);
   if (needEom && ids.length >= 3) t.setU32("tokenizer.ggml.eom_token_id", ids[2]!);
 }

@@ -3,6 +3,8 @@ import { concat } from "@compat/tensor-ops";
 import { TranslationError } from "../errors";
 import type { Handler } from "../handler";
 import type { Translation } from "../translation";
+import { blocksWithTensors, intArrayKv, stringArrayKv, stringKv, u32Kv } from "../reads";
+import { concatTensors } from "../ops";
 
 /**
  * GLM-OCR as Ollama wrote it: llama.cpp loads it as glm4, which wants M-RoPE sections
@@ -17,15 +19,15 @@ export const glmocr: Handler = {
   detect: () => ["architecture glmocr"],
   apply(t) {
     t.renameArch("glmocr", "glm4");
-    const sections = t.getIntArray("glm4.rope.mrope_section");
+    const sections = intArrayKv(t.draft, "glm4.rope.mrope_section");
     if (sections !== undefined && sections.length === 3) {
       t.setArray("glm4.rope.dimension_sections", GgufValueType.INT32, [...sections, 0]);
     }
-    if (!t.has("glm4.rope.dimension_count")) {
-      const keyLength = t.getU32("glm4.attention.key_length");
+    if (!t.draft.has("glm4.rope.dimension_count")) {
+      const keyLength = u32Kv(t.draft, "glm4.attention.key_length");
       if (keyLength !== undefined) t.setU32("glm4.rope.dimension_count", keyLength);
     }
-    const pre = t.getString("tokenizer.ggml.pre");
+    const pre = stringKv(t.draft, "tokenizer.ggml.pre");
     if (pre !== undefined && pre !== "chatglm-bpe") t.setString("tokenizer.ggml.pre", "chatglm-bpe");
 
     t.renameTensorsContaining(".attn_out.", ".attn_output.");
@@ -33,8 +35,8 @@ export const glmocr: Handler = {
     t.renameTensorsContaining(".post_ffn_norm.", ".post_ffw_norm.");
 
     // The reference's default when the block count is missing.
-    const blocks = t.getU32("glm4.block_count") ?? 16;
-    for (const b of t.blocksWithTensors(blocks)) {
+    const blocks = u32Kv(t.draft, "glm4.block_count") ?? 16;
+    for (const b of blocksWithTensors(t.draft, blocks)) {
       fuseGateUp(t, b);
       t.hide(`blk.${b}.ffn_gate.`);
     }
@@ -46,7 +48,7 @@ export const glmocr: Handler = {
       name: "glmocr-user-turn-end",
       reason:
         "Ollama's first GLM-OCR converter wrote <|user|> only into eos_token_ids (which llama.cpp does not read) and no eot_token_id, so llama.cpp does not stop when the model opens the next user turn; llama.cpp's converter (and Ollama's later one) write eot_token_id = <|user|>",
-      needed: () => user !== undefined && !t.has("tokenizer.ggml.eot_token_id"),
+      needed: () => user !== undefined && !t.draft.has("tokenizer.ggml.eot_token_id"),
       apply: () => t.setU32("tokenizer.ggml.eot_token_id", user!),
     });
   },
@@ -64,8 +66,8 @@ export const glmocr: Handler = {
  */
 function fuseGateUp(t: Translation, b: number): void {
   const [gateName, upName] = [`blk.${b}.ffn_gate.weight`, `blk.${b}.ffn_up.weight`];
-  const gate = t.tensor(gateName);
-  const up = t.tensor(upName);
+  const gate = t.draft.findTensor(gateName);
+  const up = t.draft.findTensor(upName);
   if (gate === undefined || up === undefined) return;
   let widen = false;
   if (gate.type !== up.type) {
@@ -80,7 +82,7 @@ function fuseGateUp(t: Translation, b: number): void {
     });
   }
   if (gate.type === up.type || widen) {
-    t.concatTensors(upName, [gateName, upName], 1, "ffn_gate+ffn_up");
+    concatTensors(t, upName, [gateName, upName], 1, "ffn_gate+ffn_up");
     return;
   }
   const shape = [up.shape[0]!, up.shape[1]! * 2, ...up.shape.slice(2)];
@@ -103,8 +105,8 @@ function fuseGateUp(t: Translation, b: number): void {
 
 /** The id of <|user|> when Ollama's eos_token_ids (from generation_config) lists it. */
 function userTurnId(t: Translation): number | undefined {
-  const id = t.getStringArray("tokenizer.ggml.tokens")?.indexOf("<|user|>") ?? -1;
+  const id = stringArrayKv(t.draft, "tokenizer.ggml.tokens")?.indexOf("<|user|>") ?? -1;
   if (id < 0) return undefined;
-  return t.getIntArray("tokenizer.ggml.eos_token_ids")?.includes(id) ? id : undefined;
+  return intArrayKv(t.draft, "tokenizer.ggml.eos_token_ids")?.includes(id) ? id : undefined;
 }
 

@@ -11,9 +11,9 @@ export const gptoss: Handler = {
   detect: () => ["architecture gptoss"],
   apply(t) {
     t.renameArch("gptoss", "gpt-oss");
-    const gateExps = t.tensor("blk.0.ffn_gate_exps.weight");
+    const gateExps = t.draft.findTensor("blk.0.ffn_gate_exps.weight");
     // ffn_gate_exps is [n_embd, n_ff_exp, n_expert]: ne[1] is the per-expert width.
-    if (!t.has("gpt-oss.expert_feed_forward_length") && gateExps !== undefined) {
+    if (!t.draft.has("gpt-oss.expert_feed_forward_length") && gateExps !== undefined) {
       t.setU32("gpt-oss.expert_feed_forward_length", gateExps.shape[1] ?? 1);
     }
     t.injectString("gpt-oss.rope.scaling.type", "yarn");

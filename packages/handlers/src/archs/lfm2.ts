@@ -1,4 +1,5 @@
 import type { Handler } from "../handler";
+import { u32Kv } from "../reads";
 
 /**
  * LFM2's final norm is loaded under token_embd_norm in llama.cpp; some files also
@@ -16,10 +17,10 @@ export const lfm2: Handler = {
   apply(t) {
     t.renameTensor("output_norm.weight", "token_embd_norm.weight");
     t.setString("tokenizer.ggml.pre", "lfm2");
-    const gate = t.tensor("blk.0.ffn_gate.weight");
+    const gate = t.draft.findTensor("blk.0.ffn_gate.weight");
     if (gate !== undefined) {
       const nFf = gate.shape[1] ?? 1;
-      if (t.getU32("lfm2.feed_forward_length") !== nFf) t.setU32("lfm2.feed_forward_length", nFf);
+      if (u32Kv(t.draft, "lfm2.feed_forward_length") !== nFf) t.setU32("lfm2.feed_forward_length", nFf);
     }
   },
 };

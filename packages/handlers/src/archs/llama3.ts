@@ -1,8 +1,9 @@
 import { GgufValueType } from "@compat/gguf";
 import type { GgufModel } from "@compat/gguf";
-import { anyOf, missingOrDefault, stringKv, tokenAt, u32Kv } from "../detect";
 import type { Handler } from "../handler";
 import type { Translation } from "../translation";
+import { boolKv, missingOrDefault, stringKv, tokenAt, u32Kv } from "../reads";
+import { anyOf } from "../markers";
 
 const EOT_ID = 128009;
 const END_OF_TEXT_ID = 128001;
@@ -15,7 +16,7 @@ function writtenByOllama(m: GgufModel): boolean {
   return (stringKv(m, "tokenizer.ggml.model") === "gpt2" && m.has("tokenizer.ggml.scores")) || m.has("tokenizer.ggml.eos_token_ids");
 }
 
-const addBosFalse = (m: GgufModel) => m.get("tokenizer.ggml.add_bos_token")?.type === GgufValueType.BOOL && !m.getBool("tokenizer.ggml.add_bos_token");
+const addBosFalse = (m: GgufModel) => boolKv(m, "tokenizer.ggml.add_bos_token") === false;
 
 /** Token 128009 is <|eot_id|> and the chat markers of Llama 3 are there (null otherwise). */
 function llama3ChatMarkers(m: GgufModel): string[] | null {
@@ -38,7 +39,7 @@ export function fixAddBos(t: Translation, name: string, reason: string): void {
   t.fix({
     name,
     reason,
-    needed: () => t.getBool("tokenizer.ggml.add_bos_token") === false,
+    needed: () => boolKv(t.draft, "tokenizer.ggml.add_bos_token") === false,
     apply: () => t.setBool("tokenizer.ggml.add_bos_token", true),
   });
 }
@@ -81,9 +82,9 @@ export const llama3: Handler = {
   },
   applyFixes: fixLlama3AddBos,
   apply(t) {
-    if (t.isMissingOrDefault("tokenizer.ggml.pre")) t.setString("tokenizer.ggml.pre", "llama-bpe");
+    if (missingOrDefault(t.draft, "tokenizer.ggml.pre")) t.setString("tokenizer.ggml.pre", "llama-bpe");
     for (const key of ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"]) {
-      const id = t.getU32(key);
+      const id = u32Kv(t.draft, key);
       if (id === undefined || id === END_OF_TEXT_ID) t.setU32(key, EOT_ID);
     }
     t.setArray("tokenizer.ggml.eos_token_ids", GgufValueType.INT32, [EOT_ID]);

@@ -1,6 +1,7 @@
-import { anyOf, hasTensorPrefix } from "../detect";
 import type { Handler } from "../handler";
 import { fixAddBos } from "./llama3";
+import { hasTensorPrefix, missingOrDefault } from "../reads";
+import { anyOf } from "../markers";
 
 /** Llama 4 with its vision tower inline: the text view only hides it. */
 export const llama4: Handler = {
@@ -16,7 +17,7 @@ export const llama4: Handler = {
       name: "llama4-pre-tokenizer",
       reason:
         "Llama 4's pre-tokenizer hash is not in Ollama's table, so it wrote \"default\" and llama.cpp splits text with its generic BPE regex; llama.cpp's converter writes \"llama4\"",
-      needed: () => t.isMissingOrDefault("tokenizer.ggml.pre"),
+      needed: () => missingOrDefault(t.draft, "tokenizer.ggml.pre"),
       apply: () => t.setString("tokenizer.ggml.pre", "llama4"),
     });
     fixAddBos(

@@ -1,5 +1,6 @@
-import { anyOf, hasTensorPrefix, kvMarkers } from "../detect";
 import type { Handler } from "../handler";
+import { hasTensorPrefix, missingOrDefault } from "../reads";
+import { anyOf, kvMarkers } from "../markers";
 
 /** Ollama's YaRN/temperature keys and llama.cpp's names for them. */
 const OLLAMA_ROPE_KEYS = [
@@ -28,7 +29,7 @@ export const mistral3: Handler = {
   },
   apply(t) {
     t.copyKvs(OLLAMA_ROPE_KEYS);
-    if (t.isMissingOrDefault("tokenizer.ggml.pre")) t.setString("tokenizer.ggml.pre", "tekken");
+    if (missingOrDefault(t.draft, "tokenizer.ggml.pre")) t.setString("tokenizer.ggml.pre", "tekken");
     t.hide("v.");
     t.hide("mm.");
   },

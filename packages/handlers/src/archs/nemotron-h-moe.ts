@@ -1,5 +1,6 @@
-import { anyOf, hasTensorPrefix } from "../detect";
 import type { Handler } from "../handler";
+import { hasTensorPrefix } from "../reads";
+import { anyOf } from "../markers";
 
 const MAX_BLOCKS_SCANNED = 1024;
 
@@ -17,9 +18,9 @@ export const nemotronHMoe: Handler = {
     );
   },
   apply(t) {
-    if (!t.has("nemotron_h_moe.moe_latent_size")) {
+    if (!t.draft.has("nemotron_h_moe.moe_latent_size")) {
       for (let b = 0; b < MAX_BLOCKS_SCANNED; b++) {
-        const latentIn = t.tensor(`blk.${b}.ffn_latent_in.weight`);
+        const latentIn = t.draft.findTensor(`blk.${b}.ffn_latent_in.weight`);
         if (latentIn !== undefined) {
           t.setU32("nemotron_h_moe.moe_latent_size", latentIn.shape[1] ?? 1);
           break;

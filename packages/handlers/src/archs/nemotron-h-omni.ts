@@ -1,5 +1,6 @@
-import { anyOf, hasTensorPrefix } from "../detect";
 import type { Handler } from "../handler";
+import { boolKv, hasTensorPrefix, u32Kv } from "../reads";
+import { anyOf } from "../markers";
 
 const SRC = "nemotron_h_omni.";
 
@@ -20,7 +21,7 @@ export const nemotronHOmni: Handler = {
       hasTensorPrefix(m, "mm.") && "projector tensors mm.*",
     ),
   apply(t) {
-    const experts = (key: string) => (t.getU32(SRC + key) ?? 0) > 0;
+    const experts = (key: string) => (u32Kv(t.draft, SRC + key) ?? 0) > 0;
     const textArch = experts("expert_count") || experts("expert_used_count") ? "nemotron_h_moe" : "nemotron_h";
     t.setArch(textArch);
     t.copyKvPrefixExcept(SRC, `${textArch}.`, ["vision.", "audio."]);
@@ -34,7 +35,7 @@ export const nemotronHOmni: Handler = {
         "Ollama's legacy writer stored add_bos_token = false (from tokenizer_config.json, false when the key is missing), so llama.cpp adds no BOS; the tokenizer adds BOS through its post-processor, and llama.cpp's converter writes add_bos_token = true for the dense Nemotron-H (NemotronHModel.set_vocab)",
       needed: () =>
         textArch === "nemotron_h" &&
-        t.getBool("tokenizer.ggml.add_bos_token") === false,
+        boolKv(t.draft, "tokenizer.ggml.add_bos_token") === false,
       apply: () => t.setBool("tokenizer.ggml.add_bos_token", true),
     });
   },

@@ -1,4 +1,5 @@
 import type { Handler } from "../handler";
+import { stringKv } from "../reads";
 
 /**
  * llama.cpp has no "olmo3" architecture; its olmo2 loader covers the same tensors and
@@ -16,7 +17,7 @@ export const olmo3: Handler = {
       name: "olmo3-yarn-attn-factor-once",
       reason:
         "the copied olmo2.rope.scaling.attn_factor is multiplied into the YaRN attention scale llama.cpp already derives from rope.scaling.factor, so the scale is applied twice; llama.cpp's converter writes it as yarn_attn_factor, which the olmo2 loader does not read",
-      needed: () => t.has("olmo2.rope.scaling.attn_factor") && t.getString("olmo2.rope.scaling.type") === "yarn",
+      needed: () => t.draft.has("olmo2.rope.scaling.attn_factor") && stringKv(t.draft, "olmo2.rope.scaling.type") === "yarn",
       apply: () => t.removeKv("olmo2.rope.scaling.attn_factor"),
     });
   },

@@ -1,5 +1,6 @@
 import { GgufValueType } from "@compat/gguf";
 import type { Handler } from "../handler";
+import { intArrayKv } from "../reads";
 
 /**
  * Qwen2.5-VL as Ollama wrote it: llama.cpp loads it as qwen2vl, which reads its
@@ -13,7 +14,7 @@ export const qwen25vl: Handler = {
   detect: () => ["architecture qwen25vl"],
   apply(t) {
     t.renameArch("qwen25vl", "qwen2vl");
-    const sections = t.getIntArray("qwen2vl.rope.mrope_section");
+    const sections = intArrayKv(t.draft, "qwen2vl.rope.mrope_section");
     if (sections !== undefined && sections.length >= 3) {
       t.setArray("qwen2vl.rope.dimension_sections", GgufValueType.INT32, [sections[0]!, sections[1]!, sections[2]!, 0]);
     }

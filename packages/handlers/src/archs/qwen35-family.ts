@@ -1,7 +1,8 @@
 import { GgmlType, GgufValueType, type GgufModel } from "@compat/gguf";
 import { addScalar, canConvertToF32, fromF32, stack, toF32 } from "@compat/tensor-ops";
-import { anyOf, hasTensorPrefix, kvMarkers } from "../detect";
 import type { Translation } from "../translation";
+import { arrayKv, hasTensorPrefix, tensorNames, u32Kv } from "../reads";
+import { anyOf, kvMarkers } from "../markers";
 
 /**
  * What qwen35 and qwen35moe share: Ollama's Qwen 3.5 converter (the revision that kept
@@ -35,7 +36,7 @@ export function applyQwen35TextFixes(t: Translation, p: string): void {
 
 /** llama.cpp reads four M-RoPE sections; Ollama wrote three. Items are taken as i32, as the reference reads them. */
 function padSectionsToFour(t: Translation, key: string): void {
-  const items = t.getArray(key)?.values;
+  const items = arrayKv(t.draft, key)?.toArray();
   if (items === undefined) return;
   if (items.length !== 3) return;
   const asI32 = items.map((v) => (typeof v === "bigint" ? Number(BigInt.asIntN(32, v)) : typeof v === "number" ? v | 0 : 0));
@@ -78,11 +79,11 @@ function trunkBlockCount(t: Translation, names: readonly string[], p: string): n
     if (m) max = Math.max(max, Number(m[1]));
   }
   if (max >= 0) return max + 1;
-  return t.getU32(`${p}.block_count`) ?? 0;
+  return u32Kv(t.draft, `${p}.block_count`) ?? 0;
 }
 
 function translateMtp(t: Translation, p: string): void {
-  const names = t.tensorNames();
+  const names = tensorNames(t.draft);
   const nextn = mtpLayerCount(names);
   if (nextn === 0) return;
   // A file that already has llama.cpp's MTP names needs nothing.
@@ -140,10 +141,10 @@ function ollamaShifted(name: string): boolean {
  * F32 gain + 1 (F32 as they are when `alreadyShifted`, the native profile's fix).
  */
 function renameMtpTensor(t: Translation, from: string, to: string, alreadyShifted = false): void {
-  if (!t.hasTensor(from) || t.hasTensor(to)) return;
+  if (!t.draft.hasTensor(from) || t.draft.hasTensor(to)) return;
   t.renameTensor(from, to);
   if (!needsNormShift(to)) return;
-  const src = t.tensor(to)!;
+  const src = t.draft.findTensor(to)!;
   const count = src.shape.reduce((a, b) => a * b, 1);
   if (alreadyShifted && src.type === GgmlType.F32) return;
   t.op(to, {
@@ -194,7 +195,7 @@ function stackMtpExperts(t: Translation, i: number, block: number): void {
   const prefix = `mtp.layers.${i}.mlp.experts.`;
   for (const [proj, dest] of EXPERT_PROJECTIONS) {
     const experts: Array<{ e: number; name: string }> = [];
-    for (const name of t.tensorNames()) {
+    for (const name of tensorNames(t.draft)) {
       if (!name.startsWith(prefix)) continue;
       const m = /^(\d+)\.(.+)$/.exec(name.slice(prefix.length));
       if (m && m[2] === proj) experts.push({ e: Number(m[1]), name });
@@ -202,7 +203,7 @@ function stackMtpExperts(t: Translation, i: number, block: number): void {
     if (experts.length === 0) continue;
     experts.sort((a, b) => a.e - b.e);
     if (experts.some((x, k) => x.e !== k)) continue; // the reference refuses a gap; they stay hidden
-    const tensors = experts.map((x) => t.tensor(x.name)!);
+    const tensors = experts.map((x) => t.draft.findTensor(x.name)!);
     const [ne0, ne1] = tensors[0]!.shape;
     const is2d = (s: readonly number[]) => s.length <= 2 || s.slice(2).every((d) => d === 1);
     if (!tensors.every((x) => is2d(x.shape) && x.shape[0] === ne0 && (x.shape[1] ?? 1) === (ne1 ?? 1))) continue;
@@ -212,7 +213,7 @@ function stackMtpExperts(t: Translation, i: number, block: number): void {
     const outType = mixed ? GgmlType.F32 : type;
     const dest2d = [ne0!, ne1 ?? 1];
     const destName = `blk.${block}.${dest}`;
-    if (t.hasTensor(destName)) continue;
+    if (t.draft.hasTensor(destName)) continue;
     const names = experts.map((x) => x.name);
     t.renameTensor(names[0]!, destName);
     const elements = ne0! * (ne1 ?? 1);

@@ -1,5 +1,5 @@
-import { hasTensorSuffix } from "../detect";
 import type { Handler } from "../handler";
+import { hasTensorSuffix } from "../reads";
 
 /**
  * Ollama wrote head_count_kv per layer (0 on linear-attention layers) and the SSM

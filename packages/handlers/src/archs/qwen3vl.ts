@@ -1,6 +1,7 @@
 import { GgufValueType, type GgufModel } from "@compat/gguf";
 import type { Handler } from "../handler";
 import type { Translation } from "../translation";
+import { arrayKv, intArrayKv, u32Kv } from "../reads";
 
 /**
  * The M-RoPE split the reference writes for every Qwen3-VL file: Qwen3-VL's own
@@ -23,7 +24,7 @@ export function qwen3vlHandler(arch: "qwen3vl" | "qwen3vlmoe"): Handler {
     apply(t: Translation) {
       t.setArray(sectionsKey, GgufValueType.INT32, QWEN3VL_REFERENCE_SECTIONS);
       const indexes = `${arch}.vision.deepstack_visual_indexes`;
-      const count = t.getArray(indexes)?.values.length ?? 0;
+      const count = arrayKv(t.draft, indexes)?.length ?? 0;
       t.injectU32(`${arch}.n_deepstack_layers`, count);
       t.hide("v.");
       t.hide("mm.");
@@ -33,7 +34,7 @@ export function qwen3vlHandler(arch: "qwen3vl" | "qwen3vlmoe"): Handler {
         name: `${arch}-rope-sections`,
         reason:
           "the reference writes Qwen3-VL's M-RoPE sections for head_dim 128 ([24, 20, 20, 0]) whatever the head size, which aborts llama.cpp's rope below head_dim 64; Ollama's converter wrote no sections, llama.cpp's converter writes the config's, so they are taken from the file's own mrope_section or scaled to its head size",
-        needed: () => derived !== undefined && !sameInts(t.getIntArray(sectionsKey), derived),
+        needed: () => derived !== undefined && !sameInts(intArrayKv(t.draft, sectionsKey), derived),
         apply: () => t.setArray(sectionsKey, GgufValueType.INT32, derived!),
       });
     },
@@ -46,9 +47,9 @@ export function qwen3vlHandler(arch: "qwen3vl" | "qwen3vlmoe"): Handler {
  * scaled to half the head size, read from key_length or the per-head q_norm.
  */
 function derivedSections(t: Translation, arch: string): number[] | undefined {
-  const own = t.getIntArray(`${arch}.rope.mrope_section`);
+  const own = intArrayKv(t.draft, `${arch}.rope.mrope_section`);
   if (own !== undefined && own.length === 3) return [...own, 0];
-  const head = t.getU32(`${arch}.attention.key_length`) ?? t.tensor("blk.0.attn_q_norm.weight")?.shape[0];
+  const head = u32Kv(t.draft, `${arch}.attention.key_length`) ?? t.draft.findTensor("blk.0.attn_q_norm.weight")?.shape[0];
   if (head === undefined || head < 2 || head % 2 !== 0) return undefined;
   const pairs = head / 2;
   const hw = Math.floor((pairs * 5) / 16);

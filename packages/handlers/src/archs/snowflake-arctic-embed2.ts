@@ -1,6 +1,6 @@
 import { GgufValueType } from "@compat/gguf";
-import { stringKv } from "../detect";
 import type { Handler } from "../handler";
+import { arrayKv, stringArrayKv, stringKv } from "../reads";
 
 const CHARSMAP = "tokenizer.ggml.precompiled_charsmap";
 const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -37,12 +37,11 @@ export const snowflakeArcticEmbed2: Handler = {
   arch: "bert",
   detect(m) {
     if (stringKv(m, "tokenizer.ggml.model") !== "t5") return null;
-    const kv = m.get(CHARSMAP);
-    if (kv?.type !== GgufValueType.ARRAY || m.getArray(CHARSMAP).itemType !== GgufValueType.STRING) return null;
+    if (arrayKv(m, CHARSMAP)?.itemType !== GgufValueType.STRING) return null;
     return ["tokenizer.ggml.model t5", "precompiled_charsmap stored as a string array"];
   },
   apply(t) {
-    const chars = t.getStringArray(CHARSMAP);
+    const chars = stringArrayKv(t.draft, CHARSMAP);
     // Each item must be exactly one character; otherwise the file is left as it is.
     if (chars === undefined || chars.some((c) => c.length !== 1)) return;
     const bytes = decodeBase64Strict(chars.join(""));

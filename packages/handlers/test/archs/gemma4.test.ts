@@ -1,7 +1,7 @@
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { GgmlType, GgufModel, readGguf } from "@compat/gguf";
-import { readTensorBytes, translateModel } from "@compat/handlers";
+import { GgmlType, GgufModel, readGguf, readTensorData } from "@compat/gguf";
+import { translateModel } from "@compat/handlers";
 import { toF32 } from "@compat/tensor-ops";
 import { generateFixture, writeFixture } from "@compat/testkit";
 import { tempDir } from "../helpers";
@@ -57,9 +57,9 @@ async function expectFusedFromSource(p: HandlerProof, variant: string, sourceDty
       const [nEmbd, nFf, nExpert] = gate.shape as [number, number, number];
       expect(fused.shape).toEqual([nEmbd, 2 * nFf, nExpert]);
       expect(fused.type).toBe(gate.type);
-      const g = toF32(gate.type, await readTensorBytes(gate.data), nEmbd * nFf * nExpert);
-      const u = toF32(up.type, await readTensorBytes(up.data), nEmbd * nFf * nExpert);
-      const f = toF32(fused.type, await readTensorBytes(fused.data), 2 * nEmbd * nFf * nExpert);
+      const g = toF32(gate.type, await readTensorData(gate), nEmbd * nFf * nExpert);
+      const u = toF32(up.type, await readTensorData(up), nEmbd * nFf * nExpert);
+      const f = toF32(fused.type, await readTensorData(fused), 2 * nEmbd * nFf * nExpert);
       let mismatches = 0;
       for (let e = 0; e < nExpert; e++) {
         for (let r = 0; r < 2 * nFf; r++) {
@@ -178,7 +178,7 @@ describe("gemma4 handler", () => {
     };
     const fusedValues = async (m: GgufModel) => {
       const t = translateModel(m)!.model.findTensor("blk.0.ffn_gate_up_exps.weight");
-      return t === undefined ? undefined : [...new Float32Array((await readTensorBytes(t.data)).slice().buffer)];
+      return t === undefined ? undefined : [...new Float32Array((await readTensorData(t)).slice().buffer)];
     };
     // expert 0: gate rows 0-5, up rows 100-105; expert 1: gate 6-11, up 106-111
     expect(await fusedValues(model({ blockCount: 1 }))).toEqual([0, 1, 2, 3, 4, 5, 100, 101, 102, 103, 104, 105, 6, 7, 8, 9, 10, 11, 106, 107, 108, 109, 110, 111]);

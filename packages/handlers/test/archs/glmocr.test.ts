@@ -1,7 +1,7 @@
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { GgmlType, GgufModel, GgufValueType, readGguf } from "@compat/gguf";
-import { readTensorBytes, translate, translateModel, type TranslationProfile } from "@compat/handlers";
+import { GgmlType, GgufModel, GgufValueType, readGguf, readTensorData } from "@compat/gguf";
+import { translate, translateModel, type TranslationProfile } from "@compat/handlers";
 import { generateFixture, killAllSpawned, writeFixture } from "@compat/testkit";
 import { addF32, tempDir } from "../helpers";
 import { COMPUTES_DIFFERENTLY, distributionDistance, expectServerAnswersLikeTwin, proveHandler, serverStopsAt, type HandlerProof } from "../proof";
@@ -65,7 +65,7 @@ function decode(type: number, bytes: Uint8Array): number[] {
 async function valuesOf(m: GgufModel, name: string): Promise<number[]> {
   const t = m.findTensor(name);
   if (t === undefined) throw new Error(`no tensor ${name}`);
-  return decode(t.type, await readTensorBytes(t.data));
+  return decode(t.type, await readTensorData(t));
 }
 
 /**
@@ -143,7 +143,7 @@ describe("glmocr handler (GLM-OCR as Ollama converted it: split gate/up, no Next
       const got = translated.findTensor("blk.0.ffn_up.weight")!;
       const want = p.native.text.findTensor("blk.0.ffn_up.weight")!;
       expect(got).toMatchObject({ type: GgmlType.Q8_0, shape: [32, 128] });
-      expect(Buffer.from(await readTensorBytes(got.data)).equals(Buffer.from(await readTensorBytes(want.data)))).toBe(true);
+      expect(Buffer.from(await readTensorData(got)).equals(Buffer.from(await readTensorData(want)))).toBe(true);
     } finally {
       await translated.close();
     }
@@ -203,8 +203,8 @@ describe("glmocr handler: gate and up of two types", () => {
         expect(got).toMatchObject({ type: GgmlType.F16, shape: [32, 128] });
         const [gate, up] = [source.findTensor(`blk.${b}.ffn_gate.weight`)!, source.findTensor(`blk.${b}.ffn_up.weight`)!];
         expect([gate.type, up.type]).toEqual([GgmlType.BF16, GgmlType.F16]);
-        const raw = Buffer.concat([await readTensorBytes(gate.data), await readTensorBytes(up.data)]);
-        expect(Buffer.from(await readTensorBytes(got.data)).equals(raw)).toBe(true);
+        const raw = Buffer.concat([await readTensorData(gate), await readTensorData(up)]);
+        expect(Buffer.from(await readTensorData(got)).equals(raw)).toBe(true);
       }
     } finally {
       await source.close();

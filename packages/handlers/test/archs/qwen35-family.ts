@@ -3,8 +3,8 @@
  * gap, the MTP drafts llama-server logs, and the element-by-element checks of the byte-changing ops (norm +1, expert
  * stacking) against the Ollama source, independent F32 arithmetic and the native twin.
  */
-import { readGguf, type GgufModel, type GgufTensor } from "@compat/gguf";
-import { readTensorBytes } from "@compat/handlers";
+import { readGguf, type GgufModel, type GgufTensor, readTensorData } from "@compat/gguf";
+import type {  } from "@compat/handlers";
 import { generateFixture, serverCompletion, startLlamaServer } from "@compat/testkit";
 import { toF32 } from "@compat/tensor-ops";
 import { expect } from "vitest";
@@ -47,7 +47,7 @@ export function expectedDiff(mtp: boolean): TwinDifferences {
 }
 
 async function f32Of(t: GgufTensor): Promise<Float32Array> {
-  return toF32(t.type, await readTensorBytes(t.data), t.shape.reduce((a, b) => a * b, 1));
+  return toF32(t.type, await readTensorData(t), t.shape.reduce((a, b) => a * b, 1));
 }
 
 function tensorOf(m: GgufModel, name: string): GgufTensor {

@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { GgmlType, GgufModel, GgufValueType, readGguf, writeGguf } from "@compat/gguf";
-import { readTensorBytes, translateModel } from "@compat/handlers";
+import { GgmlType, GgufModel, GgufValueType, readGguf, writeGguf, readTensorData } from "@compat/gguf";
+import { translateModel } from "@compat/handlers";
 import { killAllSpawned, runLoaderInSubprocess } from "@compat/testkit";
 import { addF32, tempDir } from "../helpers";
 import { join } from "node:path";
@@ -128,7 +128,7 @@ describe("qwen35moe MTP rules on bare models (the reference's edge cases)", () =
     const out = translateModel(bareQwen35moe([["mtp.layers.0.mlp.experts.0.down_proj.weight", [2, 2]], ["mtp.layers.0.mlp.experts.1.down_proj.weight", [2, 2], GgmlType.F16]]))!;
     const t = out.model.findTensor("blk.2.ffn_down_exps.weight")!;
     expect([t.type, t.shape]).toEqual([GgmlType.F32, [2, 2, 2]]);
-    const values = new Float32Array((await readTensorBytes(t.data)).slice().buffer);
+    const values = new Float32Array((await readTensorData(t)).slice().buffer);
     expect(Array.from(values)).toEqual([0, 1, 2, 3, 0, 0, 0, 0]);
   });
 });

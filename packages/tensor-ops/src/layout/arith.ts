@@ -5,7 +5,8 @@
 import { ArgumentError, ByteLengthError, ShapeError, UnsupportedTypeError } from "../errors";
 import { f32BitsToBf16Bits, f32BitsToF16Bits, f16Table, u16View, u32View } from "../half";
 import { nativeAddon } from "../native";
-import { GgmlTypeId, typeName } from "../types";
+import { GgmlType } from "@compat/gguf";
+import { typeInfo } from "../types";
 
 const fround = Math.fround;
 
@@ -17,7 +18,7 @@ export function addScalar(type: number, bytes: Uint8Array, value: number): Uint8
   const v = fround(value);
   const f32 = new Float32Array(1);
   const bits = new Uint32Array(f32.buffer);
-  if (type === GgmlTypeId.F32) {
+  if (type === GgmlType.F32) {
     if (bytes.byteLength % 4 !== 0) throw new ByteLengthError("F32 data must be whole 4-byte elements", bytes.byteLength - (bytes.byteLength % 4), bytes.byteLength);
     const src = u32View(bytes);
     const out = new Float32Array(src.length);
@@ -25,11 +26,11 @@ export function addScalar(type: number, bytes: Uint8Array, value: number): Uint8
     for (let i = 0; i < src.length; i++) out[i] = (srcF[i] as number) + v;
     return new Uint8Array(out.buffer);
   }
-  if (type === GgmlTypeId.F16 || type === GgmlTypeId.BF16) {
-    if (bytes.byteLength % 2 !== 0) throw new ByteLengthError(`${typeName(type)} data must be whole 2-byte elements`, bytes.byteLength - 1, bytes.byteLength);
+  if (type === GgmlType.F16 || type === GgmlType.BF16) {
+    if (bytes.byteLength % 2 !== 0) throw new ByteLengthError(`${typeInfo(type).name} data must be whole 2-byte elements`, bytes.byteLength - 1, bytes.byteLength);
     const src = u16View(bytes);
     const out = new Uint16Array(src.length);
-    const half = type === GgmlTypeId.F16;
+    const half = type === GgmlType.F16;
     const table = half ? f16Table() : undefined;
     for (let i = 0; i < src.length; i++) {
       const h = src[i] as number;
@@ -39,7 +40,7 @@ export function addScalar(type: number, bytes: Uint8Array, value: number): Uint8
     }
     return new Uint8Array(out.buffer);
   }
-  throw new UnsupportedTypeError(type, typeName(type), "addScalar");
+  throw new UnsupportedTypeError(type, typeInfo(type).name, "addScalar");
 }
 
 export interface ResampleOptions {

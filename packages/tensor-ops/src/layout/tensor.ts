@@ -4,7 +4,7 @@
  * element size in bytes.
  */
 import { ArgumentError, BlockAlignmentError, ByteLengthError, ShapeError } from "../errors";
-import { blockLayout } from "../types";
+import { typeInfo } from "../types";
 
 export type Shape = readonly number[];
 
@@ -27,8 +27,8 @@ export interface Format {
 
 export function formatOf(dtype: Dtype): Format {
   if (typeof dtype === "number") {
-    const l = blockLayout(dtype);
-    return { blockSize: l.blockSize, blockBytes: l.blockBytes, name: l.name };
+    const info = typeInfo(dtype);
+    return { blockSize: info.blockSize, blockBytes: info.typeSize, name: info.name };
   }
   const size = dtype.elementBytes;
   if (!Number.isSafeInteger(size) || size <= 0) throw new ArgumentError(`elementBytes must be a positive integer, got ${String(size)}`);

@@ -2,7 +2,7 @@
  * Deterministic test inputs for every dequantizable type: random block bytes whose scale fields
  * are forced to finite values, so both ggml and this package produce NaN-free, comparable output.
  */
-import { blockLayout, GgmlTypeId as T } from "../../src/types";
+import { GgmlType as T, ggmlTypeInfo } from "@compat/gguf";
 import { mulberry32, randomBytes } from "./prng";
 
 /** Byte offsets of f16 scale fields inside one block, per type. */
@@ -38,13 +38,13 @@ function finiteHalf(r: number): number {
 }
 
 export function sanitizeBlocks(type: number, bytes: Uint8Array, seed: number): Uint8Array {
-  const layout = blockLayout(type);
+  const layout = ggmlTypeInfo(type);
   const next = mulberry32(seed ^ 0x5eed);
   const out = bytes.slice();
   const view = new DataView(out.buffer);
-  const nBlocks = out.byteLength / layout.blockBytes;
+  const nBlocks = out.byteLength / layout.typeSize;
   for (let b = 0; b < nBlocks; b++) {
-    const o = b * layout.blockBytes;
+    const o = b * layout.typeSize;
     for (const f of F16_FIELDS[type] ?? []) view.setUint16(o + f, finiteHalf(next()), true);
     if (type === T.Q8_K) view.setFloat32(o, ((next() / 4294967296) - 0.5) * 0.1, true);
     if (type === T.IQ1_M) {
@@ -61,8 +61,8 @@ export function sanitizeBlocks(type: number, bytes: Uint8Array, seed: number): U
 
 /** Sanitized random blocks for `type`: `nBlocks` blocks from `seed`. */
 export function randomBlocks(type: number, nBlocks: number, seed: number): Uint8Array {
-  const layout = blockLayout(type);
-  return sanitizeBlocks(type, randomBytes(seed, nBlocks * layout.blockBytes), seed);
+  const layout = ggmlTypeInfo(type);
+  return sanitizeBlocks(type, randomBytes(seed, nBlocks * layout.typeSize), seed);
 }
 
 /** Types that have a reference dequantizer in ggml (to_float, plus Q8_K's row function). */

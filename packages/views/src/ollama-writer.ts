@@ -1,13 +1,21 @@
 import type { GgufModel } from "@compat/gguf";
 
+const utf8 = new TextEncoder();
+
 /** Byte-wise (UTF-8) string order, as Go's string comparison. */
 function compareBytes(a: string, b: string): number {
-  return Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
+  const x = utf8.encode(a);
+  const y = utf8.encode(b);
+  for (let i = 0; i < x.length && i < y.length; i++) if (x[i] !== y[i]) return x[i]! - y[i]!;
+  return x.length - y.length;
 }
 
-/** The block index Ollama's writer sorts by: N of `blk.N.…`, +Infinity for every other tensor. */
+/**
+ * The block index Ollama's writer sorts by (fs/ggml/ggml.go, Tensor.block: `fmt.Sscanf(name,
+ * "blk.%d.")`, which takes a sign too), +Infinity (Go's math.MaxInt) for every other tensor.
+ */
 function blockIndex(name: string): number {
-  const m = /^blk\.(\d+)\./.exec(name);
+  const m = /^blk\.([+-]?\d+)\./.exec(name);
   return m ? Number(m[1]) : Number.POSITIVE_INFINITY;
 }
 
@@ -24,6 +32,8 @@ function sortedBy<T>(items: readonly T[], cmp: (a: T, b: T) => number): boolean 
  * llama.cpp's converter writes `general.architecture` first and `token_embd` before the
  * blocks, so neither holds for its files. Returns the markers, or null when the file does
  * not look Ollama-written (both orders are needed: one alone can happen by chance).
+ * The fixture kit models the writer on its own (testkit's applyOllamaOrder, from Ollama's
+ * sources), so the tests check this detector against an independent model of what it detects.
  */
 export function ollamaWriterMarkers(model: GgufModel): string[] | null {
   const names = model.tensors.map((t) => t.name);

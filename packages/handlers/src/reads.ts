@@ -1,12 +1,23 @@
-import { GgufValueType, type GgufModel } from "@compat/gguf";
+import { GgufValueType, type GgufArray, type GgufModel } from "@compat/gguf";
 
-/** Small, typed reads the detectors share. They never throw on odd types: a key with
- * the wrong type simply does not count as a marker, as in the reference. */
+/**
+ * Lenient reads of a model, the one vocabulary detectors and apply steps share (an apply step
+ * reads `t.draft`): a key's value as the reference reads it, or undefined where the key is
+ * missing or of another type, never a throw. An odd type in an Ollama file is a reason to
+ * leave the key alone (or not to count it as a marker), as in the reference. GgufModel's own
+ * getString, getU32, … are the strict reads: they throw.
+ */
 
 /** The value of a STRING key, or undefined (missing or another type). */
 export function stringKv(m: GgufModel, key: string): string | undefined {
   const kv = m.get(key);
   return kv?.type === GgufValueType.STRING ? (kv.value as string) : undefined;
+}
+
+/** The value of a BOOL key, or undefined (missing or another type). */
+export function boolKv(m: GgufModel, key: string): boolean | undefined {
+  const kv = m.get(key);
+  return kv?.type === GgufValueType.BOOL ? (kv.value as boolean) : undefined;
 }
 
 /** A UINT32 key, or a non-negative INT32 one; undefined otherwise. */
@@ -15,6 +26,11 @@ export function u32Kv(m: GgufModel, key: string): number | undefined {
   if (kv?.type === GgufValueType.UINT32) return kv.value as number;
   if (kv?.type === GgufValueType.INT32 && (kv.value as number) >= 0) return kv.value as number;
   return undefined;
+}
+
+/** Any array value (nested arrays come back as GgufArray items), or undefined when the key is not an array. */
+export function arrayKv(m: GgufModel, key: string): GgufArray | undefined {
+  return m.tryGetArray(key);
 }
 
 /** The items of a UINT32 array, or the non-negative ones of an INT32 array; undefined otherwise. */
@@ -47,23 +63,19 @@ export function tokenAt(m: GgufModel, i: number): string | undefined {
   return arr.at(i) as string;
 }
 
+/** Every tensor's name, in order. */
+export function tensorNames(m: GgufModel): string[] {
+  return m.tensors.map((t) => t.name);
+}
+
+/** Whether any tensor's name starts with `prefix`. */
 export function hasTensorPrefix(m: GgufModel, prefix: string): boolean {
   return m.tensors.some((t) => t.name.startsWith(prefix));
 }
 
+/** Whether any tensor's name ends with `suffix`. */
 export function hasTensorSuffix(m: GgufModel, suffix: string): boolean {
   return m.tensors.some((t) => t.name.endsWith(suffix));
-}
-
-/** "kv <key>" for each of `keys` the file has, in order (spread into anyOf). */
-export function kvMarkers(m: GgufModel, keys: readonly string[]): string[] {
-  return keys.filter((k) => m.has(k)).map((k) => `kv ${k}`);
-}
-
-/** The markers that hold (each given as `condition && "description"`), or null if none. */
-export function anyOf(...checks: Array<string | false | undefined | null>): string[] | null {
-  const found = checks.filter((c): c is string => typeof c === "string");
-  return found.length > 0 ? found : null;
 }
 
 /**
