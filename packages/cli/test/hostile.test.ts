@@ -119,6 +119,31 @@ describe("3. kill -9 of serve or verify: llama-server dies with it, and verify's
     await until(`llama-server ${pid} gone`, () => !existsSync(`/proc/${pid}`), 20_000);
   });
 
+  it("serve --all: SIGKILL leaves no router and no mount; the next serve --all removes the dead one's temp dirs", async () => {
+    const { root } = await store();
+    const tmp = await sub();
+    const env = { TMPDIR: tmp };
+    const args = ["serve", "--all", "--port", "0", "--models", root, "--cache-dir", await sub(), "--llama-server", llamaServer, "--", ...SMALL];
+    const s = start(args, env);
+    await until("serve --all ready", () => /Ollama API ready on .* \(llama-server router, pid \d+\)/.test(s.stderr()));
+    const pid = Number(/router, pid (\d+)\)/.exec(s.stderr())![1]);
+    const mine = () => readdirSync(tmp).filter((d) => /^ollama-compat-(router|mount)-/.test(d));
+    expect(mine().length).toBeGreaterThan(0);
+    s.child.kill("SIGKILL");
+    await s.closed;
+    await until(`router ${pid} gone`, () => !existsSync(`/proc/${pid}`), 20_000);
+    await until("the mount gone", () => !readFileSync("/proc/mounts", "utf8").includes(tmp), 20_000);
+    const left = mine();
+    expect(left.length).toBeGreaterThan(0);
+    const again = start(args, env);
+    await until("the second serve --all ready", () => /Ollama API ready/.test(again.stderr()));
+    // the second one's own folders only: the dead one's are swept
+    for (const d of left) expect(mine()).not.toContain(d);
+    again.child.kill("SIGTERM");
+    await again.closed;
+    expect(mine()).toEqual([]);
+  });
+
   it("verify: SIGKILL while its llama-server runs; the next verify removes the dead one's temp dir", async () => {
     const { root } = await store();
     const tmp = await sub();

@@ -1,8 +1,8 @@
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { modelArgs } from "./args";
 import { BridgeError } from "./errors";
+import { ownedTempDir } from "./owner";
 import { prepareModel, type PreparedModel } from "./prepare";
 import { asStore, launch, type LaunchOptions, type RunningServer } from "./server";
 import type { ResolvedModel } from "./store";
@@ -107,7 +107,8 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterServe
   if (served.length === 0) throw new BridgeError("UNKNOWN_MODEL", `no servable model in ${store.root}`, { store: store.root });
 
   const sections = served.map((m) => presetSection(m.name, opts.stopWordsPerRequest ? withoutStopWords(m.model!) : m.model!, warn));
-  const dir = await mkdtemp(join(tmpdir(), "ollama-compat-router-"));
+  // a folder of this process's own: one a SIGKILLed router left behind goes with the next start
+  const dir = await ownedTempDir("ollama-compat-router-");
   const presetPath = join(dir, "models.ini");
   await writeFile(presetPath, ["version = 1", "", ...sections.map((s) => s + "\n")].join("\n"));
   const args = ["--models-preset", presetPath];

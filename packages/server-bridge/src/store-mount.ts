@@ -1,6 +1,5 @@
 import { createHash } from "node:crypto";
-import { mkdtemp, rm, stat } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { rm, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { GgufError, readTensorData } from "@compat/gguf";
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
@@ -8,6 +7,7 @@ import { openViews, projectorOf, type FileStatus, type Mmproj } from "@compat/vi
 import { FuseMount, fuseSupport, MountError, planView, SidecarStore, type ComputedPart, type MountExit } from "@compat/mount";
 import { defaultCacheDir, TRANSLATOR_VERSION } from "./cache";
 import { BridgeError } from "./errors";
+import { ownedTempDir } from "./owner";
 import { modelFiles, type ModelsLayout } from "./layout";
 import { modelFacts, type PreparedModel } from "./prepare";
 import { ModelStore, type ResolvedModel } from "./store";
@@ -350,7 +350,8 @@ export type ServeMount = { mount: StoreMount; close(): Promise<void> } | { mount
 export async function serveMount(opts: Omit<StoreMountOptions, "dir">): Promise<ServeMount> {
   const support = fuseSupport(opts.env);
   if (!support.usable) return { mount: undefined, reason: support.reason };
-  const dir = await mkdtemp(join(tmpdir(), "ollama-compat-mount-"));
+  // a folder of this process's own: one a SIGKILLed serve left behind goes with the next start
+  const dir = await ownedTempDir("ollama-compat-mount-");
   let mount: StoreMount;
   try {
     mount = await StoreMount.open({ ...opts, dir: join(dir, "models") });

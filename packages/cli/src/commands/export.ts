@@ -4,6 +4,7 @@ import { writeFileAtomic } from "@compat/gguf";
 import type { TranslationProfile } from "@compat/handlers";
 import { findLlamaTool, modelArgs, modelFiles, ModelStore, prepareModel, presetSection, type PreparedModel } from "@compat/server-bridge";
 import { CliError } from "../errors";
+import { terminalSafe } from "../terminal";
 import { ExitCode, type CliIo } from "../io";
 import { cacheProgress, progressBar } from "../progress";
 import { bridgeEnv, commandCache } from "./cache-dir";
@@ -62,7 +63,7 @@ export async function exportCommand(refs: string[], opts: ExportFlags, io: CliIo
   const warnings: string[] = [];
   const warn = (m: string) => {
     warnings.push(m);
-    if (!opts.json) io.err(`ollama-compat: warning: ${m}\n`);
+    if (!opts.json) io.err(`ollama-compat: warning: ${terminalSafe(m)}\n`);
   };
 
   try {
@@ -96,7 +97,7 @@ export async function exportCommand(refs: string[], opts: ExportFlags, io: CliIo
     } catch (e) {
       const message = e instanceof Error ? e.message.split("\n")[0]! : String(e);
       done.push({ name: ref, model: { path: "", source: "", how: "symlink" }, translated: false, error: message });
-      if (!opts.json) io.err(`ollama-compat: ${ref}: ${message}\n`);
+      if (!opts.json) io.err(`ollama-compat: ${terminalSafe(`${ref}: ${message}`)}\n`);
     }
   }
 
@@ -132,7 +133,7 @@ export async function exportCommand(refs: string[], opts: ExportFlags, io: CliIo
     // nothing to serve when every model failed
     if (command) io.out(`serve them with: ${command}\n`);
     if (opts.copy !== true && exported.some((d) => d.translated)) {
-      io.err(`ollama-compat: translated files are links into the cache (${cache.dir}); pass --copy for files that outlive it\n`);
+      io.err(`ollama-compat: translated files are links into the cache (${terminalSafe(cache.dir)}); pass --copy for files that outlive it\n`);
     }
     if (exported.some((d) => d.translated)) {
       // a mount shows the same folder with no translated copy at all (it works while it runs)

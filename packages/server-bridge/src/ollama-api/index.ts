@@ -102,7 +102,8 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
     http.close();
   };
   void router.exited.then(shutdown);
-  const urlHost = host.includes(":") ? `[${host}]` : host === "0.0.0.0" ? "127.0.0.1" : host;
+  // the address it really listens on, as startServer prints it: 0.0.0.0 is every interface
+  const urlHost = host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
   return {
     url: `http://${urlHost}:${boundPort}`,
     host,
