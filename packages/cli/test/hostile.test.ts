@@ -205,7 +205,7 @@ describe("5. a FIFO in the store never hangs a command", () => {
     expect(ls.code, ls.stderr).toBe(0);
     const rows = oneLine(ls.stdout);
     expect(rows).toHaveLength(3);
-    expect(rows.find((r) => r.startsWith("gemma3:1b"))).toMatch(/not supported \(.*is a FIFO, not a regular file\)/);
+    expect(rows.find((r) => r.startsWith("gemma3:1b"))).toMatch(/not-supported \(.*is a FIFO, not a regular file\)/);
     expect(rows.find((r) => r.startsWith("tiny:native"))).toMatch(/native$/);
     for (const args of [["detect", "gemma3:1b"], ["serve", "gemma3:1b", "--models", root, "--llama-server", llamaServer]]) {
       const r = await run(args, { OLLAMA_MODELS: root });
@@ -304,8 +304,8 @@ describe("8. one oversized layer is one line of ls, not a failed command", () =>
     expect(r.code, r.stderr).toBe(0);
     const rows = oneLine(r.stdout);
     expect(rows).toHaveLength(4);
-    expect(rows.find((l) => l.startsWith("big-template:1"))).toMatch(/not supported \(.*is 629145600 bytes \(expected at most 4194304\)\)/);
-    expect(rows.find((l) => l.startsWith("zero:latest"))).toMatch(/not supported \(.*is a character device, not a manifest\)/);
+    expect(rows.find((l) => l.startsWith("big-template:1"))).toMatch(/not-supported \(.*is 629145600 bytes \(expected at most 4194304\)\)/);
+    expect(rows.find((l) => l.startsWith("zero:latest"))).toMatch(/not-supported \(.*is a character device, not a manifest\)/);
     expect(rows.find((l) => l.startsWith("fine:1"))).toMatch(/native$/);
   });
 });
