@@ -148,8 +148,12 @@ describe("3. kill -9 of serve or verify: llama-server dies with it, and verify's
     const { root } = await store();
     const tmp = await sub();
     const env = { OLLAMA_MODELS: root, TMPDIR: tmp };
-    const s = start(["verify", "gemma3:1b", "--llama-server", llamaServer, "--", ...SMALL], env);
-    // the moment verify has its llama-server child (setpriv and a shell first, exec'd in place): kill verify
+    // a llama-server that never gets ready: verify is still waiting for it when it is killed (a real
+    // one on this tiny model can be done, and verify gone with its folder, before /proc is scanned)
+    const waiting = join(await sub(), "llama-server");
+    await writeFile(waiting, "#!/bin/bash\nexec -a llama-server sleep 600\n", { mode: 0o755 });
+    const s = start(["verify", "gemma3:1b", "--llama-server", waiting, "--", ...SMALL], env);
+    // the moment verify has its llama-server child (setpriv first, exec'd in place): kill verify
     const read = (path: string) => {
       try {
         return readFileSync(path, "utf8");

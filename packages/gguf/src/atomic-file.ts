@@ -123,9 +123,16 @@ export async function writeFileAtomic(path: string, content: AtomicFileContent):
   try {
     await replaceAtomically(path, fill);
   } catch (cause) {
-    throw writeError(path, pos, cause);
+    // a failure of the file system is a write error; what the producer throws (a translation
+    // whose op cannot take its input) is its own typed error and goes on as it is
+    throw systemError(cause) ? writeError(path, pos, cause) : cause;
   }
   return pos;
+}
+
+/** An error of a system call (ENOSPC, EACCES, ...), as Node reports one. */
+function systemError(cause: unknown): boolean {
+  return cause instanceof Error && typeof (cause as NodeJS.ErrnoException).syscall === "string";
 }
 
 /**

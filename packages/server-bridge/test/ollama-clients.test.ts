@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { readGguf, writeGguf } from "@compat/gguf";
 import { ModelStore, serveOllama, type OllamaServer } from "@compat/server-bridge";
 import { llamaServerPath, SMALL, tempDirs } from "./helpers";
-import { llamaFile, userStore } from "./ollama-helpers";
+import { llamaFile, userStore, PRINTABLE } from "./ollama-helpers";
 
 /**
  * The requests real front ends send to Ollama, replayed as they build them, against
@@ -82,7 +82,7 @@ describe("Open WebUI (backend/open_webui/routers/ollama.py)", () => {
   });
 
   it("the OpenAI side it also calls: /v1/chat/completions, streamed", async () => {
-    const r = await post("/v1/chat/completions", { model: "llama3.2:latest", messages: [{ role: "user", content: "hi" }], stream: true, max_tokens: 3 });
+    const r = await post("/v1/chat/completions", { model: "llama3.2:latest", messages: [{ role: "user", content: "hi" }], stream: true, max_tokens: 3, grammar: PRINTABLE });
     expect(r.status).toBe(200);
     expect(await r.text()).toContain("data: [DONE]");
   });

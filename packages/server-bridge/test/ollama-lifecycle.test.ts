@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Ollama } from "ollama";
 import { buildOllamaStore, ModelStore, serveOllama, type OllamaServer } from "@compat/server-bridge";
 import { llamaServerPath, SMALL, tempDirs } from "./helpers";
-import { llamaFile } from "./ollama-helpers";
+import { llamaFile, PRINTABLE } from "./ollama-helpers";
 
 /**
  * A model's life in the router behind the Ollama API: the context a request asks for
@@ -86,7 +86,7 @@ describe("load-time options: a request's num_ctx is the context it runs with", (
     expect(shared.prompt_eval_count).toBeGreaterThan(256);
     expect(shared.load_duration ?? 0).toBe(0);
     // the OpenAI routes share it too
-    const v1 = await fetch(`${server.url}/v1/chat/completions`, { method: "POST", body: JSON.stringify({ model: "small", messages: [{ role: "user", content: "hi" }], max_tokens: 2 }) });
+    const v1 = await fetch(`${server.url}/v1/chat/completions`, { method: "POST", body: JSON.stringify({ model: "small", messages: [{ role: "user", content: "hi" }], max_tokens: 2, grammar: PRINTABLE }) });
     expect(v1.status).toBe(200);
     expect((await ps()).find((m) => m.name === "small:latest")?.context_length).toBe(1024);
 

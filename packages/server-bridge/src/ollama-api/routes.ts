@@ -179,6 +179,7 @@ export class OllamaRoutes {
     // bytes as they came (multipart uploads are not text); JSON bodies get Ollama's names
     let body: Buffer | undefined = req.method === "GET" || req.method === "HEAD" ? undefined : await readBytes(req, this.o.maxBodyBytes);
     let lease: Lease | undefined;
+    let leased: (() => Promise<Buffer>) | undefined;
     const abort = new AbortController();
     res.on("close", () => {
       if (!res.writableFinished) abort.abort();
@@ -197,18 +198,34 @@ export class OllamaRoutes {
         if (!m) return sendJson(res, 404, { error: { message: `model "${parsed.model}" not found, try pulling it first`, type: "api_error", param: null, code: null } });
         const stop = stopWords(m.prepared.resolved.params.stop);
         if (parsed.stop === undefined && stop.length > 0 && /completions$/.test(path)) parsed.stop = stop;
-        lease = await this.o.scheduler.acquire(m.name, await this.want(m, undefined), undefined, abort.signal);
-        parsed.model = lease.target;
-        body = Buffer.from(JSON.stringify(parsed));
+        const json = parsed;
+        leased = async () => {
+          lease = await this.o.scheduler.acquire(m.name, await this.want(m, undefined), undefined, abort.signal);
+          json.model = lease.target;
+          return Buffer.from(JSON.stringify(json));
+        };
+        body = await leased();
       }
     }
     try {
       const headers = { ...req.headers };
       for (const h of ["host", "connection", "content-length", "authorization", "keep-alive", "transfer-encoding"]) delete headers[h];
-      const up = await this.o.upstream.send(req.method ?? "GET", req.url ?? path, body, { headers, signal: abort.signal });
-      const out: Record<string, string | string[]> = {};
-      for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !["connection", "keep-alive", "transfer-encoding", "content-length"].includes(k)) out[k] = v;
-      res.writeHead(up.statusCode ?? 502, out);
+      let up = await this.o.upstream.send(req.method ?? "GET", req.url ?? path, body, { headers, signal: abort.signal });
+      if (leased && lease && (up.statusCode ?? 0) >= 400) {
+        // the model's instance died since the scheduler last looked: load it again, once
+        const said = await readBytes(up, 1 << 20).catch(() => Buffer.alloc(0));
+        if (/is not running|failed to load|is not loaded/.test(said.toString("utf8"))) {
+          lease.lost();
+          lease.release();
+          lease = undefined;
+          body = await leased();
+          up = await this.o.upstream.send(req.method ?? "GET", req.url ?? path, body, { headers, signal: abort.signal });
+        } else {
+          res.writeHead(up.statusCode ?? 502, passedHeaders(up)).end(said);
+          return;
+        }
+      }
+      res.writeHead(up.statusCode ?? 502, passedHeaders(up));
       // event streams pass through chunk by chunk as llama-server writes them
       await new Promise<void>((resolve, reject) => {
         up.once("error", reject);
@@ -267,6 +284,13 @@ const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
   "/api/delete": { DELETE: readOnly },
   "/api/blobs/:digest": { POST: readOnly, HEAD: OllamaRoutes.prototype.headBlob },
 };
+
+/** llama-server's response headers that go on to the client (not the ones of its own connection). */
+function passedHeaders(up: IncomingMessage): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !["connection", "keep-alive", "transfer-encoding", "content-length"].includes(k)) out[k] = v;
+  return out;
+}
 
 /** A request body, refused beyond `max` bytes (413). */
 function readBytes(req: IncomingMessage, max: number): Promise<Buffer> {

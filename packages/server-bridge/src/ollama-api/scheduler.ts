@@ -21,6 +21,11 @@ export interface Lease {
   /** How long the request waited for the model to load (0 when it was loaded). */
   loadMs: number;
   release(): void;
+  /**
+   * The router said the configuration is not running (its instance died since the scheduler
+   * last looked): the next lease loads it again. Call before release().
+   */
+  lost(): void;
 }
 
 interface Slot {
@@ -177,16 +182,27 @@ export class ModelScheduler {
       released = true;
       this.release(slot);
     };
-    if (slot.loaded) return { target, loadMs: 0, release };
-    try {
-      // behind any load or unload under way (this very model may be on its way out)
-      await this.serialized(() => this.admit(slot));
-      await this.waitLoaded(slot, signal);
-    } catch (e) {
-      release();
-      throw e;
+    const lost = () => {
+      slot.loaded = false;
+      slot.running = false;
+    };
+    if (slot.loaded) return { target, loadMs: 0, release, lost };
+    for (let attempt = 0; ; attempt++) {
+      try {
+        // behind any load or unload under way (this very model may be on its way out)
+        await this.serialized(() => this.admit(slot));
+        await this.waitLoaded(slot, signal);
+        break;
+      } catch (e) {
+        // An instance that had just died can still show as running to admit(), which then starts
+        // no load and waitLoaded sees it go: once more, and a load is started. A model that
+        // really fails to load fails again, and that is the answer.
+        if (attempt === 0 && e instanceof LoadFailed) continue;
+        release();
+        throw e;
+      }
     }
-    return { target, loadMs: performance.now() - start, release };
+    return { target, loadMs: performance.now() - start, release, lost };
   }
 
   private release(slot: Slot): void {
@@ -300,11 +316,18 @@ export class ModelScheduler {
       if (now === "failed" || now === "unloaded") {
         slot.running = false;
         slot.loaded = false;
-        throw new ApiError(500, `llama-server failed to load ${name} (its log says why)`);
+        throw new LoadFailed(name);
       }
       if (signal?.aborted) throw new ApiError(499, "request canceled");
       await sleep(this.opts.pollMs ?? 25);
     }
+  }
+}
+
+/** The router's instance of a configuration came down while a request waited for it. */
+class LoadFailed extends ApiError {
+  constructor(name: string) {
+    super(500, `llama-server failed to load ${name} (its log says why)`);
   }
 }
 
