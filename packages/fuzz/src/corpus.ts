@@ -30,6 +30,9 @@ export async function buildFuzzCorpus(seed = 1, opts: CorpusOptions = {}): Promi
   const add = async (name: string, model: Parameters<typeof serializeGguf>[0]) => {
     const bytes = (await serializeGguf(model)).slice();
     entries.push({ name, bytes, map: scanHeader(bytes), weight: bytes.length > BIG ? 1 : 8 });
+    // a turn of the event loop per file: generating the quantized fixtures is seconds of
+    // synchronous work, and a caller's timers and I/O (a test runner's RPC) must not starve
+    await new Promise((resolve) => setTimeout(resolve, 0));
   };
   for (const { arch, variant } of allFixtureVariants()) {
     for (const layout of ["ollama", "native"] as FixtureLayout[]) {

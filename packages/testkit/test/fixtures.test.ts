@@ -26,6 +26,9 @@ const QUANT_CASES = quantizedFixtureVariants().flatMap((c) =>
 const sha256 = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
 
 async function digestOf(arch: string, variant: string, layout: FixtureLayout, seed: number, extra: Omit<FixtureOptions, "seed" | "layout" | "variant"> = {}): Promise<string> {
+  // a turn of the event loop per fixture: the loop over all of them (K-quant encoding in JS)
+  // would otherwise hold this worker for longer than vitest's RPC to it may wait
+  await new Promise((resolve) => setTimeout(resolve, 0));
   const f = generateFixture(arch, { seed, layout, variant, ...extra });
   const text = sha256(await serializeGguf(f.text));
   return f.mmproj ? `${text} mmproj:${sha256(await serializeGguf(f.mmproj))}` : text;
