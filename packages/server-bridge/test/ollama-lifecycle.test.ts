@@ -192,7 +192,10 @@ describe("a client that goes away mid-answer", () => {
       expect(JSON.parse(text.split("\n")[0]!).done).toBe(false);
       abort.abort();
       // llama-server's own word that it stopped the task, and its slot idle
-      await until("llama-server to cancel the task", async () => (logs.filter((l) => /cancel task/.test(l)).length > cancelsBefore ? true : undefined));
+      // (seen once in three full runs on a loaded machine, never alone: the log says what llama-server did instead)
+      await until("llama-server to cancel the task", async () => (logs.filter((l) => /cancel task/.test(l)).length > cancelsBefore ? true : undefined)).catch((e: Error) => {
+        throw new Error(`${e.message}; llama-server's last lines:\n${logs.slice(-20).join("\n")}`);
+      });
       await until("the slot to be idle", async () => {
         const slots = (await (await fetch(`${server.router.url}/slots?autoload=false&model=${encodeURIComponent("small:latest~ctx4096")}`)).json()) as Array<{ is_processing: boolean }>;
         return slots.every((s) => !s.is_processing) ? true : undefined;
