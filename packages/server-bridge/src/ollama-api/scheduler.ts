@@ -1,3 +1,4 @@
+import { FOREVER_MS } from "./duration";
 import { ApiError, upstreamMessage } from "./errors";
 import type { LoadConfig, LoadWant } from "./load-config";
 import type { RouterStatus, Upstream } from "./upstream";
@@ -51,8 +52,6 @@ export interface Lease {
 /** What Ollama answers when OLLAMA_MAX_QUEUE requests are already waiting (server/sched.go ErrMaxQueue). */
 export const SERVER_BUSY = "server busy, please try again.  maximum pending requests exceeded";
 
-/** The longest keep_alive that is not "for ever": Go's largest time.Duration (about 292 years), in ms. */
-export const FOREVER_MS = 2 ** 63 / 1e6;
 
 /**
  * One Ollama model's place in the router. `phase` undefined: not loaded. A loaded model is
@@ -511,33 +510,3 @@ export class RouterModels implements ModelIo {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/**
- * The lines of llama-server's own that say why a load failed, as Ollama picks them out of its
- * runner's output (llm/status.go): the router passes each instance's output on as
- * `[ port] line`, after saying which model it spawned on which port.
- */
-const ERROR_LINE = /error:|error loading model|GGML_ASSERT|panic:|fatal error|failed to (load|allocate)|out of memory|not enough memory|unknown model architecture|invalid/i;
-
-/** Keeps, per router name, the last error line its instance printed (feed it every router log line). */
-export class LoadErrors {
-  private readonly byPort = new Map<string, string>();
-  private readonly last = new Map<string, string>();
-
-  readonly onLog = (line: string): void => {
-    const spawn = /spawning server instance with name=(\S+) on port (\d+)/.exec(line);
-    if (spawn) {
-      this.byPort.set(spawn[2]!, spawn[1]!);
-      this.last.delete(spawn[1]!);
-      return;
-    }
-    const m = /^\[\s*(\d+)\] (.*)$/.exec(line);
-    const name = m && this.byPort.get(m[1]!);
-    if (name && ERROR_LINE.test(m[2]!)) this.last.set(name, m[2]!.trim());
-  };
-
-  /** The instance's last error line (the router names a model by its section name or its alias). */
-  errorOf(routerName: string): string | undefined {
-    return this.last.get(routerName) ?? this.last.get(routerName.replaceAll(":", "@"));
-  }
-}
