@@ -40,7 +40,10 @@ export class InstanceLog {
       const bytes = Math.round(Number(buffer[2]) * 2 ** 20);
       inst.total += bytes;
       if (!/^CPU/i.test(buffer[1]!)) inst.vram += bytes;
-    } else if (ERROR_LINE.test(text)) inst.error = text.trim();
+    } else if (ERROR_LINE.test(text)) {
+      // the first says why (`llama_model_load: error loading model: missing tensor …`); the later ones that it failed
+      inst.error ??= text.replace(/^[\d.]+ [A-Z] /, "").trim();
+    }
   };
 
   private of(routerName: string): Instance | undefined {
@@ -48,7 +51,7 @@ export class InstanceLog {
     return this.byName.get(routerName) ?? this.byName.get(routerName.replaceAll(":", "@"));
   }
 
-  /** The last error line the latest instance of `routerName` printed. */
+  /** The first error line the latest instance of `routerName` printed (without llama.cpp's time and level). */
   errorOf(routerName: string): string | undefined {
     return this.of(routerName)?.error;
   }
