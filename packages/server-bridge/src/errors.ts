@@ -12,6 +12,9 @@ export type BridgeErrorCode =
   | "TRANSLATION_ABORTED" // stopped (signal) while writing a cache entry; nothing was left behind
   | "CACHE_LOCK_TIMEOUT" // another process held the entry's lock for too long
   | "CACHE_UNWRITABLE" // the cache folder cannot be created or written (read-only file system, not a folder, no permission)
+  | "COMPAT_DISABLED" // OLLAMA_LLAMA_CPP_COMPAT=0 and a command whose only job is translating (migrate)
+  | "STORE_UNWRITABLE" // the Ollama store cannot be written (read-only file system, no permission) and the command rewrites it
+  | "NO_SPACE" // not enough free space for what the command would write; checked before writing
   | "LLAMA_SERVER_NOT_FOUND"
   | "PORT_IN_USE"
   | "INSECURE_BIND" // a non-loopback host without an API key or an explicit opt-out
