@@ -42,9 +42,9 @@
  * One migration per store at a time (a lock in blobs/.ollama-compat-tmp).
  */
 import { constants as fsConstants } from "node:fs";
-import { access, copyFile, mkdir, readFile, readdir, rm, stat, statfs, unlink, writeFile } from "node:fs/promises";
+import { copyFile, mkdir, readFile, readdir, rm, stat, statfs, unlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { readGguf } from "@compat/gguf";
+import { readGguf, tempPathFor } from "@compat/gguf";
 import { compatEnabled, type TranslationProfile } from "@compat/handlers";
 import { openViews } from "@compat/views";
 import { acquireLock } from "./entry-lock";
@@ -52,7 +52,7 @@ import { BridgeError } from "./errors";
 import { MediaType } from "./media-types";
 import { displayName, fullName, isRollbackName, parseModelName, rollbackName, rolledBackName, type ModelName } from "./name";
 import { ModelStore, parseManifest, type ResolvedModel } from "./store";
-import { addBlob, blobStaging, fsyncDir, removeManifest, sweepStaging, writeManifest, type WrittenBlob } from "./store-write";
+import { addBlob, blobStaging, fsyncDir, manifestStaging, removeManifest, sweepStaging, writeManifest, type WrittenBlob } from "./store-write";
 
 /** Ollama's PruneLayers leaves blobs younger than this alone (server/images.go layerPruneGracePeriod); so does pruneMigration. */
 export const PRUNE_GRACE_MS = 60 * 60 * 1000;
@@ -513,19 +513,23 @@ async function chosenRecords(store: ModelStore, refs: readonly string[] | undefi
   return { records, missing };
 }
 
-/** A store that cannot be written is refused before anything happens, with the reason. */
+/**
+ * A store that cannot be written is refused before anything happens, with the reason: the
+ * staging folders are made and a file written in each (root passes access(); a read-only mount
+ * still refuses a write).
+ */
 async function checkWritable(root: string): Promise<void> {
-  for (const dir of [join(root, "manifests"), join(root, "blobs")]) {
+  for (const dir of [manifestStaging(root), blobStaging(root)]) {
     try {
-      await access(dir, fsConstants.W_OK);
-      // root passes access(); a read-only mount still refuses a write
-      const probe = join(dir, `.ollama-compat-probe.${process.pid}`);
+      await mkdir(dir, { recursive: true });
+      const probe = tempPathFor(join(dir, "probe"));
       await writeFile(probe, "");
       await rm(probe, { force: true });
     } catch (e) {
       const code = (e as NodeJS.ErrnoException).code ?? "";
+      const top = join(dir, "..");
       const why = code === "EROFS" ? "is on a read-only file system" : code === "ENOENT" ? "does not exist (not an Ollama store?)" : `cannot be written (${code || firstLine(e)})`;
-      throw new BridgeError("STORE_UNWRITABLE", `${dir} ${why}: migrate rewrites the store in place; nothing was changed`, { path: dir, code });
+      throw new BridgeError("STORE_UNWRITABLE", `${top} ${why}: migrate rewrites the store in place; nothing was changed`, { path: top, code });
     }
   }
 }
@@ -541,8 +545,8 @@ async function lockStore(root: string): Promise<() => Promise<void>> {
  */
 async function probeReflinks(root: string): Promise<{ answer: "yes" | "no"; detail: string }> {
   const dir = blobStaging(root);
-  const a = join(dir, `.reflink-probe.${process.pid}`);
-  const b = `${a}.clone`;
+  const a = tempPathFor(join(dir, "reflink-probe"));
+  const b = tempPathFor(join(dir, "reflink-clone"));
   try {
     await writeFile(a, Buffer.alloc(64 << 10, 1));
     await copyFile(a, b, fsConstants.COPYFILE_FICLONE_FORCE);
