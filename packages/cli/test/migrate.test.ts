@@ -236,23 +236,48 @@ describe("migrate", () => {
     }
     expect(await manifests(root)).toEqual(before);
     await checkStore(root);
+
+    // a file system without room for the new blobs: refused before anything is written
+    const small = join(dir, "small");
+    await mkdir(small, { recursive: true });
+    execFileSync("mount", ["-t", "tmpfs", "-o", "size=16m", "tmpfs", small]);
+    try {
+      await cp(pristine, join(small, "store"), { recursive: true });
+      const full = await manifests(join(small, "store"));
+      const r = await cli(["migrate", "--all", "--no-verify"], { OLLAMA_MODELS: join(small, "store") });
+      expect(r.code).toBe(1);
+      expect(r.stderr).toMatch(/NO_SPACE: migrating needs up to \d+ bytes .* nothing was changed/);
+      expect(await manifests(join(small, "store"))).toEqual(full);
+      await checkStore(join(small, "store"));
+    } finally {
+      execFileSync("umount", [small]);
+    }
   }, 300_000);
 
   it(`SIGKILL at ${KILLS} seeded random moments: every manifest always names complete blobs with their digests, and a resumed run finishes the job`, async () => {
     const root = await freshStore("store-kill");
     const env = { OLLAMA_MODELS: root };
     const before = await manifests(root);
-    // how long a whole run takes here, to spread the kills over it
+    // a run prints its plan once the store is locked, then writes: the kills are spread over
+    // that writing part, as long as it takes here
+    const start = () => {
+      const child = spawn(process.execPath, ["--import", tsx, bin, "migrate", "--all", "--no-verify"], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+      const ended = exited(child);
+      const planned = new Promise<void>((resolve) => child.stdout!.on("data", (d: Buffer) => d.toString().startsWith("store ") && resolve()));
+      return { child, ended, planned: Promise.race([planned, ended]) };
+    };
+    const first = start();
+    await first.planned;
     const t0 = Date.now();
-    expect((await cli(["migrate", "--all", "--no-verify"], env)).code).toBe(0);
-    const runMs = Date.now() - t0;
+    expect((await first.ended).code).toBe(0);
+    const workMs = Date.now() - t0;
     expect((await cli(["migrate", "--undo"], env)).code).toBe(0);
     const prng = Prng.forLabel(37, "migrate-kill");
     let interrupted = 0;
     for (let i = 0; i < KILLS; i++) {
-      const child = spawn(process.execPath, ["--import", tsx, bin, "migrate", "--all", "--no-verify"], { env: { ...process.env, ...env }, stdio: "ignore" });
-      const ended = exited(child);
-      await Promise.race([sleep(Math.floor((prng.nextU32() / 2 ** 32) * runMs)), ended]);
+      const { child, ended, planned } = start();
+      await planned;
+      await Promise.race([sleep(Math.floor((prng.nextU32() / 2 ** 32) * workMs)), ended]);
       child.kill("SIGKILL");
       const how = await ended;
       if (how.signal === "SIGKILL") interrupted++;
