@@ -297,6 +297,40 @@ describe("migrate", () => {
     expect(staged.filter((e) => e.endsWith(".tmp"))).toEqual([]);
   }, 1_800_000);
 
+  it("audio (gemma4 with its conformer) and K-quant (gemma3 q4_k_m) models: the layers are translate's outputs; a failed verification switches nothing and leaves no new blob", async () => {
+    const fx = join(dir, "fixtures");
+    const audio = (await generateFixtureFiles("gemma4", { seed: 1, layout: "ollama", variant: "dense" }, fx)).text;
+    const kquant = (await generateFixtureFiles("gemma3", { seed: 1, layout: "ollama", variant: "4b-vision", quant: "q4_k_m" }, fx)).text;
+    const root = join(dir, "store-more");
+    await buildOllamaStore(root, [
+      { name: "gemma4:dense", model: audio, config: { renderer: "gemma4", parser: "gemma4" } },
+      { name: "gemma3:q4", model: kquant },
+    ]);
+    const env = { OLLAMA_MODELS: root };
+    const before = await manifests(root);
+    const blobsBefore = (await readdir(join(root, "blobs"))).sort();
+    for (const name of ["gemma4:dense", "gemma3:q4"]) {
+      const o = join(dir, `more-${name.replace(":", "-")}.gguf`);
+      const mm = join(dir, `more-mmproj-${name.replace(":", "-")}.gguf`);
+      const r = await cli(["translate", name, "-o", o, "--mmproj", mm, "-q"], env);
+      expect(r.code, r.stderr).toBe(0);
+      const source = layersOf(before.get(`registry.ollama.ai/library/${name.replace(":", "/")}`)!).layers.find((l) => l.mediaType.endsWith(".model"))!.digest;
+      expected.set(source, { text: await sha256(o), mmproj: await sha256(mm) });
+    }
+
+    // llama-server that cannot start: both models stay as they were, their new blobs removed
+    const failed = await cli(["migrate", "--all", "--llama-server", "/bin/false", "--json"], env);
+    expect(failed.code).toBe(1);
+    expect(JSON.parse(failed.stdout).failed.map((f: { name: string }) => f.name).sort()).toEqual(["gemma3:q4", "gemma4:dense"]);
+    expect(await manifests(root)).toEqual(before);
+    expect((await readdir(join(root, "blobs"))).filter((b) => b.startsWith("sha256-")).sort()).toEqual(blobsBefore.filter((b) => b.startsWith("sha256-")));
+
+    const run = await cli(["migrate", "--all", "--no-verify", "--json"], env);
+    expect(run.code, run.stderr).toBe(0);
+    for (const name of ["gemma4:dense", "gemma3:q4"]) await expectMigrated(root, name, before.get(`registry.ollama.ai/library/${name.replace(":", "/")}`)!);
+    await checkStore(root);
+  }, 600_000);
+
   it("verifies in real llama-server before switching; llama-mtmd-cli answers an image with the migrated pair", async (ctx) => {
     if (!tools) ctx.skip();
     const root = await freshStore("store-verify");
