@@ -9,7 +9,7 @@ import { createHash } from "node:crypto";
 import { cp, mkdir, mkdtemp, readFile, readdir, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { buildOllamaStore } from "@compat/server-bridge";
+import { buildOllamaStore } from "@compat/store";
 import { Prng, findLlamaTools, generateFixtureFiles, runMtmdCli, type LlamaTools } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bin, exited, runToEnd, tsx, type Run } from "./helpers";
