@@ -217,6 +217,9 @@ describe("migrate", () => {
     const bare = await cli(["migrate"], { OLLAMA_MODELS: root });
     expect(bare.code).toBe(2);
     expect(bare.stderr).toMatch(/--all/);
+    const typo = await cli(["migrate", "gemma3:4b", "gemma33:4b", "--no-verify"], { OLLAMA_MODELS: root });
+    expect(typo.code).toBe(1);
+    expect(typo.stderr).toMatch(/UNKNOWN_MODEL: model "gemma33:4b" is not installed/);
 
     // a read-only file system (a bind mount), where the machine lets us mount one
     const ro = join(dir, "ro");

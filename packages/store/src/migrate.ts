@@ -172,6 +172,12 @@ async function survey(opts: MigrateOptions, writing = false): Promise<{ plan: Mi
   }
   const store = new ModelStore(opts.root, env);
   const names = await chosenNames(store, opts.names);
+  // a model named but not installed is a typo to say before anything, not a model to skip
+  for (const n of opts.names?.length ? names : []) {
+    if (!(await stat(store.manifestPath(n)).then((st) => st.isFile(), () => false))) {
+      throw new StoreError("UNKNOWN_MODEL", `model ${JSON.stringify(displayName(n))} is not installed (no manifest at ${store.manifestPath(n)}); nothing was changed`, { name: displayName(n) });
+    }
+  }
   const skipped: MigrationPlan["skipped"] = [];
   const groups = new Map<string, Group>();
   for (const n of names) {
