@@ -5,7 +5,7 @@ import { homedir } from "node:os";
 import { basename, isAbsolute, join, resolve as resolvePath, sep } from "node:path";
 import { StoreError } from "./errors";
 import { MediaType } from "./media-types";
-import { displayName, fullName, isValidName, manifestSegments, parseModelName, type ModelName } from "./name";
+import { displayName, fullName, isRollbackName, isValidName, manifestSegments, parseModelName, type ModelName } from "./name";
 
 /** One layer as the manifest lists it. */
 export interface ManifestLayer {
@@ -268,8 +268,13 @@ export class ModelStore {
     return out.sort((a, b) => a.name.localeCompare(b.name));
   }
 
-  /** Names of every manifest file (manifests/host/namespace/model/tag). */
+  /** Names of every model: each manifest file (manifests/host/namespace/model/tag) but migrate's rollback records. */
   async names(): Promise<ModelName[]> {
+    return (await this.manifestNames()).filter((n) => !isRollbackName(n));
+  }
+
+  /** Names of every manifest file, migrate's rollback records (name.ts rollbackName) included. */
+  async manifestNames(): Promise<ModelName[]> {
     const base = join(this.root, "manifests");
     const out: ModelName[] = [];
     const walk = async (dir: string, parts: string[]): Promise<void> => {
