@@ -1,14 +1,16 @@
+import { createHash } from "node:crypto";
 import { rm, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { readTensorData } from "@compat/gguf";
+import { GgufError, readTensorData } from "@compat/gguf";
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
+import { openViews, projectorOf, type FileStatus, type Mmproj } from "@compat/views";
 import { ownedTempDir } from "@compat/files";
 import { FuseMount, fuseSupport, MountError, planView, SidecarStore, type ComputedPart, type MountExit } from "@compat/mount";
-import { contentKey, defaultCacheDir, TRANSLATOR_VERSION } from "./cache";
+import { defaultCacheDir, TRANSLATOR_VERSION } from "./cache";
 import { PrepareError } from "./errors";
 import { modelFiles, type ModelsLayout } from "./layout";
-import { preparedModel, servedViews, type ModelPreparer, type PreparedModel } from "./preparer";
-import { blobDigest, ModelStore, type ResolvedModel } from "@compat/store";
+import { modelFacts, type PreparedModel } from "./prepare";
+import { ModelStore, type ResolvedModel } from "@compat/store";
 
 export interface StoreMountOptions {
   /** The mount point (created if missing; must be empty). */
@@ -57,7 +59,7 @@ function signature(m: ResolvedModel): string {
  * served from the blob without a copy (see @compat/mount). Models added to or removed from the
  * store appear and disappear while it is mounted.
  */
-export class StoreMount implements ModelPreparer {
+export class StoreMount {
   readonly dir: string;
   readonly store: ModelStore;
   readonly layout: ModelsLayout;
@@ -237,12 +239,16 @@ export class StoreMount implements ModelPreparer {
       if (projector?.kind === "file") await place(files.mmproj, projector.path, null, "mmproj");
       else if (projector?.kind === "view") await place(files.mmproj, projector.path ?? resolved.modelPath, projector.view, "mmproj");
       if (projector) mmproj = files.mmproj;
-      const prepared = preparedModel(resolved, views, {
+      const prepared: PreparedModel = {
+        resolved,
         modelPath: join(this.dir, files.model),
         translated: text !== null,
         cacheHit: false,
-        mmproj: mmproj ? join(this.dir, mmproj) : undefined,
-      });
+        ...(mmproj ? { mmproj: join(this.dir, mmproj) } : {}),
+        status: views.status,
+        handlers: text?.report.handlers.map((h) => h.name) ?? [],
+        ...views.facts,
+      };
       return { name: resolved.name, files: { model: files.model, ...(mmproj ? { mmproj } : {}) }, prepared, signature: sig, paths };
     } finally {
       await views.close();
@@ -251,13 +257,15 @@ export class StoreMount implements ModelPreparer {
 
   /** The content key of a translated file: what it is made from, as the cache keys its entries. */
   private async fileKey(path: string, kind: "text" | "mmproj", profile: TranslationProfile, digest: string | undefined): Promise<string> {
-    let from = digest ?? blobDigest(path);
+    const blob = /sha256-([0-9a-f]{64})$/.exec(path);
+    let from = digest ?? (blob ? `sha256:${blob[1]}` : undefined);
     if (from === undefined) {
       // a plain file: its identity now (a changed file is another key)
       const st = await stat(path, { bigint: true });
       from = `file:${path}:${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}`;
     }
-    return contentKey({ source: from, translator: TRANSLATOR_VERSION, profile, kind });
+    const id = JSON.stringify({ v: 1, source: from, translator: TRANSLATOR_VERSION, profile, kind });
+    return createHash("sha256").update(id).digest("hex");
   }
 
   /**
@@ -303,6 +311,32 @@ export class StoreMount implements ModelPreparer {
 /** The served name of a model: its Ollama name, or a plain file's name without `.gguf`. */
 function name(m: ResolvedModel): string {
   return m.kind === "file" ? m.name.replace(/\.gguf$/i, "") : m.name;
+}
+
+/** What llama-server gets from a model (@compat/views), with the facts its arguments depend on; close it when done. */
+async function servedViews(
+  resolved: ResolvedModel,
+  env: Record<string, string | undefined>,
+  profile: TranslationProfile,
+): Promise<{ status: FileStatus; text: TranslatedView | null; mmproj: Mmproj | null; facts: Pick<PreparedModel, "architecture" | "embedding" | "hasChatTemplate">; close(): Promise<void> }> {
+  try {
+    const views = await openViews(resolved.modelPath, { env, profile, projectors: resolved.projectors });
+    return { status: views.status, text: views.text, mmproj: views.mmproj, facts: modelFacts(views.model, views.text), close: () => views.close() };
+  } catch (e) {
+    // as prepareModel: a string that is not UTF-8 is for llama-server to judge, the file as it is
+    if (!(e instanceof GgufError) || e.code !== "INVALID_UTF8") throw e;
+  }
+  const layer = resolved.projectors[0];
+  const mmproj = layer !== undefined ? await projectorOf(layer, { env, profile }) : null;
+  return {
+    status: "native",
+    text: null,
+    mmproj,
+    facts: { architecture: "", embedding: false, hasChatTemplate: true },
+    close: async () => {
+      if (mmproj?.kind === "view") await mmproj.view.close();
+    },
+  };
 }
 
 /** A mount made for one `serve`, or why there is none. */
