@@ -11,9 +11,4 @@ export class CliError extends Error {
   ) {
     super(message);
   }
-
-  /** @deprecated the same as `code`. */
-  get kind(): CliErrorCode {
-    return this.code;
-  }
 }

@@ -13,7 +13,9 @@ export type MountErrorCode =
   /** A file plan that does not describe a file (extents that do not cover it, a read past a source). */
   | "BAD_PLAN"
   /** The daemon refused a file: its source is not the file that was planned any more. */
-  | "REJECTED";
+  | "REJECTED"
+  /** A computed tensor's producer gave other than the planned number of bytes. */
+  | "BAD_SIDECAR";
 
 /** Every failure this package raises on purpose: a stable `code`, and a message naming the path. */
 export class MountError extends Error {

@@ -1,7 +1,9 @@
 import { createHash, randomBytes } from "node:crypto";
 import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
+import { processAlive } from "@compat/files";
 import type { GgufTensor } from "@compat/gguf";
+import { MountError } from "./errors";
 import type { ComputedPart } from "./plan";
 
 /**
@@ -26,7 +28,7 @@ export class SidecarStore {
     for (const sub of await readdir(this.dir).catch(() => [] as string[])) {
       for (const name of await readdir(join(this.dir, sub)).catch(() => [] as string[])) {
         const m = /\.(\d+)\.[0-9a-f]{8}\.tmp$/.exec(name);
-        if (m && !alive(Number(m[1]))) await rm(join(this.dir, sub, name), { force: true });
+        if (m && !processAlive(Number(m[1]))) await rm(join(this.dir, sub, name), { force: true });
       }
     }
   }
@@ -44,7 +46,7 @@ export class SidecarStore {
   async write(part: ComputedPart): Promise<void> {
     if (await this.has(part)) return;
     const bytes = await part.produce();
-    if (bytes.length !== part.length) throw new Error(`${part.label}: produced ${bytes.length} bytes, expected ${part.length}`);
+    if (bytes.length !== part.length) throw new MountError("BAD_SIDECAR", `${part.label}: produced ${bytes.length} bytes, expected ${part.length}`, { path: part.path });
     await mkdir(dirname(part.path), { recursive: true });
     const tmp = `${part.path}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`;
     const fh = await open(tmp, "wx", 0o644);
@@ -59,14 +61,5 @@ export class SidecarStore {
     }
     await fh.close();
     await rename(tmp, part.path);
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM"; // someone else's: alive
   }
 }

@@ -1,4 +1,5 @@
-import { rename, writeFile, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
+import { writeFileAtomic } from "@compat/files";
 import type { PreparedModel } from "@compat/prepare";
 import { DEFAULT_NUM_CTX, presetSection } from "@compat/server-bridge";
 import { ApiError, badRequest, upstreamMessage } from "./errors";
@@ -123,9 +124,8 @@ export class LoadConfigs {
       }
       this.basePreset ??= readFile(this.presetPath, "utf8");
       const text = [await this.basePreset, ...[...this.variants.values()].map((x) => x.section + "\n")].join("\n");
-      const tmp = `${this.presetPath}.${process.pid}.tmp`;
-      await writeFile(tmp, text);
-      await rename(tmp, this.presetPath);
+      // llama-server re-reads the preset on the reload below: it sees the old one or the new one, never half
+      await writeFileAtomic(this.presetPath, text);
       const { status, text: body } = await this.upstream.call("GET", "/models?reload=1");
       if (status !== 200) throw new ApiError(500, `llama-server could not re-read its preset for ${config.routerName}: ${upstreamMessage(body)}`);
       const listed = new Set<string>();

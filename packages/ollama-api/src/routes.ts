@@ -2,14 +2,14 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { displayName, parseModelName } from "@compat/store";
-import { chatRequest, generateRequest, isHousekeeping, jsonBody } from "./chat";
+import { chatRequest, generateRequest, isHousekeeping, jsonBody, type Housekeeping } from "./chat";
 import { embed, embeddings } from "./embed";
 import type { LoadConfigs, LoadWant } from "./load-config";
 import { ApiError, badRequest, modelNotFound } from "./errors";
 import { modelfileText, parametersText, tensorList, type ApiModel } from "./models";
 import { stopWords } from "./options";
 import { modelRenamer } from "./stream";
-import { answer, sendError, sendJson } from "./respond";
+import { answer, sendError, sendJson, type AnswerRequest } from "./respond";
 import type { Lease, ModelScheduler } from "./scheduler";
 import type { Upstream } from "./upstream";
 import type { InstanceLog } from "./instance-log";
@@ -145,10 +145,22 @@ export class OllamaRoutes {
     sendJson(res, 200, { models });
   }
 
-  async generate(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+  /** POST /api/chat. */
+  async chat(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const body = await this.body(req);
     const m = this.model(body);
-    const r = path === "/api/chat" ? await chatRequest(m, body) : await generateRequest(m, body);
+    await this.complete(res, m, body, await chatRequest(m, body));
+  }
+
+  /** POST /api/generate. */
+  async generate(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.body(req);
+    const m = this.model(body);
+    await this.complete(res, m, body, await generateRequest(m, body));
+  }
+
+  /** A chat or generate request: answered by the model, or housekeeping (load, unload) done by the scheduler. */
+  private async complete(res: ServerResponse, m: ApiModel, body: Json, r: AnswerRequest | Housekeeping): Promise<void> {
     const want = await this.want(m, body.options);
     if (!isHousekeeping(r)) return answer(this.o.scheduler, this.o.upstream, res, r, want);
     if (r.kind === "unload") await this.o.scheduler.unload(m.name);
@@ -268,23 +280,23 @@ function ownerOf(name: string): string {
   return n?.namespace ?? "library";
 }
 
-type Handler = (this: OllamaRoutes, req: IncomingMessage, res: ServerResponse, path: string) => Promise<void>;
+type RouteHandler = (this: OllamaRoutes, req: IncomingMessage, res: ServerResponse, path: string) => Promise<void>;
 
-const text = (s: string): Handler =>
+const text = (s: string): RouteHandler =>
   async function (_req, res) {
     res.writeHead(200, { "content-type": "text/plain; charset=utf-8", "content-length": Buffer.byteLength(s) }).end(s);
   };
-const version: Handler = async (_req, res) => sendJson(res, 200, { version: OLLAMA_API_VERSION });
+const version: RouteHandler = async (_req, res) => sendJson(res, 200, { version: OLLAMA_API_VERSION });
 /** api.StatusResponse: no Ollama cloud behind this server (source "env" when OLLAMA_NO_CLOUD says so too). */
-const status: Handler = async (_req, res) => sendJson(res, 200, { cloud: { disabled: true, source: process.env.OLLAMA_NO_CLOUD ? "env" : "config" } });
+const status: RouteHandler = async (_req, res) => sendJson(res, 200, { cloud: { disabled: true, source: process.env.OLLAMA_NO_CLOUD ? "env" : "config" } });
 /** POST /api/me: nobody is signed in to ollama.com here (Ollama's answer when no account is). */
-const whoami: Handler = async (req, res) => {
+const whoami: RouteHandler = async (req, res) => {
   req.resume();
   sendJson(res, 401, { error: "unauthorized" });
 };
 const readOnly = OllamaRoutes.prototype.readOnly;
 
-const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
+const ROUTES: Record<string, Partial<Record<string, RouteHandler>>> = {
   "/": { GET: text("Ollama is running") },
   "/api/version": { GET: version },
   "/api/status": { GET: status },
@@ -292,7 +304,7 @@ const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
   "/api/tags": { GET: OllamaRoutes.prototype.tags },
   "/api/show": { POST: OllamaRoutes.prototype.show },
   "/api/ps": { GET: OllamaRoutes.prototype.ps },
-  "/api/chat": { POST: OllamaRoutes.prototype.generate },
+  "/api/chat": { POST: OllamaRoutes.prototype.chat },
   "/api/generate": { POST: OllamaRoutes.prototype.generate },
   "/api/embed": { POST: OllamaRoutes.prototype.embed },
   "/api/embeddings": { POST: OllamaRoutes.prototype.embed },

@@ -5,7 +5,8 @@ export type TensorOpsErrorCode =
   | "BAD_BYTE_LENGTH"
   | "UNALIGNED_BLOCKS"
   | "BAD_SHAPE"
-  | "BAD_ARGUMENT";
+  | "BAD_ARGUMENT"
+  | "COPY_FAILED"; // an in-kernel range copy stopped midway (an errno, or the source ended)
 
 export class TensorOpsError extends Error {
   readonly code: TensorOpsErrorCode;

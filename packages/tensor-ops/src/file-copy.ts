@@ -4,6 +4,7 @@
  * WriteOptions.copyRange without @compat/gguf depending on this package.
  */
 import type { RangeCopier } from "@compat/gguf";
+import { TensorOpsError } from "./errors";
 import { nativeAddon } from "./native";
 
 /** Largest piece per native call: the call is synchronous, so the event loop gets a turn between pieces. */
@@ -36,9 +37,9 @@ export function kernelRangeCopier(): RangeCopier | undefined {
       const n = copy(srcFd, srcOffset + done, dstFd, dstOffset + done, want);
       if (n < 0) {
         if (done === 0 && DECLINED.has(-n)) return false;
-        throw new Error(`copy_file_range failed after ${done} of ${length} bytes (errno ${-n})`);
+        throw new TensorOpsError("COPY_FAILED", `copy_file_range failed after ${done} of ${length} bytes (errno ${-n})`);
       }
-      if (n < want) throw new Error(`copy_file_range: source ended after ${done + n} of ${length} bytes`);
+      if (n < want) throw new TensorOpsError("COPY_FAILED", `copy_file_range: source ended after ${done + n} of ${length} bytes`);
       done += n;
       if (done < length) await new Promise((r) => setImmediate(r));
     }

@@ -2,6 +2,7 @@ import { spawn } from "node:child_process";
 import { openSync, closeSync } from "node:fs";
 import { readFile, rm, writeFile } from "node:fs/promises";
 import { resolve } from "node:path";
+import { processAlive } from "@compat/files";
 import type { TranslationProfile } from "@compat/handlers";
 import { StoreMount, type ModelsLayout } from "@compat/prepare";
 import { CliError } from "../errors";
@@ -90,7 +91,7 @@ async function daemonize(dir: string, opts: MountFlags, io: CliIo): Promise<numb
   const pidFile = resolve(opts.pidFile ?? `${point}.pid`);
   const log = resolve(opts.log ?? `${point}.log`);
   const running = await readFile(pidFile, "utf8").then((t) => Number(t.trim()), () => undefined);
-  if (running !== undefined && alive(running)) throw new CliError("error", `mount ${point}: already running as pid ${running} (${pidFile}); stop it with: kill ${running}`);
+  if (running !== undefined && processAlive(running)) throw new CliError("error", `mount ${point}: already running as pid ${running} (${pidFile}); stop it with: kill ${running}`);
   await rm(pidFile, { force: true });
   const args = [process.argv[1]!, "mount", point, "--pid-file", pidFile, "--layout", opts.layout ?? "models-dir"];
   if (opts.allowOther) args.push("--allow-other");
@@ -114,13 +115,4 @@ async function daemonize(dir: string, opts: MountFlags, io: CliIo): Promise<numb
   io.err(`ollama-compat: mounted ${point} in the background (pid ${child.pid}, log ${log}); stop it with: kill $(cat ${pidFile})\n`);
   io.out(`${point}\n`);
   return ExitCode.ok;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
