@@ -10,7 +10,8 @@ export { modelFiles, fileStem, MODELS_LAYOUTS, type ModelsLayout } from "./layou
 export { modelArgs, DEFAULT_NUM_CTX } from "./args";
 export { builtinTemplateFor } from "./template";
 export { findLlamaTool } from "./locate";
-export { LlamaChild, freePort, checkPortFree, waitHealthy, crashCause, tiedToParent, type ExitInfo, type ChildOptions } from "./child";
+export { readKeyFile, apiKeyOf, KEY_FILE_MAX_BYTES, type KeyFile } from "./key-file";
+export { LlamaChild, freePort, checkPortFree, listeningPort, waitHealthy, crashCause, tiedToParent, type ExitInfo, type ChildOptions } from "./child";
 export { ownedTempDir, processState, thisProcess, type ProcessIdentity, type ProcessState } from "./owner";
 export { startServer, launch, commonArgs, isLoopback, bindingFromArgs, type PassThroughBinding, type LaunchOptions, type StartServerOptions, type RunningServer, type SingleServer } from "./server";
 export { startRouter, prepareRouterModels, presetSection, presetName, llamaCanonicalName, type StartRouterOptions, type RouterServer, type RouterModel, type PrepareFn } from "./router";
