@@ -2,7 +2,8 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { displayName, parseModelName } from "../name";
-import { chatRequest, generateRequest, isHousekeeping, jsonBody } from "./chat";
+import { BodyBudget, discard, readUpTo } from "./body";
+import { chatRequest, generateRequest, isHousekeeping, jsonBody, parseJson } from "./chat";
 import { embed, embeddings } from "./embed";
 import type { LoadConfigs, LoadWant } from "./load-config";
 import { ApiError, badRequest, modelNotFound } from "./errors";
@@ -29,6 +30,8 @@ export interface RoutesOptions {
   storeRoot: string;
   /** Largest request body accepted (bytes). */
   maxBodyBytes: number;
+  /** Request-body bytes held at once across all requests (see BodyBudget). */
+  maxHeldBodyBytes: number;
 }
 
 /**
@@ -37,9 +40,16 @@ export interface RoutesOptions {
  */
 export class OllamaRoutes {
   private readonly byName = new Map<string, ApiModel>();
+  private readonly bodies: BodyBudget;
 
   constructor(private readonly o: RoutesOptions) {
     for (const m of o.models) this.byName.set(m.name.toLowerCase(), m);
+    this.bodies = new BodyBudget(o.maxBodyBytes, o.maxHeldBodyBytes);
+  }
+
+  /** Request-body bytes held now, across all requests. */
+  heldBodyBytes(): number {
+    return this.bodies.held;
   }
 
   /** A model as a client names it: `gemma3` is `gemma3:latest`, full names and any case resolve too. */
@@ -53,7 +63,7 @@ export class OllamaRoutes {
     const path = (req.url ?? "/").split("?")[0]!;
     const method = req.method ?? "GET";
     try {
-      if (path.startsWith("/v1/")) return await this.passthrough(req, res, path);
+      if (path.startsWith("/v1/")) return await this.openAi(req, res, path);
       const route = ROUTES[path] ?? (path.startsWith("/api/blobs/") ? ROUTES["/api/blobs/:digest"] : undefined);
       if (!route) return void res.writeHead(404, { "content-type": "text/plain" }).end("404 page not found");
       const handler = route[method === "HEAD" && !route.HEAD ? "GET" : method];
@@ -65,8 +75,8 @@ export class OllamaRoutes {
     }
   }
 
-  private async body(req: IncomingMessage): Promise<Json> {
-    return jsonBody(await readBody(req, this.o.maxBodyBytes));
+  private async body(req: IncomingMessage, res: ServerResponse): Promise<Json> {
+    return jsonBody((await this.bodies.read(req, res)).toString("utf8"));
   }
 
   /** The model a request body names (`model`, or the older `name`); 400 without one, 404 when it is not installed. */
@@ -94,7 +104,7 @@ export class OllamaRoutes {
   }
 
   async show(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const body = await this.body(req);
+    const body = await this.body(req, res);
     const m = this.model(body);
     const f = await m.facts;
     const r = m.prepared.resolved;
@@ -140,7 +150,7 @@ export class OllamaRoutes {
   }
 
   async generate(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
-    const body = await this.body(req);
+    const body = await this.body(req, res);
     const m = this.model(body);
     const r = path === "/api/chat" ? await chatRequest(m, body) : await generateRequest(m, body);
     const want = await this.want(m, body.options);
@@ -151,33 +161,47 @@ export class OllamaRoutes {
   }
 
   async embed(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
-    const body = await this.body(req);
+    const body = await this.body(req, res);
     const m = this.model(body);
     const run = path === "/api/embed" ? embed : embeddings;
     sendJson(res, 200, await run(this.o.scheduler, this.o.upstream, m, body, await this.want(m, body.options)));
   }
 
   async readOnly(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    req.resume();
+    discard(req, res);
     sendJson(res, 403, { error: STORE_READ_ONLY });
   }
 
   /** HEAD /api/blobs/:digest: whether the store has the blob (what `ollama create` asks before an upload). */
   async headBlob(_req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
-    const digest = decodeURIComponent(path.slice("/api/blobs/".length));
+    const digest = decodedSegment(path.slice("/api/blobs/".length));
     const m = /^sha256[:-]([0-9a-f]{64})$/.exec(digest);
     if (!m) throw badRequest(`invalid digest format: ${digest}`);
     res.writeHead(existsSync(join(this.o.storeRoot, "blobs", `sha256-${m[1]}`)) ? 200 : 404).end();
   }
 
   /**
-   * /v1/*: llama-server's OpenAI routes, with the model named as Ollama users name it, loaded
-   * through the scheduler, and the model's stop words when a request gives none.
+   * /v1/*: Ollama's OpenAI and Anthropic routes. GET /v1/models[/:model] is answered here; the
+   * routes of V1_ROUTES go on to llama-server's router, and nothing else does: the router also
+   * serves admin routes (/models/load, /models/unload) that would bypass the scheduler. The path
+   * is compared as it came, not decoded: each route has one spelling, and an escape, a dot
+   * segment, a doubled or a back slash make another path, which is 404 here.
+   */
+  private async openAi(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    if ((req.method === "GET" || req.method === "HEAD") && (path === "/v1/models" || path.startsWith("/v1/models/"))) return this.openAiModels(res, path);
+    if (!V1_ROUTES.has(path)) return openAiError(res, 404, `no route ${path}`);
+    if (req.method !== "POST") return openAiError(res, 405, "method not allowed");
+    return this.passthrough(req, res, path);
+  }
+
+  /**
+   * A route of V1_ROUTES, passed to llama-server with the model named as Ollama users name it,
+   * loaded through the scheduler, and the model's stop words when a request gives none. What
+   * llama-server is asked for is `path` itself (one of V1_ROUTES), not the request's URL.
    */
   private async passthrough(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
-    if (req.method === "GET" && (path === "/v1/models" || path.startsWith("/v1/models/"))) return this.openAiModels(res, path);
     // bytes as they came (multipart uploads are not text); JSON bodies get Ollama's names
-    let body: Buffer | undefined = req.method === "GET" || req.method === "HEAD" ? undefined : await readBytes(req, this.o.maxBodyBytes);
+    let body: Buffer | undefined = await this.bodies.read(req, res);
     let lease: Lease | undefined;
     let leased: (() => Promise<Buffer>) | undefined;
     const abort = new AbortController();
@@ -188,14 +212,15 @@ export class OllamaRoutes {
     if (body && !/multipart|octet-stream|^audio|^image/.test(req.headers["content-type"] ?? "")) {
       let parsed: Json | undefined;
       try {
-        const v = JSON.parse(body.toString("utf8")) as unknown;
+        const v = parseJson(body.toString("utf8"));
         if (typeof v === "object" && v !== null && !Array.isArray(v)) parsed = v as Json;
-      } catch {
-        // llama-server answers what it cannot parse
+      } catch (e) {
+        // what is not text (a lone surrogate) is refused here; llama-server answers the rest it cannot parse
+        if (e instanceof ApiError) return openAiError(res, e.status, e.message);
       }
       if (parsed && typeof parsed.model === "string") {
         const m = this.find(parsed.model);
-        if (!m) return sendJson(res, 404, { error: { message: `model "${parsed.model}" not found, try pulling it first`, type: "api_error", param: null, code: null } });
+        if (!m) return openAiError(res, 404, `model "${parsed.model}" not found, try pulling it first`);
         const stop = stopWords(m.prepared.resolved.params.stop);
         if (parsed.stop === undefined && stop.length > 0 && /completions$/.test(path)) parsed.stop = stop;
         const json = parsed;
@@ -210,16 +235,16 @@ export class OllamaRoutes {
     try {
       const headers = { ...req.headers };
       for (const h of ["host", "connection", "content-length", "authorization", "keep-alive", "transfer-encoding"]) delete headers[h];
-      let up = await this.o.upstream.send(req.method ?? "GET", req.url ?? path, body, { headers, signal: abort.signal });
+      let up = await this.o.upstream.send("POST", path, body, { headers, signal: abort.signal });
       if (leased && lease && (up.statusCode ?? 0) >= 400) {
         // the model's instance died since the scheduler last looked: load it again, once
-        const said = await readBytes(up, 1 << 20).catch(() => Buffer.alloc(0));
+        const said = await readUpTo(up, 1 << 20).catch(() => Buffer.alloc(0));
         if (/is not running|failed to load|is not loaded/.test(said.toString("utf8"))) {
           lease.lost();
           lease.release();
           lease = undefined;
           body = await leased();
-          up = await this.o.upstream.send(req.method ?? "GET", req.url ?? path, body, { headers, signal: abort.signal });
+          up = await this.o.upstream.send("POST", path, body, { headers, signal: abort.signal });
         } else {
           res.writeHead(up.statusCode ?? 502, passedHeaders(up)).end(said);
           return;
@@ -235,7 +260,7 @@ export class OllamaRoutes {
     } catch (e) {
       if (abort.signal.aborted) return;
       if (res.headersSent) res.destroy();
-      else sendJson(res, 502, { error: { message: `llama-server: ${(e as Error).message}`, type: "api_error", param: null, code: null } });
+      else openAiError(res, 502, `llama-server: ${(e as Error).message}`);
     } finally {
       lease?.release();
     }
@@ -245,10 +270,32 @@ export class OllamaRoutes {
   private async openAiModels(res: ServerResponse, path: string): Promise<void> {
     const entry = async (m: ApiModel) => ({ id: m.name, object: "model", created: Math.floor((await m.facts).modifiedAt.getTime() / 1000), owned_by: ownerOf(m.name) });
     if (path === "/v1/models") return sendJson(res, 200, { object: "list", data: await Promise.all(this.o.models.map(entry)) });
-    const ref = decodeURIComponent(path.slice("/v1/models/".length));
+    let ref: string;
+    try {
+      ref = decodedSegment(path.slice("/v1/models/".length));
+    } catch (e) {
+      return openAiError(res, 400, (e as Error).message);
+    }
     const m = this.find(ref);
-    if (!m) return sendJson(res, 404, { error: { message: `model "${ref}" not found`, type: "api_error", param: null, code: null } });
+    if (!m) return openAiError(res, 404, `model "${ref}" not found`);
     sendJson(res, 200, await entry(m));
+  }
+}
+
+/** The /v1 routes of Ollama's (server/routes.go) that llama-server answers, all POST. */
+const V1_ROUTES = new Set(["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/audio/transcriptions", "/v1/messages"]);
+
+/** An error on a /v1 route, in OpenAI's shape (what those clients read). */
+function openAiError(res: ServerResponse, status: number, message: string): void {
+  sendJson(res, status, { error: { message, type: "api_error", param: null, code: null } });
+}
+
+/** A percent-encoded path segment, decoded; a malformed escape (`%zz`, a cut UTF-8 sequence) is the client's error. */
+function decodedSegment(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    throw badRequest(`malformed percent escape in ${JSON.stringify(s)}`);
   }
 }
 
@@ -290,29 +337,4 @@ function passedHeaders(up: IncomingMessage): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !["connection", "keep-alive", "transfer-encoding", "content-length"].includes(k)) out[k] = v;
   return out;
-}
-
-/** A request body, refused beyond `max` bytes (413). */
-function readBytes(req: IncomingMessage, max: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on("data", (c: Buffer) => {
-      size += c.length;
-      if (size > max) {
-        req.removeAllListeners("data");
-        req.resume();
-        reject(new ApiError(413, `request body larger than ${max} bytes`));
-      } else chunks.push(c);
-    });
-    req.once("end", () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)));
-    req.once("error", reject);
-    req.once("close", () => {
-      if (!req.complete) reject(new ApiError(400, "the client closed the connection before the whole request body came"));
-    });
-  });
-}
-
-async function readBody(req: IncomingMessage, max: number): Promise<string> {
-  return (await readBytes(req, max)).toString("utf8");
 }
