@@ -46,8 +46,13 @@ async function ps(): Promise<Array<{ name: string; context_length: number; expir
 }
 
 /** The router's model instances and their status, by router name. */
+/** A request to the router itself, which answers only with the key the API made for it. */
+function routerFetch(url: string): Promise<Response> {
+  return fetch(url, { headers: { authorization: `Bearer ${server.routerKey}` } });
+}
+
 async function routerModels(): Promise<Map<string, string>> {
-  const body = (await (await fetch(`${server.router.url}/models`)).json()) as { data: Array<{ aliases?: string[]; id: string; status: { value: string } }> };
+  const body = (await (await routerFetch(`${server.router.url}/models`)).json()) as { data: Array<{ aliases?: string[]; id: string; status: { value: string } }> };
   return new Map(body.data.map((m) => [m.aliases?.[0] ?? m.id, m.status.value]));
 }
 
@@ -100,7 +105,7 @@ describe("load-time options: a request's num_ctx is the context it runs with", (
   it("the other load-time options (num_batch, num_thread, use_mmap) pick a configuration of their own, with their flags", { timeout: 180_000 }, async () => {
     const r = await ollama.chat({ model: "small", messages: [{ role: "user", content: "hi" }], options: { num_batch: 64, num_thread: 1, use_mmap: false, num_predict: 1 } });
     expect(r.done).toBe(true);
-    const body = (await (await fetch(`${server.router.url}/models`)).json()) as { data: Array<{ aliases?: string[]; status: { value: string; args?: string[] } }> };
+    const body = (await (await routerFetch(`${server.router.url}/models`)).json()) as { data: Array<{ aliases?: string[]; status: { value: string; args?: string[] } }> };
     const variant = body.data.find((m) => m.aliases?.[0] === "small:latest~batch64-mmap0-threads1")!;
     expect(variant.status.value).toBe("loaded");
     const args = variant.status.args!;
@@ -197,7 +202,7 @@ describe("a client that goes away mid-answer", () => {
         throw new Error(`${e.message}; llama-server's last lines:\n${logs.slice(-20).join("\n")}`);
       });
       await until("the slot to be idle", async () => {
-        const slots = (await (await fetch(`${server.router.url}/slots?autoload=false&model=${encodeURIComponent("small:latest~ctx4096")}`)).json()) as Array<{ is_processing: boolean }>;
+        const slots = (await (await routerFetch(`${server.router.url}/slots?autoload=false&model=${encodeURIComponent("small:latest~ctx4096")}`)).json()) as Array<{ is_processing: boolean }>;
         return slots.every((s) => !s.is_processing) ? true : undefined;
       });
       // the aborted request gave its lease back: its keep_alive of 2 s runs out and the model is unloaded

@@ -56,6 +56,8 @@ export interface OllamaServer {
   port: number;
   /** The llama-server router behind it. */
   router: RouterServer;
+  /** The key the router answers to (`Authorization: Bearer KEY`), made at start, for a caller that asks the router itself; never printed. */
+  routerKey: string;
   models: RouterModel[];
   /** Resolves when the router exits (the API stops with it). */
   exited: Promise<ExitInfo>;
@@ -125,6 +127,7 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
     host,
     port: boundPort,
     router,
+    routerKey,
     models: router.models,
     exited: router.exited,
     heldBodyBytes: () => routes.heldBodyBytes(),
