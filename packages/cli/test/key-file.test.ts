@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { generateFixtureFiles } from "@compat/testkit";
-import { buildOllamaStore } from "@compat/server-bridge";
+import { buildOllamaStore } from "@compat/store";
 import { spawnCli } from "./helpers";
 
 /**

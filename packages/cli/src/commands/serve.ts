@@ -1,20 +1,8 @@
 import type { TranslationProfile } from "@compat/handlers";
-import {
-  apiKeyOf,
-  bindingFromArgs,
-  BridgeError,
-  crashCause,
-  isLoopback,
-  ModelStore,
-  ollamaAddress,
-  readKeyFile,
-  serveMount,
-  serveOllama,
-  startServer,
-  type ExitInfo,
-  type ServeOllamaOptions,
-  type StoreMount,
-} from "@compat/server-bridge";
+import { ollamaAddress, serveOllama, type ServeOllamaOptions } from "@compat/ollama-api";
+import { serveMount, type StoreMount } from "@compat/prepare";
+import { apiKeyOf, bindingFromArgs, BridgeError, crashCause, isLoopback, readKeyFile, startServer, type ExitInfo } from "@compat/server-bridge";
+import { ModelStore } from "@compat/store";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
 import { startFailureText } from "../llama-check";

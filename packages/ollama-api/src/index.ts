@@ -1,0 +1,171 @@
+import { randomBytes } from "node:crypto";
+import { createServer, type Server } from "node:http";
+import { asStore, BridgeError, checkPortFree, isLoopback, startRouter, type ExitInfo, type RouterModel, type RouterServer, type StartRouterOptions } from "@compat/server-bridge";
+import { allowedOrigins, checkAccess, originMatchers } from "./access";
+import { parseKeepAlive } from "./duration";
+import { LoadConfigs } from "./load-config";
+import { apiModel, type ApiModel } from "./models";
+import { OllamaRoutes } from "./routes";
+import { ModelScheduler } from "./scheduler";
+import { Upstream } from "./upstream";
+
+export { OLLAMA_API_VERSION } from "./routes";
+
+/** Ollama's default address. */
+export const OLLAMA_DEFAULT_PORT = 11434;
+
+/**
+ * Where the API listens when not told: OLLAMA_HOST as Ollama reads it (envconfig.Host: `host`,
+ * `host:port`, `[::1]:port`, `http://host[:port]`; no port: 11434, or 80/443 after a scheme),
+ * default 127.0.0.1:11434. An empty host (`:8080`) stays on loopback here (Ollama would listen
+ * on every interface; beyond loopback needs an API key).
+ */
+export function ollamaAddress(env: Record<string, string | undefined> = process.env): { host: string; port: number } {
+  const s = (env.OLLAMA_HOST ?? "").trim();
+  const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(s)?.[1]?.toLowerCase();
+  const fallback = scheme === "https" ? 443 : scheme === "http" ? 80 : OLLAMA_DEFAULT_PORT;
+  const hostport = (scheme ? s.slice(scheme.length + 3) : s).split("/")[0]!;
+  const m = /^(?:\[([^\]]*)\]|([^:[\]]*)):(\d+)$/.exec(hostport);
+  const port = m ? Number(m[3]) : fallback;
+  const host = (m ? (m[1] ?? m[2]) : hostport.replace(/^\[|\]$/g, "")) || "127.0.0.1";
+  return { host, port: port <= 65535 ? port : fallback };
+}
+
+export interface ServeOllamaOptions extends Omit<StartRouterOptions, "modelsMax"> {
+  /** Models loaded at once (default $OLLAMA_MAX_LOADED_MODELS, else 4, llama-server's own default); 0: no limit. */
+  modelsMax?: number;
+  /** How long an idle model stays loaded: a number of seconds or a duration (default $OLLAMA_KEEP_ALIVE, else "5m"). */
+  keepAlive?: string | number;
+  /** Largest request body accepted (default 256 MiB: images travel base64 inside JSON). */
+  maxBodyBytes?: number;
+  /**
+   * Request-body bytes held at once across all connections (default 512 MiB, at least
+   * maxBodyBytes): a request that would go beyond it is refused with 503.
+   */
+  maxHeldBodyBytes?: number;
+}
+
+export interface OllamaServer {
+  /** `http://HOST:PORT`: Ollama's API (/api/*) and the OpenAI routes (/v1/*). */
+  url: string;
+  host: string;
+  port: number;
+  /** The llama-server router behind it. */
+  router: RouterServer;
+  /** The key the router answers to (`Authorization: Bearer KEY`), made at start, for a caller that asks the router itself; never printed. */
+  routerKey: string;
+  models: RouterModel[];
+  /** Resolves when the router exits (the API stops with it). */
+  exited: Promise<ExitInfo>;
+  /** Request-body bytes the API holds now, across all connections (never above maxHeldBodyBytes). */
+  heldBodyBytes(): number;
+  stop(graceMs?: number): Promise<ExitInfo>;
+}
+
+/**
+ * Ollama's REST API on Ollama's address, in front of a llama-server router over the store:
+ * what an Ollama user's clients call, answered by stock llama-server. The router listens on a
+ * private loopback port; this API is the only way in, so model loads are decided by one
+ * scheduler (see ModelScheduler) and names are Ollama's on every route. The router and the
+ * model instances it starts answer only requests that carry a key this process made up
+ * (web pages and other local users get 401), and allow no other origin (see ROUTER_CORS).
+ */
+export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServer> {
+  const env = opts.env ?? process.env;
+  const address = ollamaAddress(env);
+  const host = opts.host ?? address.host;
+  const port = opts.port ?? address.port;
+  if (!isLoopback(host) && !opts.apiKey && !opts.insecure) {
+    throw new BridgeError("INSECURE_BIND", `refusing to serve on ${host} without an API key: give one (apiKey, --api-key-file) or opt out with insecure`, { host });
+  }
+  const modelsMax = opts.modelsMax ?? (env.OLLAMA_MAX_LOADED_MODELS ? Number(env.OLLAMA_MAX_LOADED_MODELS) : 4);
+  if (!Number.isInteger(modelsMax) || modelsMax < 0) throw new BridgeError("INVALID_OPTION", `models-max ${modelsMax}: expected a whole number (0: no limit)`, { modelsMax });
+  const keepAliveMs = parseKeepAliveOption(opts.keepAlive ?? env.OLLAMA_KEEP_ALIVE ?? "5m");
+  // fail on a taken address before translating anything
+  if (port !== 0) await checkPortFree(host, port);
+
+  const args = routerArgs(opts.args ?? []);
+  // the key travels to llama-server by environment (LLAMA_API_KEY), which the router's model
+  // instances inherit: they check it too (the router passes the Authorization header on)
+  const routerKey = randomBytes(32).toString("base64url");
+  const router = await startRouter({ ...opts, args, host: "127.0.0.1", port: undefined, apiKey: routerKey, insecure: false, modelsMax: 0, stopWordsPerRequest: true });
+  const upstream = new Upstream(router.url, routerKey);
+  const configs = new LoadConfigs(router.presetPath, upstream);
+  const scheduler = new ModelScheduler(upstream, { maxLoaded: modelsMax, keepAliveMs, onStatus: opts.onStatus, define: (c, inUse) => configs.define(c, inUse) });
+  const served: ApiModel[] = router.models.filter((m) => m.model).map((m) => apiModel(m.name, m.model!));
+  const maxBodyBytes = opts.maxBodyBytes ?? 256 * 2 ** 20;
+  const maxHeldBodyBytes = opts.maxHeldBodyBytes ?? Math.max(512 * 2 ** 20, maxBodyBytes);
+  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, storeRoot: asStore(opts.store, env).root, maxBodyBytes, maxHeldBodyBytes });
+  const access = { origins: allowedOrigins(env), listenHost: host, apiKey: opts.apiKey };
+  const matchers = originMatchers(access.origins);
+  const http = createServer({ noDelay: true, keepAliveTimeout: 65_000 }, (req, res) => {
+    if (checkAccess(req, res, access, matchers) === "next") void routes.handle(req, res);
+  });
+  try {
+    await listen(http, host, port);
+  } catch (e) {
+    await router.stop();
+    throw e;
+  }
+  const bound = http.address();
+  const boundPort = typeof bound === "object" && bound ? bound.port : port;
+  const shutdown = () => {
+    scheduler.close();
+    upstream.close();
+    http.closeAllConnections();
+    http.close();
+  };
+  void router.exited.then(shutdown);
+  // the address it really listens on, as startServer prints it: 0.0.0.0 is every interface
+  const urlHost = host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
+  return {
+    url: `http://${urlHost}:${boundPort}`,
+    host,
+    port: boundPort,
+    router,
+    routerKey,
+    models: router.models,
+    exited: router.exited,
+    heldBodyBytes: () => routes.heldBodyBytes(),
+    stop: async (graceMs) => {
+      shutdown();
+      return router.stop(graceMs);
+    },
+  };
+}
+
+/**
+ * CORS on the router and its model instances: one allowed origin that no page can have (.invalid
+ * never resolves, RFC 6761) and no credentials, so a browser lets no page read an answer.
+ * llama-server's default is `*` with credentials, which echoes any Origin.
+ */
+const ROUTER_CORS = ["--cors-origins", "http://ollama-compat-router.invalid", "--no-cors-credentials"];
+
+/** llama-server arguments that would move the router, unlock it or open it to pages: the API decides those. */
+const ROUTER_OWN = new Set(["--host", "--port", "--api-key", "--api-key-file", "--api-prefix", "--cors-origins", "--cors-credentials", "--no-cors-credentials", "--cors-methods", "--cors-headers"]);
+
+/** The router's arguments: ROUTER_CORS, then the pass-through ones (none of ROUTER_OWN, so nothing undoes it). */
+function routerArgs(args: readonly string[]): string[] {
+  for (const a of args) {
+    if (!ROUTER_OWN.has(a.startsWith("--") ? a.replace(/_/g, "-") : a)) continue;
+    throw new BridgeError("BAD_ARGUMENT", `llama-server argument ${a}: the Ollama API's router listens on a private loopback port with a key of its own; give the API's address with --host/--port (OLLAMA_HOST) and its key with --api-key-file`, { arg: a });
+  }
+  return [...ROUTER_CORS, ...args];
+}
+
+function parseKeepAliveOption(v: string | number): number {
+  try {
+    return parseKeepAlive(v) ?? 5 * 60_000;
+  } catch {
+    throw new BridgeError("INVALID_OPTION", `keep-alive ${JSON.stringify(v)}: expected seconds or a duration such as "5m" (negative: forever)`, { keepAlive: v });
+  }
+}
+
+function listen(server: Server, host: string, port: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once("error", (e: NodeJS.ErrnoException) =>
+      reject(e.code === "EADDRINUSE" ? new BridgeError("PORT_IN_USE", `port ${port} on ${host} is already in use (is Ollama still running? stop it first)`, { host, port }) : e),
+    );
+    server.listen(port, host, () => resolve());
+  });
+}

@@ -1,0 +1,340 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { displayName, parseModelName } from "@compat/store";
+import { BodyBudget, discard, readUpTo } from "./body";
+import { chatRequest, generateRequest, isHousekeeping, jsonBody, parseJson } from "./chat";
+import { embed, embeddings } from "./embed";
+import type { LoadConfigs, LoadWant } from "./load-config";
+import { ApiError, badRequest, modelNotFound } from "./errors";
+import { modelfileText, parametersText, tensorList, type ApiModel } from "./models";
+import { stopWords } from "./options";
+import { answer, sendError, sendJson } from "./respond";
+import type { Lease, ModelScheduler } from "./scheduler";
+import type { Upstream } from "./upstream";
+
+/** The Ollama release whose API this implements (what /api/version says; clients check minimums). */
+export const OLLAMA_API_VERSION = "0.32.15";
+
+const STORE_READ_ONLY =
+  "ollama-compat serves the Ollama model store read-only: pull, create, copy, push and delete models with the ollama command, then restart ollama-compat serve --all";
+
+type Json = Record<string, unknown>;
+
+export interface RoutesOptions {
+  models: ApiModel[];
+  scheduler: ModelScheduler;
+  configs: LoadConfigs;
+  upstream: Upstream;
+  /** The store's root (HEAD /api/blobs/:digest looks there). */
+  storeRoot: string;
+  /** Largest request body accepted (bytes). */
+  maxBodyBytes: number;
+  /** Request-body bytes held at once across all requests (see BodyBudget). */
+  maxHeldBodyBytes: number;
+}
+
+/**
+ * Ollama's REST API (server/routes.go GenerateRoutes) over llama-server's router, and the
+ * router's OpenAI routes (/v1/*) passed through with the same model names.
+ */
+export class OllamaRoutes {
+  private readonly byName = new Map<string, ApiModel>();
+  private readonly bodies: BodyBudget;
+
+  constructor(private readonly o: RoutesOptions) {
+    for (const m of o.models) this.byName.set(m.name.toLowerCase(), m);
+    this.bodies = new BodyBudget(o.maxBodyBytes, o.maxHeldBodyBytes);
+  }
+
+  /** Request-body bytes held now, across all requests. */
+  heldBodyBytes(): number {
+    return this.bodies.held;
+  }
+
+  /** A model as a client names it: `gemma3` is `gemma3:latest`, full names and any case resolve too. */
+  find(ref: unknown): ApiModel | undefined {
+    if (typeof ref !== "string" || ref === "") return undefined;
+    const n = parseModelName(ref);
+    return n ? this.byName.get(displayName(n).toLowerCase()) : undefined;
+  }
+
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = (req.url ?? "/").split("?")[0]!;
+    const method = req.method ?? "GET";
+    try {
+      if (path.startsWith("/v1/")) return await this.openAi(req, res, path);
+      const route = ROUTES[path] ?? (path.startsWith("/api/blobs/") ? ROUTES["/api/blobs/:digest"] : undefined);
+      if (!route) return void res.writeHead(404, { "content-type": "text/plain" }).end("404 page not found");
+      const handler = route[method === "HEAD" && !route.HEAD ? "GET" : method];
+      if (!handler) return void res.writeHead(405, { "content-type": "text/plain" }).end("405 method not allowed");
+      await handler.call(this, req, res, path);
+    } catch (e) {
+      if (res.headersSent) res.destroy();
+      else sendError(res, e);
+    }
+  }
+
+  private async body(req: IncomingMessage, res: ServerResponse): Promise<Json> {
+    return jsonBody((await this.bodies.read(req, res)).toString("utf8"));
+  }
+
+  /** The model a request body names (`model`, or the older `name`); 400 without one, 404 when it is not installed. */
+  private model(body: Json): ApiModel {
+    const ref = (body.model as unknown) || body.name;
+    if (typeof ref !== "string" || ref === "") throw badRequest("model is required");
+    const m = this.find(ref);
+    if (!m) throw modelNotFound(ref);
+    return m;
+  }
+
+  /** The load configuration a request's `options` need (num_ctx and the other load-time options). */
+  private async want(m: ApiModel, options: unknown): Promise<LoadWant> {
+    return this.o.configs.want(m, options, (await m.facts).contextLength);
+  }
+
+  async tags(_req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const models = await Promise.all(
+      this.o.models.map(async (m) => {
+        const f = await m.facts;
+        return { name: m.name, model: m.name, modified_at: f.modifiedAt.toISOString(), size: f.size, digest: f.digest, details: f.details };
+      }),
+    );
+    sendJson(res, 200, { models });
+  }
+
+  async show(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.body(req, res);
+    const m = this.model(body);
+    const f = await m.facts;
+    const r = m.prepared.resolved;
+    const out: Json = {
+      modelfile: modelfileText(m.name, m.prepared),
+      parameters: parametersText(r.params),
+      template: f.template,
+      ...(r.system !== undefined ? { system: r.system } : {}),
+      details: f.details,
+      model_info: f.modelInfo,
+      capabilities: f.capabilities,
+      modified_at: f.modifiedAt.toISOString(),
+    };
+    if (!out.parameters) delete out.parameters;
+    if (body.verbose === true) Object.assign(out, await tensorList(m.prepared).then((t) => ({ model_info: t.info, tensors: t.tensors })));
+    // Copilot Chat names a model by general.basename; Ollama answers it with the name it asked for
+    if ((req.headers["user-agent"] ?? "").startsWith("GitHubCopilotChat/")) out.model_info = { ...(out.model_info as Json), "general.basename": body.model ?? body.name };
+    sendJson(res, 200, out);
+  }
+
+  async ps(_req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const statuses = await this.o.upstream.statuses();
+    const models = [];
+    for (const m of this.o.models) {
+      const config = this.o.scheduler.configOf(m.name) ?? (await this.want(m, undefined)).config;
+      const s = statuses.get(config.routerName);
+      if (s !== "loaded" && s !== "sleeping" && s !== "loading") continue;
+      const f = await m.facts;
+      const expires = this.o.scheduler.expiresAt(m.name) ?? Date.now();
+      models.push({
+        name: m.name,
+        model: m.name,
+        size: f.size,
+        digest: f.digest,
+        details: f.details,
+        expires_at: new Date(expires).toISOString(),
+        size_vram: 0,
+        context_length: config.numCtx,
+      });
+    }
+    models.sort((a, b) => b.expires_at.localeCompare(a.expires_at));
+    sendJson(res, 200, { models });
+  }
+
+  async generate(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const body = await this.body(req, res);
+    const m = this.model(body);
+    const r = path === "/api/chat" ? await chatRequest(m, body) : await generateRequest(m, body);
+    const want = await this.want(m, body.options);
+    if (!isHousekeeping(r)) return answer(this.o.scheduler, this.o.upstream, res, r, want);
+    if (r.kind === "unload") await this.o.scheduler.unload(m.name);
+    else (await this.o.scheduler.acquire(m.name, want, r.keepAliveMs)).release();
+    sendJson(res, 200, r.reply);
+  }
+
+  async embed(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const body = await this.body(req, res);
+    const m = this.model(body);
+    const run = path === "/api/embed" ? embed : embeddings;
+    sendJson(res, 200, await run(this.o.scheduler, this.o.upstream, m, body, await this.want(m, body.options)));
+  }
+
+  async readOnly(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    discard(req, res);
+    sendJson(res, 403, { error: STORE_READ_ONLY });
+  }
+
+  /** HEAD /api/blobs/:digest: whether the store has the blob (what `ollama create` asks before an upload). */
+  async headBlob(_req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const digest = decodedSegment(path.slice("/api/blobs/".length));
+    const m = /^sha256[:-]([0-9a-f]{64})$/.exec(digest);
+    if (!m) throw badRequest(`invalid digest format: ${digest}`);
+    res.writeHead(existsSync(join(this.o.storeRoot, "blobs", `sha256-${m[1]}`)) ? 200 : 404).end();
+  }
+
+  /**
+   * /v1/*: Ollama's OpenAI and Anthropic routes. GET /v1/models[/:model] is answered here; the
+   * routes of V1_ROUTES go on to llama-server's router, and nothing else does: the router also
+   * serves admin routes (/models/load, /models/unload) that would bypass the scheduler. The path
+   * is compared as it came, not decoded: each route has one spelling, and an escape, a dot
+   * segment, a doubled or a back slash make another path, which is 404 here.
+   */
+  private async openAi(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    if ((req.method === "GET" || req.method === "HEAD") && (path === "/v1/models" || path.startsWith("/v1/models/"))) return this.openAiModels(res, path);
+    if (!V1_ROUTES.has(path)) return openAiError(res, 404, `no route ${path}`);
+    if (req.method !== "POST") return openAiError(res, 405, "method not allowed");
+    return this.passthrough(req, res, path);
+  }
+
+  /**
+   * A route of V1_ROUTES, passed to llama-server with the model named as Ollama users name it,
+   * loaded through the scheduler, and the model's stop words when a request gives none. What
+   * llama-server is asked for is `path` itself (one of V1_ROUTES), not the request's URL.
+   */
+  private async passthrough(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    // bytes as they came (multipart uploads are not text); JSON bodies get Ollama's names
+    let body: Buffer | undefined = await this.bodies.read(req, res);
+    let lease: Lease | undefined;
+    let leased: (() => Promise<Buffer>) | undefined;
+    const abort = new AbortController();
+    res.on("close", () => {
+      if (!res.writableFinished) abort.abort();
+    });
+    // JSON bodies get Ollama's names, whatever content type the client gave them (fetch says text/plain)
+    if (body && !/multipart|octet-stream|^audio|^image/.test(req.headers["content-type"] ?? "")) {
+      let parsed: Json | undefined;
+      try {
+        const v = parseJson(body.toString("utf8"));
+        if (typeof v === "object" && v !== null && !Array.isArray(v)) parsed = v as Json;
+      } catch (e) {
+        // what is not text (a lone surrogate) is refused here; llama-server answers the rest it cannot parse
+        if (e instanceof ApiError) return openAiError(res, e.status, e.message);
+      }
+      if (parsed && typeof parsed.model === "string") {
+        const m = this.find(parsed.model);
+        if (!m) return openAiError(res, 404, `model "${parsed.model}" not found, try pulling it first`);
+        const stop = stopWords(m.prepared.resolved.params.stop);
+        if (parsed.stop === undefined && stop.length > 0 && /completions$/.test(path)) parsed.stop = stop;
+        const json = parsed;
+        leased = async () => {
+          lease = await this.o.scheduler.acquire(m.name, await this.want(m, undefined), undefined, abort.signal);
+          json.model = lease.target;
+          return Buffer.from(JSON.stringify(json));
+        };
+        body = await leased();
+      }
+    }
+    try {
+      const headers = { ...req.headers };
+      for (const h of ["host", "connection", "content-length", "authorization", "keep-alive", "transfer-encoding"]) delete headers[h];
+      let up = await this.o.upstream.send("POST", path, body, { headers, signal: abort.signal });
+      if (leased && lease && (up.statusCode ?? 0) >= 400) {
+        // the model's instance died since the scheduler last looked: load it again, once
+        const said = await readUpTo(up, 1 << 20).catch(() => Buffer.alloc(0));
+        if (/is not running|failed to load|is not loaded/.test(said.toString("utf8"))) {
+          lease.lost();
+          lease.release();
+          lease = undefined;
+          body = await leased();
+          up = await this.o.upstream.send("POST", path, body, { headers, signal: abort.signal });
+        } else {
+          res.writeHead(up.statusCode ?? 502, passedHeaders(up)).end(said);
+          return;
+        }
+      }
+      res.writeHead(up.statusCode ?? 502, passedHeaders(up));
+      // event streams pass through chunk by chunk as llama-server writes them
+      await new Promise<void>((resolve, reject) => {
+        up.once("error", reject);
+        up.once("close", () => (up.complete ? resolve() : reject(new Error("llama-server closed the connection before the answer was finished"))));
+        up.pipe(res);
+      });
+    } catch (e) {
+      if (abort.signal.aborted) return;
+      if (res.headersSent) res.destroy();
+      else openAiError(res, 502, `llama-server: ${(e as Error).message}`);
+    } finally {
+      lease?.release();
+    }
+  }
+
+  /** GET /v1/models[/:model] in Ollama's shape (openai/openai.go ListCompletion): our names, not the preset's. */
+  private async openAiModels(res: ServerResponse, path: string): Promise<void> {
+    const entry = async (m: ApiModel) => ({ id: m.name, object: "model", created: Math.floor((await m.facts).modifiedAt.getTime() / 1000), owned_by: ownerOf(m.name) });
+    if (path === "/v1/models") return sendJson(res, 200, { object: "list", data: await Promise.all(this.o.models.map(entry)) });
+    let ref: string;
+    try {
+      ref = decodedSegment(path.slice("/v1/models/".length));
+    } catch (e) {
+      return openAiError(res, 400, (e as Error).message);
+    }
+    const m = this.find(ref);
+    if (!m) return openAiError(res, 404, `model "${ref}" not found`);
+    sendJson(res, 200, await entry(m));
+  }
+}
+
+/** The /v1 routes of Ollama's (server/routes.go) that llama-server answers, all POST. */
+const V1_ROUTES = new Set(["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/audio/transcriptions", "/v1/messages"]);
+
+/** An error on a /v1 route, in OpenAI's shape (what those clients read). */
+function openAiError(res: ServerResponse, status: number, message: string): void {
+  sendJson(res, status, { error: { message, type: "api_error", param: null, code: null } });
+}
+
+/** A percent-encoded path segment, decoded; a malformed escape (`%zz`, a cut UTF-8 sequence) is the client's error. */
+function decodedSegment(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    throw badRequest(`malformed percent escape in ${JSON.stringify(s)}`);
+  }
+}
+
+/** The namespace of a name (`library` when it has none), as Ollama's /v1/models reports owned_by. */
+function ownerOf(name: string): string {
+  const n = parseModelName(name);
+  return n?.namespace ?? "library";
+}
+
+type Handler = (this: OllamaRoutes, req: IncomingMessage, res: ServerResponse, path: string) => Promise<void>;
+
+const text = (s: string): Handler =>
+  async function (_req, res) {
+    res.writeHead(200, { "content-type": "text/plain; charset=utf-8", "content-length": Buffer.byteLength(s) }).end(s);
+  };
+const version: Handler = async (_req, res) => sendJson(res, 200, { version: OLLAMA_API_VERSION });
+const readOnly = OllamaRoutes.prototype.readOnly;
+
+const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
+  "/": { GET: text("Ollama is running") },
+  "/api/version": { GET: version },
+  "/api/tags": { GET: OllamaRoutes.prototype.tags },
+  "/api/show": { POST: OllamaRoutes.prototype.show },
+  "/api/ps": { GET: OllamaRoutes.prototype.ps },
+  "/api/chat": { POST: OllamaRoutes.prototype.generate },
+  "/api/generate": { POST: OllamaRoutes.prototype.generate },
+  "/api/embed": { POST: OllamaRoutes.prototype.embed },
+  "/api/embeddings": { POST: OllamaRoutes.prototype.embed },
+  "/api/pull": { POST: readOnly },
+  "/api/push": { POST: readOnly },
+  "/api/create": { POST: readOnly },
+  "/api/copy": { POST: readOnly },
+  "/api/delete": { DELETE: readOnly },
+  "/api/blobs/:digest": { POST: readOnly, HEAD: OllamaRoutes.prototype.headBlob },
+};
+
+/** llama-server's response headers that go on to the client (not the ones of its own connection). */
+function passedHeaders(up: IncomingMessage): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !["connection", "keep-alive", "transfer-encoding", "content-length"].includes(k)) out[k] = v;
+  return out;
+}
