@@ -1,4 +1,4 @@
-import { layoutGguf, readTensorData, writeGguf, type GgufLayout, type GgufModel, type GgufTensor, type WriteOptions } from "@compat/gguf";
+import { extentsCovering, layoutGguf, readTensorData, writeGguf, type GgufLayout, type GgufModel, type GgufTensor, type WriteOptions } from "@compat/gguf";
 import { kernelRangeCopier } from "@compat/tensor-ops";
 import type { TranslationReport } from "./report";
 
@@ -36,29 +36,18 @@ export class TranslatedView {
 
   /** Any byte range of the virtual output file (clamped to its end). */
   async read(offset: number, length: number): Promise<Uint8Array> {
-    const { header, dataOffset, tensorOffsets, tensorSizes, totalSize } = this.layout;
     if (!Number.isInteger(offset) || !Number.isInteger(length) || offset < 0 || length < 0) {
       throw new RangeError(`read(${offset}, ${length}): offset and length must be non-negative integers`);
     }
-    const end = Math.min(offset + length, totalSize);
+    const layout = this.layout;
+    const end = Math.min(offset + length, layout.totalSize);
     const out = new Uint8Array(Math.max(0, end - offset));
     if (out.length === 0) return out;
-
-    // Header (including its alignment padding): copy what overlaps.
-    if (offset < header.length) out.set(header.subarray(offset, Math.min(end, header.length)), 0);
-
-    // Tensors overlapping [offset, end); gaps between them are zero padding.
-    const tensors = this.model.tensors;
-    let i = firstTensorEndingAfter(this.layout, offset);
-    for (; i < tensors.length; i++) {
-      const t = tensors[i]!;
-      const start = dataOffset + tensorOffsets[i]!;
-      if (start >= end) break;
-      const size = tensorSizes[i]!;
-      const from = Math.max(offset, start);
-      const to = Math.min(end, start + size);
-      if (to <= from) continue;
-      const part = await this.tensorSlice(t, from - start, to - from);
+    for (const x of extentsCovering(layout, offset, end)) {
+      const from = Math.max(offset, x.at);
+      const to = Math.min(end, x.at + x.length);
+      if (to <= from || x.kind === "padding") continue; // padding: the zeros `out` starts with
+      const part = x.kind === "header" ? layout.header.subarray(from, to) : await this.tensorSlice(this.model.tensors[x.index]!, from - x.at, to - from);
       out.set(part, from - offset);
     }
     return out;
@@ -89,16 +78,4 @@ export class TranslatedView {
     }
     return this.slot.bytes.subarray(at, at + length);
   }
-}
-
-/** Binary search: index of the first tensor whose bytes end after `offset`. */
-function firstTensorEndingAfter({ dataOffset, tensorOffsets, tensorSizes }: GgufLayout, offset: number): number {
-  let lo = 0;
-  let hi = tensorOffsets.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (dataOffset + tensorOffsets[mid]! + tensorSizes[mid]! <= offset) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }

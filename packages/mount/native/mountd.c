@@ -15,7 +15,8 @@
 // removed source gives EIO, never stale bytes.
 //
 // Protocol (little-endian): each message is u32 length (of what follows), u8 type, u32 id,
-// then the payload. Strings are u32 length + bytes. See src/protocol.ts for the other side.
+// then the payload. A file's extents carry their offsets in it: the layout is the controller's
+// (@compat/gguf's layoutGguf), checked here, never worked out again. Strings are u32 length + bytes. See src/protocol.ts for the other side.
 // The controller closing stdin (it stopped or died) unmounts and ends this process.
 
 #define FUSE_USE_VERSION 312
@@ -484,16 +485,24 @@ static struct vfile *parse_file(struct reader *r, char **why, int *err) {
   f->nextents = (uint32_t)rd(r, 4);
   if (r->bad || f->nextents > 1u << 24) goto malformed;
   f->extents = calloc(f->nextents ? f->nextents : 1, sizeof *f->extents);
+  // The extents come with their offsets in the file (the controller's layout): they are taken
+  // as they are, and checked to tile the file, each starting where the one before ends.
   uint64_t at = 0;
   for (uint32_t i = 0; i < f->nextents; i++) {
     struct extent *e = &f->extents[i];
-    e->at = at;
+    e->at = rd(r, 8);
     e->kind = (uint8_t)rd(r, 1);
     e->index = (uint32_t)rd(r, 4);
     e->offset = rd(r, 8);
     e->length = rd(r, 8);
-    at += e->length;
     if (r->bad) goto malformed;
+    if (e->at != at || e->length > UINT64_MAX - at) {
+      snprintf(msg, sizeof msg, "extent %u starts at %llu, where the one before ends at %llu", i, (unsigned long long)e->at, (unsigned long long)at);
+      *why = msg;
+      vfile_put(f);
+      return NULL;
+    }
+    at += e->length;
   }
   f->memory_size = rd(r, 8);
   if (r->bad || (uint64_t)(r->end - r->p) != f->memory_size) goto malformed;
