@@ -8,10 +8,11 @@ import { join } from "node:path";
 import { clipView } from "@compat/clip";
 import { translate } from "@compat/handlers";
 import { planView } from "@compat/mount";
-import { buildOllamaStore, freePort } from "@compat/server-bridge";
+import { buildOllamaStore, freePort, StoreMount } from "@compat/server-bridge";
 import { GgmlType, writeGguf } from "@compat/gguf";
-import { findLlamaTools, generateFixture } from "@compat/testkit";
+import { findLlamaTools, generateFixture, generateFixtureFiles } from "@compat/testkit";
 import { writeVisionBlob } from "./files";
+import { median } from "./race.mjs";
 
 export interface MountBenchContext {
   dir: string;
@@ -188,7 +189,64 @@ export async function mountBench(ctx: MountBenchContext): Promise<void> {
   const [tServe, tRouter] = await race([serveAll, routerNative]);
   const wrote = bytesUnder(join(work, "cache10"));
   row({ scenario: `\`serve --all\` over 10 Ollama gemma3 vision models of ${(ctx.blobMiB / 1024).toFixed(0)} GiB (mounted; ${(wrote / MiB).toFixed(0)} MiB written) vs llama-server --models-dir over 10 GGUF files of the same size: time to a ready router`, ours: ms(tServe!), baseline: ms(tRouter!), ratio: tServe! / tRouter!, target: "≤ 1.5x", pass: tServe! / tRouter! <= 1.5 });
+  await sidecarFills(ctx, work);
   rmSync(work, { recursive: true, force: true });
+}
+
+/** Reads a file to its end in a child (`cat`), without blocking this process: it answers the mount's fills. */
+function catAsync(path: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn("cat", [path], { stdio: ["ignore", "ignore", "inherit"] });
+    child.once("error", reject);
+    child.once("close", (code) => (code === 0 ? resolve() : reject(new Error(`cat ${path}: exit ${code}`))));
+  });
+}
+
+/**
+ * 4. Sidecar fills (issue 36): a projector with many computed tensors (nemotron_h_omni's tower:
+ * F16 promotes and resamples) read whole through a fresh mount (no sidecars yet), its views kept
+ * between fills (one parse per model) vs opened and parsed again for every fill (as before).
+ */
+async function sidecarFills(ctx: MountBenchContext, work: string): Promise<void> {
+  const fx = await generateFixtureFiles("nemotron_h_omni", { seed: 1, layout: "ollama", variant: "omni" }, join(work, "omni-src"));
+  const store = join(work, "store-omni");
+  await buildOllamaStore(store, [{ name: "omni:latest", model: fx.text }]);
+  let fills = 0;
+  const view = await clipView(fx.text);
+  if (view !== null) {
+    fills = (await planView(view, { sidecarPath: () => "" })).computed.length;
+    await view.close();
+  }
+  let n = 0;
+  const fillOnce = async (viewsKept: number | undefined): Promise<number> => {
+    const at = join(work, `fill-${n++}`);
+    const mount = await StoreMount.open({ dir: join(at, "mnt"), sidecarDir: join(at, "sidecars"), store, rescanMs: 0, ...(viewsKept !== undefined ? { viewsKept } : {}) });
+    try {
+      const t0 = performance.now();
+      await catAsync(mount.models()[0]!.prepared.mmproj!);
+      return performance.now() - t0;
+    } finally {
+      await mount.close();
+      rmSync(at, { recursive: true, force: true });
+    }
+  };
+  const kept: number[] = [];
+  const reopened: number[] = [];
+  await fillOnce(undefined);
+  await fillOnce(0);
+  for (let r = 0; r < ctx.runs; r++) {
+    kept.push(await fillOnce(undefined));
+    reopened.push(await fillOnce(0));
+  }
+  const [tKept, tReopened] = [median(kept), median(reopened)];
+  ctx.row({
+    scenario: `sidecar fills: first read of a mounted projector with ${fills} computed tensors (nemotron_h_omni fixture), views kept between fills vs parsed again for every fill`,
+    ours: ctx.ms(tKept),
+    baseline: ctx.ms(tReopened),
+    ratio: tKept / tReopened,
+    target: "< 1x (one parse, not one per tensor)",
+    pass: tKept < tReopened,
+  });
 }
 
 /** Bytes of the two headers and of the computed (op) tensors of a blob's text and mmproj views. */
