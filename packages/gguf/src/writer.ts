@@ -2,8 +2,8 @@ import { writeFileAtomic } from "./atomic-file";
 import { GgufError } from "./errors";
 import { layoutGguf, type GgufLayout } from "./layout";
 import type { GgufModel } from "./model";
-import type { GgufTensor, RangeCopier } from "./types";
-import { CopyBuffers, streamTensorData } from "./tensor-data";
+import type { RangeCopier, RangeData } from "./types";
+import { checkPartsLength, CopyBuffers, partsLength, streamTensorData } from "./tensor-data";
 
 /** Anything with a write(chunk) method; a returned promise is awaited. */
 export interface GgufSink {
@@ -40,8 +40,8 @@ export interface WriteResult {
 }
 
 type Emit = (chunk: Uint8Array) => Promise<void>;
-/** Appends `length` bytes of the source starting at a range tensor's bytes without reading them into JS; false when it cannot. */
-type DirectCopy = (t: GgufTensor, length: number) => Promise<boolean>;
+/** Appends `length` bytes of the source from a range's start without reading them into JS; false when it cannot. */
+type DirectCopy = (d: RangeData, length: number) => Promise<boolean>;
 
 /**
  * Index of the last tensor of the run starting at `first` whose bytes, with the output's
@@ -90,7 +90,25 @@ async function emitModel(model: GgufModel, layout: GgufLayout, emit: Emit, opts:
       continue;
     }
     const t = model.tensors[x.index]!;
-    if (direct !== undefined && x.length > 0 && t.data.kind === "range" && t.data.source.fd !== undefined) {
+    const d = t.data;
+    if (direct !== undefined && d.kind === "computed" && d.parts !== undefined) {
+      // an op that only joins bytes: each piece that is a range of a local file copied in the kernel
+      checkPartsLength(t.name, d.parts, x.length);
+      for (const part of d.parts) {
+        if (direct !== undefined && part.kind === "range" && part.length > 0 && part.source.fd !== undefined) {
+          opts.signal?.throwIfAborted();
+          if (await direct(part, part.length)) {
+            written += part.length;
+            opts.onProgress?.(written, layout.totalSize);
+            continue;
+          }
+          direct = undefined;
+        }
+        await streamTensorData({ ...t, data: part }, partsLength([part]), out, buffers);
+      }
+      continue;
+    }
+    if (direct !== undefined && x.length > 0 && d.kind === "range" && d.source.fd !== undefined) {
       // One kernel copy for a run of tensors that lie back to back in the source exactly as in
       // the output (zero padding included): fewer calls, and extents shared across tensor bounds.
       const last = await sourceRunEnd(model, layout, x.index);
@@ -98,7 +116,7 @@ async function emitModel(model: GgufModel, layout: GgufLayout, emit: Emit, opts:
       while (!(extents[end]!.kind === "tensor" && (extents[end] as { index: number }).index === last)) end++;
       const span = extents[end]!.at + extents[end]!.length - x.at;
       opts.signal?.throwIfAborted();
-      if (await direct(t, span)) {
+      if (await direct(d, span)) {
         written += span;
         opts.onProgress?.(written, layout.totalSize);
         e = end; // the padding after the run's last tensor is the next extent
@@ -138,9 +156,8 @@ export async function writeGguf(model: GgufModel, target: WriteTarget, opts: Wri
       const direct: DirectCopy | undefined =
         copier === undefined
           ? undefined
-          : async (t, length) => {
-              const d = t.data;
-              if (!usable || d.kind !== "range" || d.source.fd === undefined) return false;
+          : async (d, length) => {
+              if (!usable || d.source.fd === undefined) return false;
               if (d.offset + length > d.source.size) return false; // let the read path report the truncation
               try {
                 usable = await copyRange(copier, d.source.fd, d.offset, length);

@@ -1,4 +1,4 @@
-import { extentsCovering, layoutGguf, readTensorData, writeGguf, type GgufLayout, type GgufModel, type GgufTensor, type WriteOptions } from "@compat/gguf";
+import { extentsCovering, layoutGguf, readTensorData, writeGguf, type BytesData, type GgufLayout, type GgufModel, type GgufTensor, type RangeData, type WriteOptions } from "@compat/gguf";
 import { kernelRangeCopier } from "@compat/tensor-ops";
 import type { TranslationReport } from "./report";
 
@@ -72,10 +72,26 @@ export class TranslatedView {
     const d = t.data;
     if (d.kind === "range") return d.source.read(d.offset + at, length);
     if (d.kind === "bytes") return d.bytes.subarray(at, at + length);
+    if (d.parts !== undefined) return readParts(d.parts, at, length); // a join: only the pieces asked for
     if (this.slot?.tensor !== t) {
       this.slot = undefined; // release the previous output before computing the next
       this.slot = { tensor: t, bytes: await readTensorData(t) };
     }
     return this.slot.bytes.subarray(at, at + length);
   }
+}
+
+/** Bytes [at, at + length) of the pieces of a join laid side by side. */
+async function readParts(parts: readonly (RangeData | BytesData)[], at: number, length: number): Promise<Uint8Array> {
+  const out = new Uint8Array(length);
+  let pos = 0;
+  for (const part of parts) {
+    const size = part.kind === "range" ? part.length : part.bytes.length;
+    const from = Math.max(at, pos);
+    const to = Math.min(at + length, pos + size);
+    if (to > from) out.set(part.kind === "range" ? await part.source.read(part.offset + from - pos, to - from) : part.bytes.subarray(from - pos, to - pos), from - at);
+    pos += size;
+    if (pos >= at + length) break;
+  }
+  return out;
 }

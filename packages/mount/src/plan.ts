@@ -1,6 +1,6 @@
 import { fstat } from "node:fs";
 import { promisify } from "node:util";
-import type { ByteSource, GgufLayout, GgufModel, GgufTensor } from "@compat/gguf";
+import type { ByteSource, BytesData, GgufLayout, GgufModel, GgufTensor, RangeData } from "@compat/gguf";
 import { MountError } from "./errors";
 
 /** A file the daemon reads ranges of, as it was when the plan was made (a read checks it still is). */
@@ -72,8 +72,8 @@ async function sourceFile(src: ByteSource): Promise<SourceFile> {
 /**
  * The plan of a translated view, one extent of the mount per extent of its layout: the header
  * from memory, every untouched tensor as a range of its source file (adjacent ranges merged),
- * padding as zeros, and each computed tensor as a sidecar file (`computed` says how to write
- * it). The bytes it describes are exactly `view.read()`'s, i.e. `writeTo()`'s.
+ * padding as zeros, an op that only joins bytes as the ranges it joins, and each other
+ * computed tensor as a sidecar file (`computed` says how to write it). The bytes it describes are exactly `view.read()`'s, i.e. `writeTo()`'s.
  */
 export async function planView(view: PlannableView, opts: PlanOptions): Promise<{ plan: FilePlan; computed: ComputedPart[] }> {
   const { header, totalSize, extents: layout } = view.layout;
@@ -96,32 +96,46 @@ export async function planView(view: PlannableView, opts: PlanOptions): Promise<
     at += x.length;
   };
 
+  /** A range of a source file, or bytes kept in memory, at `at` in the file. */
+  const place = async (d: RangeData | BytesData, at: number, tensor: string) => {
+    if (d.kind === "bytes") {
+      memoryParts.push(d.bytes);
+      push({ kind: "memory", at, offset: memorySize, length: d.bytes.length });
+      memorySize += d.bytes.length;
+      return;
+    }
+    let s = sourceIndex.get(d.source);
+    if (s === undefined) {
+      s = sources.push(await sourceFile(d.source)) - 1;
+      sourceIndex.set(d.source, s);
+    }
+    if (d.offset + d.length > sources[s]!.size) {
+      throw new MountError("BAD_PLAN", `tensor "${tensor}" reads [${d.offset}, +${d.length}) of ${d.source.name}, which has ${sources[s]!.size} bytes`, { source: d.source.name, tensor });
+    }
+    push({ kind: "source", at, source: s, offset: d.offset, length: d.length });
+  };
+
   for (const x of layout) {
     if (x.kind === "header") push({ kind: "memory", at: x.at, offset: 0, length: x.length });
     else if (x.kind === "padding") push({ kind: "zero", at: x.at, length: x.length });
     else if (x.length > 0) {
       const t = view.model.tensors[x.index]!;
       const d = t.data;
-      const size = x.length;
-      if (d.kind === "range") {
-        let s = sourceIndex.get(d.source);
-        if (s === undefined) {
-          s = sources.push(await sourceFile(d.source)) - 1;
-          sourceIndex.set(d.source, s);
+      if (d.kind === "range") await place({ ...d, length: x.length }, x.at, t.name);
+      else if (d.kind === "bytes") await place({ kind: "bytes", bytes: d.bytes.subarray(0, x.length) }, x.at, t.name);
+      else if (d.parts !== undefined) {
+        // an op that only joins bytes: its pieces, served from where they are (nothing computed)
+        let pos = x.at;
+        for (const part of d.parts) {
+          await place(part, pos, t.name);
+          pos += part.kind === "range" ? part.length : part.bytes.length;
         }
-        if (d.offset + size > sources[s]!.size) {
-          throw new MountError("BAD_PLAN", `tensor "${t.name}" reads [${d.offset}, +${size}) of ${d.source.name}, which has ${sources[s]!.size} bytes`, { source: d.source.name, tensor: t.name });
-        }
-        push({ kind: "source", at: x.at, source: s, offset: d.offset, length: size });
-      } else if (d.kind === "bytes") {
-        memoryParts.push(d.bytes);
-        push({ kind: "memory", at: x.at, offset: memorySize, length: size });
-        memorySize += size;
+        if (pos !== x.at + x.length) throw new MountError("BAD_PLAN", `tensor "${t.name}": its pieces hold ${pos - x.at} bytes, the tensor ${x.length}`, { tensor: t.name });
       } else {
         const path = opts.sidecarPath(t, x.index);
-        const sidecar = sidecars.push({ path, length: size }) - 1;
-        computed.push({ path, length: size, tensor: { index: x.index, name: t.name }, label: `${t.name} (${d.label})`, produce: () => d.produce() });
-        push({ kind: "sidecar", at: x.at, sidecar, offset: 0, length: size });
+        const sidecar = sidecars.push({ path, length: x.length }) - 1;
+        computed.push({ path, length: x.length, tensor: { index: x.index, name: t.name }, label: `${t.name} (${d.label})`, produce: () => d.produce() });
+        push({ kind: "sidecar", at: x.at, sidecar, offset: 0, length: x.length });
       }
     }
   }

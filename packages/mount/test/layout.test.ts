@@ -17,11 +17,11 @@ afterAll(async () => {
 });
 
 /** What becomes of one tensor of the source in the translated model. */
-type Fate = "keep" | "bytes" | "computed" | "drop";
+type Fate = "keep" | "bytes" | "computed" | "join" | "drop";
 
 const tensorSpec = fc.record({
   length: fc.oneof(fc.nat({ max: 300 }), fc.integer({ min: 4000, max: 9000 })),
-  fate: fc.constantFrom<Fate>("keep", "keep", "bytes", "computed", "drop"),
+  fate: fc.constantFrom<Fate>("keep", "keep", "bytes", "computed", "join", "join", "drop"),
   seed: fc.nat({ max: 255 }),
 });
 
@@ -78,6 +78,19 @@ describe("one layout for the writer, the lazy view and the mount plan", () => {
               const bytes = fill(s.length, s.seed + 2);
               t.data = { kind: "computed", length: s.length, label: "test op", produce: async () => bytes };
             }
+            if (s.fate === "join" && t.data.kind === "range") {
+              // an op that only joins bytes: the first half of its source range, then bytes in memory
+              const half = s.length >> 1;
+              const tail = fill(s.length - half, s.seed + 3);
+              const head = { ...t.data, length: half };
+              t.data = {
+                kind: "computed",
+                length: s.length,
+                label: "test join",
+                parts: [head, { kind: "bytes", bytes: tail }],
+                produce: async () => Buffer.concat([await head.source.read(head.offset, half), tail]),
+              };
+            }
             if (s.fate === "drop") model.dropTensor(t.name);
           });
           const view = new TranslatedView(model, {} as TranslationReport, source);
@@ -100,6 +113,8 @@ describe("one layout for the writer, the lazy view and the mount plan", () => {
 
           const { plan, computed } = await planView(view, { sidecarPath: (t: GgufTensor, i) => join(dir, `${run}-${i}-${t.name}.bin`) });
           expect(Buffer.compare(await planBytes(plan, computed), written)).toBe(0);
+          // a join is served from its pieces: only ops that compute get a sidecar
+          expect(plan.sidecars.length).toBe(spec.tensors.filter((s) => s.fate === "computed" && s.length > 0).length);
         } finally {
           await source.close();
         }
