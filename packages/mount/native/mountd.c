@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -963,7 +964,30 @@ static int pread_all(int fd, uint8_t *out, uint64_t length, uint64_t offset) {
   return 0;
 }
 
-static __thread uint8_t *read_buf;
+// Each worker thread's read buffer (MAX_READ bytes), mapped on its first read and unmapped when
+// the thread exits: libfuse starts workers as reads queue up and retires the idle ones beyond
+// its idle count, so a buffer kept past its thread (a __thread pointer to malloc'd memory) was
+// lost with every retired worker, about 1 MiB each. A mapping, not malloc: its pages go back to
+// the kernel at munmap, not into an arena of the thread that is gone.
+static pthread_key_t read_buf_key;
+static pthread_once_t read_buf_once = PTHREAD_ONCE_INIT;
+
+static void read_buf_free(void *buf) { munmap(buf, MAX_READ); }
+static void read_buf_key_make(void) { pthread_key_create(&read_buf_key, read_buf_free); }
+
+/** This thread's read buffer; NULL when it cannot be mapped. */
+static uint8_t *read_buf(void) {
+  pthread_once(&read_buf_once, read_buf_key_make);
+  uint8_t *buf = pthread_getspecific(read_buf_key);
+  if (buf) return buf;
+  buf = mmap(NULL, MAX_READ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buf == MAP_FAILED) return NULL;
+  if (pthread_setspecific(read_buf_key, buf) != 0) {
+    munmap(buf, MAX_READ);
+    return NULL;
+  }
+  return buf;
+}
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
   (void)ino;
@@ -974,7 +998,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
   }
   if (size > f->size - (uint64_t)off) size = f->size - (uint64_t)off;
   if (size > MAX_READ) size = MAX_READ;
-  if (!read_buf) read_buf = malloc(MAX_READ);
+  uint8_t *buf = read_buf();
+  if (!buf) {
+    fuse_reply_err(req, ENOMEM);
+    return;
+  }
   uint64_t start = (uint64_t)off, end = start + size;
   // the first extent that ends after `start`
   uint32_t lo = 0, hi = f->nextents;
@@ -987,7 +1015,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
     const struct extent *e = &f->extents[i];
     uint64_t from = e->at > start ? e->at : start;
     uint64_t to = e->at + e->length < end ? e->at + e->length : end;
-    uint8_t *dst = read_buf + (from - start);
+    uint8_t *dst = buf + (from - start);
     uint64_t n = to - from, at = e->offset + (from - e->at);
     switch (e->kind) {
       case EXT_ZERO:
@@ -1025,7 +1053,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
       return;
     }
   }
-  fuse_reply_buf(req, (const char *)read_buf, size);
+  fuse_reply_buf(req, (const char *)buf, size);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
