@@ -7,7 +7,7 @@ import { FuseMount, fuseSupport, MountError, planView, SidecarStore, type Comput
 import { contentKey, defaultCacheDir, TRANSLATOR_VERSION } from "./cache";
 import { PrepareError } from "./errors";
 import { modelFiles, type ModelsLayout } from "./layout";
-import { preparedModel, servedViews, type ModelPreparer, type PreparedModel } from "./preparer";
+import { preparedModel, servedViews, type ModelPreparer, type PreparedModel, type ServedViews } from "./preparer";
 import { blobDigest, ModelStore, type ResolvedModel } from "@compat/store";
 
 export interface StoreMountOptions {
@@ -30,6 +30,12 @@ export interface StoreMountOptions {
   env?: Record<string, string | undefined>;
   /** One line per model mounted, removed or not mounted, and the daemon's warnings. */
   onStatus?(line: string): void;
+  /**
+   * How many models' parsed views stay open between the fills of their computed tensors
+   * (default 2; each is closed after a few seconds unused). 0 opens and parses the file again
+   * for every tensor.
+   */
+  viewsKept?: number;
 }
 
 /** One model as the mount shows it. */
@@ -71,6 +77,8 @@ export class StoreMount implements ModelPreparer {
   private readonly failed = new Map<string, { error: string; cause?: unknown; signature?: string }>();
   private timer: NodeJS.Timeout | undefined;
   private syncing: Promise<void> = Promise.resolve();
+  /** Views parsed for sidecar fills, kept for the next fill of the same model. */
+  private readonly fillViews: KeptViews;
 
   private constructor(mount: FuseMount, store: ModelStore, opts: StoreMountOptions) {
     this.mount = mount;
@@ -80,6 +88,7 @@ export class StoreMount implements ModelPreparer {
     this.opts = opts;
     this.env = opts.env ?? process.env;
     this.exited = mount.exited;
+    this.fillViews = new KeptViews(opts.viewsKept ?? 2);
   }
 
   /** Mounts the store at `opts.dir` and shows its models (each that fails is reported, not fatal). */
@@ -100,7 +109,10 @@ export class StoreMount implements ModelPreparer {
       sm.timer = setInterval(() => void sm.sync().catch((e: Error) => opts.onStatus?.(`rescan failed: ${e.message}`)), every);
       sm.timer.unref();
     }
-    void mount.exited.then(() => clearInterval(sm.timer));
+    void mount.exited.then(() => {
+      clearInterval(sm.timer);
+      void sm.fillViews.closeAll();
+    });
     return sm;
   }
 
@@ -167,7 +179,9 @@ export class StoreMount implements ModelPreparer {
   async close(): Promise<MountExit> {
     clearInterval(this.timer);
     await this.syncing.catch(() => undefined);
-    return this.mount.close();
+    const exit = await this.mount.close();
+    await this.fillViews.closeAll();
+    return exit;
   }
 
   private queue(job: () => Promise<void>): Promise<void> {
@@ -261,8 +275,10 @@ export class StoreMount implements ModelPreparer {
   }
 
   /**
-   * The sidecars' producers, reading from the file again when the daemon first needs them (the
-   * views are closed once planned: a mounted store holds no model's metadata in memory).
+   * The sidecars' producers. The views planned from are closed once planned (a mounted store
+   * holds no model's metadata in memory until it is read); the first fill of a model opens and
+   * parses its file again, and the views are kept for its next fills (KeptViews), so a model's
+   * N computed tensors cost one parse, not N.
    */
   private reopening(
     computed: ComputedPart[],
@@ -273,6 +289,8 @@ export class StoreMount implements ModelPreparer {
     planned: { ino: bigint; size: number; mtimeNs: bigint } | undefined,
   ): ComputedPart[] {
     const env = this.env;
+    const kept = this.fillViews;
+    const key = JSON.stringify([signature(resolved), profile, planned?.ino.toString(), planned?.mtimeNs.toString()]);
     // bytes computed from another file than the one planned would be kept under its key
     const same = async () => {
       if (planned === undefined) return;
@@ -283,8 +301,7 @@ export class StoreMount implements ModelPreparer {
       ...part,
       async produce() {
         await same();
-        const views = await servedViews(resolved, env, profile);
-        try {
+        return kept.use(key, () => servedViews(resolved, env, profile), async (views) => {
           const view = kind === "text" ? views.text : views.mmproj?.kind === "view" ? views.mmproj.view : null;
           if (view === null) throw new Error(`${path}: no longer translates`);
           const t = view.model.tensors[part.tensor.index];
@@ -292,12 +309,83 @@ export class StoreMount implements ModelPreparer {
           const bytes = await readTensorData(t);
           await same();
           return bytes;
-        } finally {
-          await views.close();
-        }
+        });
       },
     }));
   }
+}
+
+/** How long views stay open after their last fill. */
+const VIEWS_IDLE_MS = 5000;
+
+/**
+ * Open views of recently filled models, at most `limit` (least recently used closed first), each
+ * closed when unused for VIEWS_IDLE_MS: the mount parses a model once while its computed tensors
+ * are filled, and holds nothing once it is loaded.
+ */
+class KeptViews {
+  private readonly open = new Map<string, { views: Promise<ServedViews>; users: number; idle?: NodeJS.Timeout }>();
+
+  constructor(private readonly limit: number) {}
+
+  /** Runs `fn` on the views under `key`, opened with `openViews` when they are not open. */
+  async use<T>(key: string, openViews: () => Promise<ServedViews>, fn: (views: ServedViews) => Promise<T>): Promise<T> {
+    let entry = this.open.get(key);
+    if (entry === undefined) {
+      entry = { views: openViews(), users: 0 };
+      entry.views.catch(() => undefined); // a failure is the caller's, below; the entry goes
+    } else {
+      this.open.delete(key); // re-inserted last: the most recently used
+    }
+    this.open.set(key, entry);
+    clearTimeout(entry.idle);
+    entry.users++;
+    try {
+      return await fn(await entry.views);
+    } catch (e) {
+      // views that failed to open, or that failed a fill, are not kept for the next
+      if (this.open.get(key) === entry) this.open.delete(key);
+      throw e;
+    } finally {
+      entry.users--;
+      if (this.open.get(key) !== entry) {
+        if (entry.users === 0) await close(entry.views);
+      } else if (entry.users === 0) {
+        entry.idle = setTimeout(() => {
+          if (this.open.get(key) !== entry || entry.users > 0) return;
+          this.open.delete(key);
+          void close(entry.views);
+        }, VIEWS_IDLE_MS);
+        entry.idle.unref();
+      }
+      await this.trim();
+    }
+  }
+
+  /** Closes every kept view (the mount is going). */
+  async closeAll(): Promise<void> {
+    const all = [...this.open.values()];
+    this.open.clear();
+    for (const e of all) {
+      clearTimeout(e.idle);
+      if (e.users === 0) await close(e.views);
+    }
+  }
+
+  /** Closes the least recently used views beyond the limit that nothing is using. */
+  private async trim(): Promise<void> {
+    for (const [key, e] of this.open) {
+      if (this.open.size <= this.limit) return;
+      if (e.users > 0) continue;
+      this.open.delete(key);
+      clearTimeout(e.idle);
+      await close(e.views);
+    }
+  }
+}
+
+async function close(views: Promise<ServedViews>): Promise<void> {
+  await views.then((v) => v.close()).catch(() => undefined);
 }
 
 /** The served name of a model: its Ollama name, or a plain file's name without `.gguf`. */
