@@ -183,7 +183,7 @@ describe("serving from the mount (real llama.cpp)", () => {
     expect(server.command).toEqual(expect.arrayContaining(["--model", server.model.modelPath, "--mmproj", server.model.mmproj!]));
     const r = await chat(server.url, "gemma3:4b");
     expect(r.status, JSON.stringify(r.body)).toBe(200);
-    expect(typeof chatContent(r.body)).toBe("string");
+    expect(typeof chatContent(r.body), JSON.stringify(r.body)).toBe("string");
     await server.stop();
 
     const dir = await temp();
@@ -211,7 +211,7 @@ describe("serving from the mount (real llama.cpp)", () => {
     for (const m of router.models) {
       const r = await chat(router.url, m.name);
       expect(r.status, `${m.name}: ${JSON.stringify(r.body)}`).toBe(200);
-      expect(typeof chatContent(r.body)).toBe("string");
+      expect(typeof chatContent(r.body), JSON.stringify(r.body)).toBe("string");
     }
   });
 });
