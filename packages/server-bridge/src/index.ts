@@ -1,17 +1,7 @@
 export { BridgeError, type BridgeErrorCode } from "./errors";
-export { parseModelName, displayName, fullName, DEFAULT_HOST, DEFAULT_NAMESPACE, DEFAULT_TAG, type ModelName } from "./name";
-export { MediaType } from "./media-types";
-export { ModelStore, defaultModelsDir, isPathLike, parseManifest, type Manifest, type ManifestLayer, type ResolvedModel, type StoreOptions } from "./store";
-export { buildOllamaStore, type BuiltModel, type StoreLayer, type StoreModelSpec } from "./store-writer";
-export { TranslationCache, defaultCacheDir, TRANSLATOR_VERSION, type CacheEntry, type CacheKind, type CacheOptions, type ObtainOptions } from "./cache";
-export { prepareModel, modelFacts, type PrepareOptions, type PreparedModel } from "./prepare";
-export { StoreMount, serveMount, defaultSidecarDir, type StoreMountOptions, type MountedModel, type ServeMount } from "./store-mount";
-export { modelFiles, fileStem, MODELS_LAYOUTS, type ModelsLayout } from "./layout";
 export { modelArgs, DEFAULT_NUM_CTX } from "./args";
 export { builtinTemplateFor } from "./template";
 export { findLlamaTool } from "./locate";
 export { LlamaChild, freePort, checkPortFree, waitHealthy, crashCause, tiedToParent, type ExitInfo, type ChildOptions } from "./child";
-export { ownedTempDir, processState, thisProcess, type ProcessIdentity, type ProcessState } from "./owner";
-export { startServer, launch, commonArgs, isLoopback, bindingFromArgs, type PassThroughBinding, type LaunchOptions, type StartServerOptions, type RunningServer, type SingleServer } from "./server";
+export { startServer, launch, asStore, commonArgs, isLoopback, bindingFromArgs, type PassThroughBinding, type LaunchOptions, type StartServerOptions, type RunningServer, type SingleServer } from "./server";
 export { startRouter, prepareRouterModels, presetSection, presetName, llamaCanonicalName, type StartRouterOptions, type RouterServer, type RouterModel, type PrepareFn } from "./router";
-export { serveOllama, ollamaAddress, OLLAMA_API_VERSION, OLLAMA_DEFAULT_PORT, type ServeOllamaOptions, type OllamaServer } from "./ollama-api/index";
