@@ -1,11 +1,11 @@
 import { createHash } from "node:crypto";
 import { watch, type FSWatcher } from "node:fs";
-import { rm, stat } from "node:fs/promises";
+import { access, constants, mkdir, rm, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { GgufError, readTensorData } from "@compat/gguf";
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
 import { openViews, projectorOf, type FileStatus, type Mmproj } from "@compat/views";
-import { ownedTempDir } from "@compat/files";
+import { isSystemError, ownedTempDir, whyNotWritable } from "@compat/files";
 import { FuseMount, fuseSupport, MountError, planView, SidecarStore, type ComputedPart, type MountExit } from "@compat/mount";
 import { defaultCacheDir, TRANSLATOR_VERSION } from "./cache";
 import { PrepareError } from "./errors";
@@ -113,6 +113,9 @@ export class StoreMount {
     const env = opts.env ?? process.env;
     const store = opts.store instanceof ModelStore ? opts.store : new ModelStore(opts.store, env);
     const sidecars = new SidecarStore(opts.sidecarDir ?? defaultSidecarDir(env));
+    // before anything is mounted: a read-only cache would otherwise show as EIO (and an ENOENT
+    // from mkdir in the log) on the first read of a translated file, long after "ready"
+    await writableFolder(sidecars.dir);
     opts.signal?.throwIfAborted();
     const mount = await FuseMount.mount(opts.dir, { sidecars, env, allowOther: opts.allowOther, onLog: (l) => opts.onStatus?.(`mount: ${l}`) });
     const sm = new StoreMount(mount, store, opts);
@@ -459,6 +462,17 @@ export class StoreMount {
         }
       },
     }));
+  }
+}
+
+/** Creates `dir` if missing and checks this user may write in it, else CACHE_UNWRITABLE naming the folder and why (EROFS, EACCES, a file in the way). */
+async function writableFolder(dir: string): Promise<void> {
+  try {
+    await mkdir(dir, { recursive: true });
+    await access(dir, constants.W_OK);
+  } catch (e) {
+    if (!isSystemError(e)) throw e;
+    throw new PrepareError("CACHE_UNWRITABLE", `cannot write the mount's sidecar folder ${dir}: ${await whyNotWritable(dir, e)}; choose another cache folder`, { dir, code: e.code });
   }
 }
 
