@@ -5,7 +5,8 @@ import { parseKeepAlive } from "./duration";
 import { LoadConfigs } from "./load-config";
 import { apiModel, type ApiModel } from "./models";
 import { OllamaRoutes } from "./routes";
-import { ModelScheduler } from "./scheduler";
+import { InstanceLog } from "./instance-log";
+import { ModelScheduler, RouterModels } from "./scheduler";
 import { Upstream } from "./upstream";
 
 export { OLLAMA_API_VERSION } from "./routes";
@@ -72,12 +73,20 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
   // fail on a taken address before translating anything
   if (port !== 0) await checkPortFree(host, port);
 
-  const router = await startRouter({ ...opts, host: "127.0.0.1", port: undefined, insecure: false, modelsMax: 0, stopWordsPerRequest: true });
+  const maxQueue = env.OLLAMA_MAX_QUEUE ? Number(env.OLLAMA_MAX_QUEUE) : 512;
+  if (!Number.isInteger(maxQueue) || maxQueue < 1) throw new BridgeError("INVALID_OPTION", `OLLAMA_MAX_QUEUE ${env.OLLAMA_MAX_QUEUE}: expected a whole number above 0`, { maxQueue });
+  const instances = new InstanceLog();
+  const onLog = (line: string) => {
+    instances.onLog(line);
+    opts.onLog?.(line);
+  };
+  const router = await startRouter({ ...opts, onLog, host: "127.0.0.1", port: undefined, insecure: false, modelsMax: 0, stopWordsPerRequest: true });
   const upstream = new Upstream(router.url, opts.apiKey);
   const configs = new LoadConfigs(router.presetPath, upstream);
-  const scheduler = new ModelScheduler(upstream, { maxLoaded: modelsMax, keepAliveMs, onStatus: opts.onStatus, define: (c, inUse) => configs.define(c, inUse) });
+  const io = new RouterModels(upstream, { define: (c, keep) => configs.define(c, keep), errorOf: (n) => instances.errorOf(n) });
+  const scheduler = new ModelScheduler(io, { maxLoaded: modelsMax, keepAliveMs, maxQueue, onStatus: opts.onStatus });
   const served: ApiModel[] = router.models.filter((m) => m.model).map((m) => apiModel(m.name, m.model!));
-  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, storeRoot: asStore(opts.store, env).root, maxBodyBytes: opts.maxBodyBytes ?? 256 * 2 ** 20 });
+  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, instances, storeRoot: asStore(opts.store, env).root, maxBodyBytes: opts.maxBodyBytes ?? 256 * 2 ** 20 });
   const access = { origins: allowedOrigins(env), listenHost: host, apiKey: opts.apiKey };
   const matchers = originMatchers(access.origins);
   const http = createServer({ noDelay: true, keepAliveTimeout: 65_000 }, (req, res) => {

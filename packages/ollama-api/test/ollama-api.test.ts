@@ -144,6 +144,40 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
     expect(old.embedding.length).toBe(r.embeddings[0]!.length);
   });
 
+  it("embed: load_duration on every answer, loaded model or not (the Vercel provider requires it)", async () => {
+    await ollama.embed({ model: "embeddinggemma", input: "warm" });
+    const r = await fetch(`${server.url}/api/embed`, { method: "POST", body: JSON.stringify({ model: "embeddinggemma", input: "hello" }) });
+    const body = (await r.json()) as { load_duration?: number; total_duration?: number };
+    expect(body.load_duration).toBeGreaterThan(0);
+    expect(body.total_duration).toBeGreaterThanOrEqual(body.load_duration!);
+  });
+
+  it("embed: an input longer than the context is cut (truncate defaults to true); truncate false is a 400", { timeout: 120_000 }, async () => {
+    // about 2,000 tokens for a context of 512
+    const long = Array.from({ length: 1000 }, (_, i) => `word${i}`).join(" ");
+    const r = await ollama.embed({ model: "embeddinggemma", input: [long, "short"] });
+    expect(r.embeddings).toHaveLength(2);
+    for (const v of r.embeddings) expect(Math.hypot(...v)).toBeCloseTo(1, 5);
+    expect(r.prompt_eval_count).toBeLessThanOrEqual(2 * 512);
+    const refused = await failure(ollama.embed({ model: "embeddinggemma", input: long, truncate: false }));
+    expect(refused).toEqual({ status: 400, message: "the input length exceeds the context length" });
+  });
+
+  it("gemma3: two user messages in a row (LangChain sends an image as a second one) are answered, as Ollama answers them", { timeout: 180_000 }, async () => {
+    const r = await ollama.chat({
+      model: "gemma3:4b",
+      messages: [
+        { role: "user", content: "What is in this picture?" },
+        { role: "user", content: "", images: [greyPicture()] },
+      ],
+      options: greedy,
+    });
+    expect(r.done).toBe(true);
+    // the picture reached the model: its tokens are in the prompt
+    const textOnly = await ollama.chat({ model: "gemma3:4b", messages: [{ role: "user", content: "What is in this picture?" }], options: greedy });
+    expect(r.prompt_eval_count).toBeGreaterThan(textOnly.prompt_eval_count + 16);
+  });
+
   it("ps: the loaded models with their expiry; keep_alive 0 unloads", async () => {
     await ollama.generate({ model: "llama3.2", prompt: "hi", options: greedy });
     const { models } = await ollama.ps();
