@@ -334,6 +334,20 @@ describe("migrate", () => {
     await checkStore(root);
   }, 600_000);
 
+  it("a name whose blob an earlier run already migrated under another name reuses those blobs: nothing translated again", async () => {
+    const root = await freshStore("store-reuse");
+    const env = { OLLAMA_MODELS: root };
+    const before = await manifests(root);
+    expect((await cli(["migrate", "gemma3:4b", "--no-verify"], env)).code).toBe(0);
+    const dry = JSON.parse((await cli(["migrate", "gemma3:alias", "--dry-run", "--json"], env)).stdout).plan;
+    expect(dry.models).toEqual([expect.objectContaining({ name: "gemma3:alias", reused: true, bytes: 0 })]);
+    const r = await cli(["migrate", "gemma3:alias", "--no-verify"], env);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toMatch(/reusing the blobs/);
+    await expectMigrated(root, "gemma3:alias", before.get("registry.ollama.ai/library/gemma3/alias")!);
+    await checkStore(root);
+  }, 300_000);
+
   it("two migrations at once: one holds the store, the other waits or says who holds it; the store ends migrated and whole", async () => {
     const root = await freshStore("store-race");
     const env = { OLLAMA_MODELS: root };
