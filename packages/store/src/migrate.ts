@@ -26,7 +26,8 @@
  * projector's has_audio_encoder after, with Ollama's suppressions); a model where any of them
  * would differ is left alone, with the difference as its reason.
  *
- * Models that share a source blob (one blob, many names) are translated once. Each model is
+ * Models that share a source blob (one blob, many names) are translated once, also across runs
+ * (a name switched by an interrupted run lends its new blobs to the others: migratedSources). Each model is
  * loaded by real llama-server before its manifest switches (the caller's `verify`).
  *
  * Undo: the replaced manifest is kept, byte for byte, as a manifest of its own under
