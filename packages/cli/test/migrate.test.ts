@@ -6,7 +6,7 @@
 // for a blob), and real llama-server serves what migrate switched to.
 import { execFileSync, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { cp, mkdir, mkdtemp, readFile, readdir, rm, stat, utimes, writeFile } from "node:fs/promises";
+import { cp, mkdir, mkdtemp, readFile, readdir, rm, stat, truncate, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildOllamaStore } from "@compat/store";
@@ -366,7 +366,8 @@ describe("migrate", () => {
     const mnt = join(dir, "xfs");
     await mkdir(mnt, { recursive: true });
     try {
-      execFileSync("truncate", ["-s", "400M", img]);
+      await writeFile(img, "");
+      await truncate(img, 400 << 20);
       execFileSync("mkfs.xfs", ["-q", "-m", "reflink=1", img]);
       execFileSync("mount", ["-o", "loop", img, mnt]);
     } catch {
