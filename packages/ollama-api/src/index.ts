@@ -6,7 +6,8 @@ import { parseKeepAlive } from "./duration";
 import { LoadConfigs } from "./load-config";
 import { apiModel, type ApiModel } from "./models";
 import { OllamaRoutes } from "./routes";
-import { ModelScheduler } from "./scheduler";
+import { InstanceLog } from "./instance-log";
+import { ModelScheduler, RouterModels } from "./scheduler";
 import { Upstream } from "./upstream";
 
 export { OLLAMA_API_VERSION } from "./routes";
@@ -84,18 +85,26 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
   // fail on a taken address before translating anything
   if (port !== 0) await checkPortFree(host, port);
 
+  const maxQueue = env.OLLAMA_MAX_QUEUE ? Number(env.OLLAMA_MAX_QUEUE) : 512;
+  if (!Number.isInteger(maxQueue) || maxQueue < 1) throw new BridgeError("INVALID_OPTION", `OLLAMA_MAX_QUEUE ${env.OLLAMA_MAX_QUEUE}: expected a whole number above 0`, { maxQueue });
+  const instances = new InstanceLog();
+  const onLog = (line: string) => {
+    instances.onLog(line);
+    opts.onLog?.(line);
+  };
   const args = routerArgs(opts.args ?? []);
   // the key travels to llama-server by environment (LLAMA_API_KEY), which the router's model
   // instances inherit: they check it too (the router passes the Authorization header on)
   const routerKey = randomBytes(32).toString("base64url");
-  const router = await startRouter({ ...opts, args, host: "127.0.0.1", port: undefined, apiKey: routerKey, insecure: false, modelsMax: 0, stopWordsPerRequest: true });
+  const router = await startRouter({ ...opts, args, onLog, host: "127.0.0.1", port: undefined, apiKey: routerKey, insecure: false, modelsMax: 0, stopWordsPerRequest: true });
   const upstream = new Upstream(router.url, routerKey);
   const configs = new LoadConfigs(router.presetPath, upstream);
-  const scheduler = new ModelScheduler(upstream, { maxLoaded: modelsMax, keepAliveMs, onStatus: opts.onStatus, define: (c, inUse) => configs.define(c, inUse) });
+  const io = new RouterModels(upstream, { define: (c, keep) => configs.define(c, keep), errorOf: (n) => instances.errorOf(n) });
+  const scheduler = new ModelScheduler(io, { maxLoaded: modelsMax, keepAliveMs, maxQueue, onStatus: opts.onStatus });
   const served: ApiModel[] = router.models.filter((m) => m.model).map((m) => apiModel(m.name, m.model!));
   const maxBodyBytes = opts.maxBodyBytes ?? 256 * 2 ** 20;
   const maxHeldBodyBytes = opts.maxHeldBodyBytes ?? Math.max(512 * 2 ** 20, maxBodyBytes);
-  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, storeRoot: asStore(opts.store, env).root, maxBodyBytes, maxHeldBodyBytes });
+  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, instances, storeRoot: asStore(opts.store, env).root, maxBodyBytes, maxHeldBodyBytes });
   const access = { origins: allowedOrigins(env), listenHost: host, apiKey: opts.apiKey };
   const matchers = originMatchers(access.origins);
   const http = createServer({ noDelay: true, keepAliveTimeout: 65_000 }, (req, res) => {
