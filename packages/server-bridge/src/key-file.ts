@@ -65,7 +65,6 @@ export function apiKeyOf(file: KeyFile, path: string, flag: string): string {
   const key = file.text.replace(/\r?\n$/, "").replace(/^[ \t]+|[ \t]+$/g, "");
   if (key === "") throw fail("the file is empty (expected the API key)");
   if (/[\r\n]/.test(key)) throw fail("the key has a line break inside it (expected the key on one line)");
-  // eslint-disable-next-line no-control-regex
   if (/[\x00-\x1f\x7f]/.test(key)) throw fail("the key holds a control character");
   if (key.includes(",")) throw fail("the key holds a comma, which llama-server reads as a separator between keys");
   return key;
