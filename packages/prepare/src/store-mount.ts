@@ -1,16 +1,14 @@
-import { createHash } from "node:crypto";
 import { rm, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { GgufError, readTensorData } from "@compat/gguf";
+import { readTensorData } from "@compat/gguf";
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
-import { openViews, projectorOf, type FileStatus, type Mmproj } from "@compat/views";
 import { ownedTempDir } from "@compat/files";
 import { FuseMount, fuseSupport, MountError, planView, SidecarStore, type ComputedPart, type MountExit } from "@compat/mount";
-import { defaultCacheDir, TRANSLATOR_VERSION } from "./cache";
+import { contentKey, defaultCacheDir, TRANSLATOR_VERSION } from "./cache";
 import { PrepareError } from "./errors";
 import { modelFiles, type ModelsLayout } from "./layout";
-import { modelFacts, type PreparedModel } from "./prepare";
-import { ModelStore, type ResolvedModel } from "@compat/store";
+import { preparedModel, servedViews, type ModelPreparer, type PreparedModel } from "./preparer";
+import { blobDigest, ModelStore, type ResolvedModel } from "@compat/store";
 
 export interface StoreMountOptions {
   /** The mount point (created if missing; must be empty). */
@@ -59,7 +57,7 @@ function signature(m: ResolvedModel): string {
  * served from the blob without a copy (see @compat/mount). Models added to or removed from the
  * store appear and disappear while it is mounted.
  */
-export class StoreMount {
+export class StoreMount implements ModelPreparer {
   readonly dir: string;
   readonly store: ModelStore;
   readonly layout: ModelsLayout;
@@ -239,16 +237,12 @@ export class StoreMount {
       if (projector?.kind === "file") await place(files.mmproj, projector.path, null, "mmproj");
       else if (projector?.kind === "view") await place(files.mmproj, projector.path ?? resolved.modelPath, projector.view, "mmproj");
       if (projector) mmproj = files.mmproj;
-      const prepared: PreparedModel = {
-        resolved,
+      const prepared = preparedModel(resolved, views, {
         modelPath: join(this.dir, files.model),
         translated: text !== null,
         cacheHit: false,
-        ...(mmproj ? { mmproj: join(this.dir, mmproj) } : {}),
-        status: views.status,
-        handlers: text?.report.handlers.map((h) => h.name) ?? [],
-        ...views.facts,
-      };
+        mmproj: mmproj ? join(this.dir, mmproj) : undefined,
+      });
       return { name: resolved.name, files: { model: files.model, ...(mmproj ? { mmproj } : {}) }, prepared, signature: sig, paths };
     } finally {
       await views.close();
@@ -257,15 +251,13 @@ export class StoreMount {
 
   /** The content key of a translated file: what it is made from, as the cache keys its entries. */
   private async fileKey(path: string, kind: "text" | "mmproj", profile: TranslationProfile, digest: string | undefined): Promise<string> {
-    const blob = /sha256-([0-9a-f]{64})$/.exec(path);
-    let from = digest ?? (blob ? `sha256:${blob[1]}` : undefined);
+    let from = digest ?? blobDigest(path);
     if (from === undefined) {
       // a plain file: its identity now (a changed file is another key)
       const st = await stat(path, { bigint: true });
       from = `file:${path}:${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}`;
     }
-    const id = JSON.stringify({ v: 1, source: from, translator: TRANSLATOR_VERSION, profile, kind });
-    return createHash("sha256").update(id).digest("hex");
+    return contentKey({ source: from, translator: TRANSLATOR_VERSION, profile, kind });
   }
 
   /**
@@ -311,32 +303,6 @@ export class StoreMount {
 /** The served name of a model: its Ollama name, or a plain file's name without `.gguf`. */
 function name(m: ResolvedModel): string {
   return m.kind === "file" ? m.name.replace(/\.gguf$/i, "") : m.name;
-}
-
-/** What llama-server gets from a model (@compat/views), with the facts its arguments depend on; close it when done. */
-async function servedViews(
-  resolved: ResolvedModel,
-  env: Record<string, string | undefined>,
-  profile: TranslationProfile,
-): Promise<{ status: FileStatus; text: TranslatedView | null; mmproj: Mmproj | null; facts: Pick<PreparedModel, "architecture" | "embedding" | "hasChatTemplate">; close(): Promise<void> }> {
-  try {
-    const views = await openViews(resolved.modelPath, { env, profile, projectors: resolved.projectors });
-    return { status: views.status, text: views.text, mmproj: views.mmproj, facts: modelFacts(views.model, views.text), close: () => views.close() };
-  } catch (e) {
-    // as prepareModel: a string that is not UTF-8 is for llama-server to judge, the file as it is
-    if (!(e instanceof GgufError) || e.code !== "INVALID_UTF8") throw e;
-  }
-  const layer = resolved.projectors[0];
-  const mmproj = layer !== undefined ? await projectorOf(layer, { env, profile }) : null;
-  return {
-    status: "native",
-    text: null,
-    mmproj,
-    facts: { architecture: "", embedding: false, hasChatTemplate: true },
-    close: async () => {
-      if (mmproj?.kind === "view") await mmproj.view.close();
-    },
-  };
 }
 
 /** A mount made for one `serve`, or why there is none. */

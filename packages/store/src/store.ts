@@ -2,10 +2,10 @@ import { constants, createReadStream, existsSync, statSync, type Stats } from "n
 import { lstat, open, readdir, realpath, stat } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { homedir } from "node:os";
-import { isAbsolute, join, resolve as resolvePath, sep } from "node:path";
+import { basename, isAbsolute, join, resolve as resolvePath, sep } from "node:path";
 import { StoreError } from "./errors";
 import { MediaType } from "./media-types";
-import { displayName, fullName, isValidName, manifestSegments, parseModelName, type ModelName } from "./name";
+import { displayName, fullName, isRollbackName, isValidName, manifestSegments, parseModelName, type ModelName } from "./name";
 
 /** One layer as the manifest lists it. */
 export interface ManifestLayer {
@@ -268,8 +268,13 @@ export class ModelStore {
     return out.sort((a, b) => a.name.localeCompare(b.name));
   }
 
-  /** Names of every manifest file (manifests/host/namespace/model/tag). */
+  /** Names of every model: each manifest file (manifests/host/namespace/model/tag) but migrate's rollback records. */
   async names(): Promise<ModelName[]> {
+    return (await this.manifestNames()).filter((n) => !isRollbackName(n));
+  }
+
+  /** Names of every manifest file, migrate's rollback records (name.ts rollbackName) included. */
+  async manifestNames(): Promise<ModelName[]> {
     const base = join(this.root, "manifests");
     const out: ModelName[] = [];
     const walk = async (dir: string, parts: string[]): Promise<void> => {
@@ -306,6 +311,15 @@ function asFile(ref: string): ResolvedModel | undefined {
   if (!st.isFile()) throw new StoreError("INVALID_REFERENCE", `${JSON.stringify(ref)} is ${fileKind(st)}, not a GGUF file`, { ref });
   const path = resolvePath(ref);
   return { ref, name: path.split(/[\\/]/).pop()!, kind: "file", modelPath: path, projectors: [], adapters: [], params: {}, size: st.size };
+}
+
+/**
+ * `sha256:<hex>` from a blob's file name (`blobs/sha256-<hex>`), else undefined: the digest its
+ * bytes must have. Only the file's own name counts, never a folder named like a blob.
+ */
+export function blobDigest(path: string): string | undefined {
+  const m = /^sha256-([0-9a-f]{64})$/.exec(basename(path));
+  return m ? `sha256:${m[1]}` : undefined;
 }
 
 function normalizeDigest(d: string): string {
