@@ -87,26 +87,26 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
     const parts = [];
     for await (const p of stream) parts.push(p);
     const last = parts.at(-1)!;
-    expect(last.done).toBe(true);
-    expect(["stop", "length"]).toContain(last.done_reason);
-    expect(last.model).toBe("llama3.2:latest");
-    expect(last.message.role).toBe("assistant");
-    expect(last.eval_count).toBeGreaterThan(0);
-    expect(last.prompt_eval_count).toBeGreaterThan(0);
-    expect(last.total_duration).toBeGreaterThanOrEqual(last.eval_duration);
-    expect(parts.slice(0, -1).every((p) => p.done === false && typeof p.message.content === "string")).toBe(true);
-    expect(parts.length).toBeGreaterThan(1);
+    // the protocol, not the words: a random-weight model may end at its first token
+    const got = JSON.stringify(parts);
+    expect(last, got).toMatchObject({ done: true, model: "llama3.2:latest", message: { role: "assistant" } });
+    expect(["stop", "length"], got).toContain(last.done_reason);
+    expect(last.eval_count, got).toBeLessThanOrEqual(greedy.num_predict);
+    expect(last.prompt_eval_count, got).toBeGreaterThan(0);
+    expect(last.total_duration, got).toBeGreaterThanOrEqual(last.eval_duration);
+    expect(parts.slice(0, -1).every((p) => p.done === false && typeof p.message.content === "string"), got).toBe(true);
+    // an answer cut at num_predict came in pieces before the last
+    if (last.done_reason === "length") expect(parts.length, got).toBeGreaterThan(1);
   });
 
   it("chat, not streamed: one object with the whole answer, the same as the stream's text", async () => {
     const r = await ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hello" }], stream: false, options: greedy });
-    expect(r.done).toBe(true);
-    expect(r.message.content.length).toBeGreaterThan(0);
+    expect(r, JSON.stringify(r)).toMatchObject({ done: true, message: { role: "assistant", content: expect.any(String) } });
     const stream = await ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hello" }], stream: true, options: greedy });
     let text = "";
     for await (const p of stream) text += p.message.content;
-    expect(text).toBe(r.message.content);
-    expect(r.eval_count).toBeLessThanOrEqual(greedy.num_predict);
+    expect(text, JSON.stringify(r)).toBe(r.message.content);
+    expect(r.eval_count, JSON.stringify(r)).toBeLessThanOrEqual(greedy.num_predict);
   });
 
   it("chat with an image on the vision model: the picture becomes prompt tokens", async () => {
@@ -128,8 +128,8 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
     const stream = await ollama.generate({ model: "llama3.2", prompt: "hello", stream: true, options: greedy });
     let last;
     for await (const p of stream) last = p;
-    expect(last!.done).toBe(true);
-    expect(last!.eval_count).toBeGreaterThan(0);
+    expect(last, JSON.stringify(last)).toMatchObject({ done: true, done_reason: expect.stringMatching(/^(stop|length)$/) });
+    expect(last!.eval_count, JSON.stringify(last)).toBeLessThanOrEqual(greedy.num_predict);
   });
 
   it("embed and embeddings: unit-length vectors, one per input, cut to dimensions", async () => {
