@@ -14,7 +14,7 @@
  */
 import { mkdir, open, readdir, readFile, rm, stat, type FileHandle } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
-import { writeFileAtomic } from "@compat/gguf";
+import { processAlive, tempFileOwner, writeFileAtomic } from "@compat/gguf";
 import { acquireLock } from "./entry-lock";
 import { BridgeError } from "./errors";
 import { parseModelName, fullName, type ModelName } from "./name";
@@ -274,7 +274,10 @@ async function downloadPart(
   if (p.Completed < p.Size) throw lastError ?? new RegistryError("BAD_REGISTRY_REPLY", `${url.href}: part ${p.N} did not finish`);
 }
 
-/** Removes what a download of `final` left: part records, the data file (unless kept), stale temp files of both. */
+/**
+ * Removes what a download of `final` left: part records, the data file (unless kept), and the
+ * temp files of records whose writer was killed mid-write.
+ */
 async function removeLeftovers(final: string, opts: { keepData?: boolean } = {}): Promise<void> {
   const dir = dirname(final);
   const base = basename(final);
@@ -282,7 +285,9 @@ async function removeLeftovers(final: string, opts: { keepData?: boolean } = {})
   for (const n of names) {
     const record = n.startsWith(`${base}-partial-`) && /^\d+$/.test(n.slice(base.length + 9));
     const dataFile = n === `${base}-partial` && !opts.keepData;
-    if (record || dataFile) await rm(join(dir, n), { force: true });
+    const owner = tempFileOwner(n);
+    const deadTemp = owner !== undefined && owner.base.startsWith(`${base}-partial-`) && owner.pid !== process.pid && !processAlive(owner.pid);
+    if (record || dataFile || deadTemp) await rm(join(dir, n), { force: true });
   }
 }
 

@@ -70,7 +70,7 @@ describe("pullModel (real registry)", () => {
     const layer = pushed.layers.find((l) => l.mediaType === MediaType.model)!;
     // same length, other bytes, under the same digest in the registry's storage
     const bad = Buffer.from(good);
-    bad[bad.length >> 1] ^= 0xff;
+    bad[bad.length >> 1]! ^= 0xff;
     await writeFile(registry.blobDataPath(layer.digest), bad);
     const root = await temp();
     const e = await errorOf(pullModel(pushed.ref, { root, insecure: true, minPartBytes: 256 << 10 }));

@@ -29,7 +29,10 @@ export async function pullCommand(ref: string, opts: PullCommandOptions, io: Cli
   if (!opts.json) io.out(`pulled ${terminalSafe(ref)} into ${terminalSafe(store.root)} (${terminalSafe(pulled.manifestPath)})\n`);
 }
 
-/** Status lines once each, and a bar per layer on a terminal. */
+/**
+ * A bar per layer and the steps between them on a terminal; in a log, one line per layer (a
+ * failure before any layer is then the error's line alone).
+ */
 function humanProgress(io: CliIo, quiet: boolean): (p: PullProgress) => void {
   let bar: ProgressBar | undefined;
   let current = "";
@@ -48,6 +51,6 @@ function humanProgress(io: CliIo, quiet: boolean): (p: PullProgress) => void {
     bar?.done();
     bar = undefined;
     current = "";
-    if (p.status !== "success") io.err(`${terminalSafe(p.status)}\n`);
+    if (io.errTTY === true && p.status !== "success") io.err(`${terminalSafe(p.status)}\n`);
   };
 }
