@@ -86,10 +86,10 @@ describe("ollama-compat pull (real registry)", () => {
     expect(chat.status, await chat.clone().text()).toBe(200);
     s.child.kill("SIGTERM");
     await s.closed;
-  });
+  }, 300_000);
 
+  const kills = Number(process.env.PULL_KILLS ?? 5);
   it("SIGKILLed at random moments N times ($PULL_KILLS, default 5), then run again: the same bytes, nothing left over", async () => {
-    const kills = Number(process.env.PULL_KILLS ?? 5);
     const seed = Number(process.env.PULL_SEED ?? Date.now() % 1e9);
     const random = prng(seed);
     const bytes = randomBytes(40 << 20);
@@ -125,7 +125,7 @@ describe("ollama-compat pull (real registry)", () => {
     expect(Buffer.compare(await readFile(join(root, "blobs", `sha256-${layer.digest.slice(7)}`)), bytes), `seed ${seed}`).toBe(0);
     expect(await leftovers(root), `seed ${seed}`).toEqual([]);
     expect(Buffer.compare(await readFile(join(root, "manifests", registry.host, "library", "killed", "1")), Buffer.from(pushed.manifest))).toBe(0);
-  });
+  }, 120_000 + kills * 30_000);
 
   it("failures are one line: no registry there, a corrupted layer (and nothing of it kept)", async () => {
     const root = await temp();
