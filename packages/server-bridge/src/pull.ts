@@ -114,6 +114,11 @@ async function pullBlob(client: RegistryClient, layer: ManifestLayer, opts: Pull
   // one downloader per blob at a time (two pulls of models sharing a layer, or a pull run twice)
   const release = await acquireLock(`${final}-partial.lock`, { timeoutMs: 24 * 3600_000, staleMs: 60_000, what: `the download of ${layer.digest}`, signal: opts.signal });
   try {
+    // the pull we waited for may have finished it
+    if ((await stat(final).catch(() => undefined))?.size === layer.size) {
+      report({ status, digest: layer.digest, total: layer.size, completed: layer.size });
+      return;
+    }
     await downloadParts(client, layer, final, opts, (completed) => report({ status, digest: layer.digest, total: layer.size, completed }));
     report({ status, digest: layer.digest, total: layer.size, completed: layer.size });
     await installBlob(opts.root, layer.digest, `${final}-partial`, layerLabel(client, layer)).catch(async (e: unknown) => {

@@ -121,6 +121,15 @@ describe("pullModel (real registry)", () => {
     expect(await leftovers(root)).toEqual([]);
   });
 
+  it("two pulls of the same model at once: one downloads each blob, both succeed, the same bytes, nothing left over", async () => {
+    const bytes = randomBytes(6 << 20);
+    const pushed = await registry.pushModel({ name: "library/twice:1", model: bytes, params: { num_ctx: 512 } });
+    const root = await temp();
+    await Promise.all([0, 1].map(() => pullModel(pushed.ref, { root, insecure: true, minPartBytes: 256 << 10 })));
+    expect(Buffer.compare(await readFile(join(root, "blobs", `sha256-${pushed.layers[0]!.digest.slice(7)}`)), bytes)).toBe(0);
+    expect(await leftovers(root)).toEqual([]);
+  });
+
   it("no registry there: REGISTRY_UNREACHABLE in one line naming the host; an unknown tag: NOT_IN_REGISTRY", async () => {
     const port = await closedPort();
     const root = await temp();
