@@ -1,7 +1,8 @@
 import { createServer, type Server } from "node:http";
 import { BridgeError } from "../errors";
 import type { ExitInfo } from "../child";
-import { startRouter, type RouterModel, type RouterServer, type StartRouterOptions } from "../router";
+import { prepareModel } from "../prepare";
+import { presetSection, startRouter, withoutStopWords, type RouterModel, type RouterServer, type StartRouterOptions } from "../router";
 import { checkPortFree } from "../child";
 import { asStore, isLoopback } from "../server";
 import { allowedOrigins, checkAccess, originMatchers } from "./access";
@@ -81,7 +82,15 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
   const configs = new LoadConfigs(router.presetPath, upstream);
   const scheduler = new ModelScheduler(upstream, { maxLoaded: modelsMax, keepAliveMs, onStatus: opts.onStatus, define: (c, inUse) => configs.define(c, inUse) });
   const served: ApiModel[] = router.models.filter((m) => m.model).map((m) => apiModel(m.name, m.model!));
-  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, storeRoot: asStore(opts.store, env).root, maxBodyBytes: opts.maxBodyBytes ?? 256 * 2 ** 20 });
+  const store = asStore(opts.store, env);
+  // a model pulled while serving: prepared as the others were, then a section of the router's preset
+  const addModel = async (name: string): Promise<ApiModel> => {
+    const resolved = await store.resolve(name);
+    const prepared = await (opts.prepare ?? prepareModel)(resolved, opts);
+    await configs.addModel(resolved.name, presetSection(resolved.name, withoutStopWords(prepared), (m) => opts.onStatus?.(`warning: ${m}`)));
+    return apiModel(resolved.name, prepared);
+  };
+  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, storeRoot: store.root, maxBodyBytes: opts.maxBodyBytes ?? 256 * 2 ** 20, addModel });
   const access = { origins: allowedOrigins(env), listenHost: host, apiKey: opts.apiKey };
   const matchers = originMatchers(access.origins);
   const http = createServer({ noDelay: true, keepAliveTimeout: 65_000 }, (req, res) => {

@@ -122,21 +122,41 @@ export class LoadConfigs {
         this.variants.delete(name);
         this.known.delete(name);
       }
-      this.basePreset ??= readFile(this.presetPath, "utf8");
-      const text = [await this.basePreset, ...[...this.variants.values()].map((x) => x.section + "\n")].join("\n");
-      const tmp = `${this.presetPath}.${process.pid}.tmp`;
-      await writeFile(tmp, text);
-      await rename(tmp, this.presetPath);
-      const { status, text: body } = await this.upstream.call("GET", "/models?reload=1");
-      if (status !== 200) throw new ApiError(500, `llama-server could not re-read its preset for ${config.routerName}: ${upstreamMessage(body)}`);
-      const listed = new Set<string>();
-      for (const m of (JSON.parse(body) as { data?: Array<{ id: string; aliases?: string[] }> }).data ?? []) for (const n of [m.id, ...(m.aliases ?? [])]) listed.add(n);
+      const listed = await this.rewrite(config.routerName);
       this.known = new Set([...this.variants.keys()].filter((n) => listed.has(n)));
       if (!this.known.has(config.routerName)) throw new ApiError(500, `llama-server did not take the preset section of ${config.routerName}`);
     };
+    return this.serially(job);
+  }
+
+  /** Adds a model's own section (one pulled while serving) to the preset, and has the router take it. */
+  addModel(routerName: string, section: string): Promise<void> {
+    return this.serially(async () => {
+      const base = await (this.basePreset ??= readFile(this.presetPath, "utf8"));
+      this.basePreset = Promise.resolve(`${base}\n${section}\n`);
+      const listed = await this.rewrite(routerName);
+      if (!listed.has(routerName)) throw new ApiError(500, `llama-server did not take the preset section of ${routerName}`);
+    });
+  }
+
+  private serially(job: () => Promise<void>): Promise<void> {
     const run = this.writing.then(job, job);
     this.writing = run.catch(() => undefined);
     return run;
+  }
+
+  /** Writes the preset (the base, then the variants), has the router re-read it; the names it lists. */
+  private async rewrite(forName: string): Promise<Set<string>> {
+    this.basePreset ??= readFile(this.presetPath, "utf8");
+    const text = [await this.basePreset, ...[...this.variants.values()].map((x) => x.section + "\n")].join("\n");
+    const tmp = `${this.presetPath}.${process.pid}.tmp`;
+    await writeFile(tmp, text);
+    await rename(tmp, this.presetPath);
+    const { status, text: body } = await this.upstream.call("GET", "/models?reload=1");
+    if (status !== 200) throw new ApiError(500, `llama-server could not re-read its preset for ${forName}: ${upstreamMessage(body)}`);
+    const listed = new Set<string>();
+    for (const m of (JSON.parse(body) as { data?: Array<{ id: string; aliases?: string[] }> }).data ?? []) for (const n of [m.id, ...(m.aliases ?? [])]) listed.add(n);
+    return listed;
   }
 }
 

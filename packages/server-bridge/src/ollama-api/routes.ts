@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { displayName, parseModelName } from "../name";
+import { pullModel, type PullProgress } from "../pull";
 import { chatRequest, generateRequest, isHousekeeping, jsonBody } from "./chat";
 import { embed, embeddings } from "./embed";
 import type { LoadConfigs, LoadWant } from "./load-config";
@@ -16,7 +17,7 @@ import type { Upstream } from "./upstream";
 export const OLLAMA_API_VERSION = "0.32.15";
 
 const STORE_READ_ONLY =
-  "ollama-compat serves the Ollama model store read-only: pull, create, copy, push and delete models with the ollama command, then restart ollama-compat serve --all";
+  "ollama-compat serve --all cannot create, copy, push or delete models yet: do it with the ollama command (or ollama-compat pull), then restart ollama-compat serve --all";
 
 type Json = Record<string, unknown>;
 
@@ -29,6 +30,8 @@ export interface RoutesOptions {
   storeRoot: string;
   /** Largest request body accepted (bytes). */
   maxBodyBytes: number;
+  /** Makes a model just written to the store servable (prepared, in the router's preset); /api/pull calls it. */
+  addModel?: (name: string) => Promise<ApiModel>;
 }
 
 /**
@@ -157,6 +160,53 @@ export class OllamaRoutes {
     sendJson(res, 200, await run(this.o.scheduler, this.o.upstream, m, body, await this.want(m, body.options)));
   }
 
+  /**
+   * POST /api/pull: the model from its registry into the store (pullModel), Ollama's progress
+   * objects streamed as NDJSON (`stream: false`: the last one alone), then served by the running
+   * router. A failure after the stream began is a last `{"error": …}` line, as Ollama sends it.
+   */
+  async pull(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.body(req);
+    const ref = typeof body.model === "string" && body.model !== "" ? body.model : body.name;
+    if (typeof ref !== "string" || !parseModelName(ref)) throw badRequest("invalid model name");
+    const stream = body.stream !== false;
+    const abort = new AbortController();
+    res.on("close", () => {
+      if (!res.writableFinished) abort.abort(new Error("the client went away"));
+    });
+    const send = (p: PullProgress | { error: string }) => {
+      if (!res.headersSent) res.writeHead(200, { "content-type": "application/x-ndjson" });
+      res.write(JSON.stringify(p) + "\n");
+    };
+    try {
+      const pulled = await pullModel(ref, {
+        root: this.o.storeRoot,
+        insecure: body.insecure === true,
+        signal: abort.signal,
+        onProgress: (p) => {
+          // "success" is said once the model is served too
+          if (stream && p.status !== "success") send(p);
+        },
+      });
+      const name = displayName(pulled.name);
+      if (!this.find(name) && this.o.addModel) {
+        const m = await this.o.addModel(name);
+        this.byName.set(m.name.toLowerCase(), m);
+        this.o.models.push(m);
+      }
+      if (!stream) return sendJson(res, 200, { status: "success" });
+      send({ status: "success" });
+      res.end();
+    } catch (e) {
+      if (abort.signal.aborted) return;
+      const message = e instanceof Error ? e.message : String(e);
+      if (res.headersSent) {
+        send({ error: message });
+        res.end();
+      } else sendJson(res, e instanceof ApiError ? e.status : 500, { error: message });
+    }
+  }
+
   async readOnly(req: IncomingMessage, res: ServerResponse): Promise<void> {
     req.resume();
     sendJson(res, 403, { error: STORE_READ_ONLY });
@@ -277,7 +327,7 @@ const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
   "/api/generate": { POST: OllamaRoutes.prototype.generate },
   "/api/embed": { POST: OllamaRoutes.prototype.embed },
   "/api/embeddings": { POST: OllamaRoutes.prototype.embed },
-  "/api/pull": { POST: readOnly },
+  "/api/pull": { POST: OllamaRoutes.prototype.pull },
   "/api/push": { POST: readOnly },
   "/api/create": { POST: readOnly },
   "/api/copy": { POST: readOnly },
