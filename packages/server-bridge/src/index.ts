@@ -15,6 +15,6 @@ export { ownedTempDir, processState, thisProcess, type ProcessIdentity, type Pro
 export { startServer, launch, commonArgs, isLoopback, bindingFromArgs, type PassThroughBinding, type LaunchOptions, type StartServerOptions, type RunningServer, type SingleServer } from "./server";
 export { startRouter, prepareRouterModels, presetSection, presetName, llamaCanonicalName, type StartRouterOptions, type RouterServer, type RouterModel, type PrepareFn } from "./router";
 export { serveOllama, ollamaAddress, OLLAMA_API_VERSION, OLLAMA_DEFAULT_PORT, type ServeOllamaOptions, type OllamaServer } from "./ollama-api/index";
-export { blobFileName, blobPathIn, manifestPathIn, fileSha256, installBlob, writeBlobBytes, writeManifest } from "./store-write";
+export { blobFileName, blobPathIn, manifestPathIn, fileSha256, installBlob, writeBlobBytes, writeManifest, copyModel, deleteModel } from "./store-write";
 export { RegistryClient, RegistryError, parseChallenge, type RegistryErrorCode, type RegistryOptions } from "./registry";
 export { pullModel, type PullOptions, type PullProgress, type PulledModel } from "./pull";

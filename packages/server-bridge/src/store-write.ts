@@ -7,11 +7,12 @@
  */
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { mkdir, open, rename, rm } from "node:fs/promises";
+import { mkdir, open, readFile, rename, rm, rmdir } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { writeFileAtomic } from "@compat/gguf";
 import { BridgeError } from "./errors";
-import { manifestSegments, type ModelName } from "./name";
+import { displayName, manifestSegments, type ModelName } from "./name";
+import { ModelStore } from "./store";
 
 const DIGEST = /^sha256[:-]([0-9a-f]{64})$/;
 
@@ -90,5 +91,64 @@ async function syncDir(dir: string): Promise<void> {
     // some file systems refuse fsync on a directory; the rename itself has happened
   } finally {
     await fh.close();
+  }
+}
+
+/** `ollama cp`: the source manifest's bytes under a second name (the blobs are shared). */
+export async function copyModel(root: string, source: ModelName, destination: ModelName): Promise<string> {
+  const from = manifestPathIn(root, source);
+  let bytes: Buffer;
+  try {
+    bytes = await readFile(from);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new BridgeError("UNKNOWN_MODEL", `model ${JSON.stringify(displayName(source))} is not installed (no manifest at ${from})`, { manifestPath: from });
+    throw e;
+  }
+  return writeManifest(root, destination, bytes);
+}
+
+/**
+ * `ollama rm`: removes the model's manifest (and the folders it leaves empty), then each of its
+ * blobs that no other manifest names, as Ollama's DeleteHandler does. Returns the blobs removed.
+ */
+export async function deleteModel(root: string, name: ModelName): Promise<string[]> {
+  const path = manifestPathIn(root, name);
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new BridgeError("UNKNOWN_MODEL", `model ${JSON.stringify(displayName(name))} is not installed (no manifest at ${path})`, { manifestPath: path });
+    throw e;
+  }
+  const mine = digestsOf(text);
+  await rm(path);
+  // the host/namespace/model folders it leaves empty go too (rmdir refuses a folder that is not)
+  for (let dir = dirname(path), depth = 0; depth < 3; dir = dirname(dir), depth++) {
+    if (!(await rmdir(dir).then(() => true, () => false))) break;
+  }
+  const store = new ModelStore(root, {});
+  const used = new Set<string>();
+  for (const other of await store.names()) {
+    const t = await readFile(store.manifestPath(other), "utf8").catch(() => undefined);
+    // a manifest that cannot be read keeps every blob: better a blob too many than one missing
+    if (t === undefined) return [];
+    for (const d of digestsOf(t)) used.add(d);
+  }
+  const removed: string[] = [];
+  for (const d of mine) {
+    if (used.has(d)) continue;
+    await rm(blobPathIn(root, d), { force: true });
+    removed.push(d);
+  }
+  return removed;
+}
+
+/** The digests a manifest names (config and layers); none when it is not one. */
+function digestsOf(text: string): string[] {
+  try {
+    const m = JSON.parse(text) as { config?: { digest?: unknown }; layers?: Array<{ digest?: unknown }> };
+    return [m.config?.digest, ...(Array.isArray(m.layers) ? m.layers.map((l) => l?.digest) : [])].filter((d): d is string => typeof d === "string" && DIGEST.test(d));
+  } catch {
+    return [];
   }
 }

@@ -165,9 +165,9 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
     });
     expect((await failure(ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], think: true }))).message).toBe('"llama3.2:latest" does not support thinking');
     expect((await failure(ollama.generate({ model: "embeddinggemma", prompt: "hi" }))).message).toBe('"embeddinggemma:latest" does not support generate');
-    const copy = await failure(ollama.copy({ source: "llama3.2", destination: "other" }));
-    expect(copy.status).toBe(403);
-    expect(copy.message).toMatch(/cannot create, copy, push or delete.*ollama command/);
+    const push = await failure(ollama.push({ model: "llama3.2" }));
+    expect(push.status).toBe(403);
+    expect(push.message).toMatch(/cannot create or push.*ollama command/);
     const raw = await fetch(`${server.url}/api/chat`, { method: "POST", body: "{not json" });
     expect(raw.status).toBe(400);
     expect(raw.headers.get("content-type")).toMatch(/application\/json/);

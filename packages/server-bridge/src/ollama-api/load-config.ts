@@ -133,7 +133,11 @@ export class LoadConfigs {
   addModel(routerName: string, section: string): Promise<void> {
     return this.serially(async () => {
       const base = await (this.basePreset ??= readFile(this.presetPath, "utf8"));
-      this.basePreset = Promise.resolve(`${base}\n${section}\n`);
+      // a model deleted and pulled again replaces its old section (a preset holds a name once)
+      const header = section.slice(0, section.indexOf("\n") + 1);
+      const at = base.startsWith(header) ? 0 : base.indexOf(`\n${header}`) + 1 || -1;
+      const kept = at < 0 ? base : base.slice(0, at) + base.slice(base.indexOf("\n[", at + header.length) + 1 || base.length);
+      this.basePreset = Promise.resolve(`${kept.trimEnd()}\n\n${section}\n`);
       const listed = await this.rewrite(routerName);
       if (!listed.has(routerName)) throw new ApiError(500, `llama-server did not take the preset section of ${routerName}`);
     });

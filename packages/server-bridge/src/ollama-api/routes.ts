@@ -3,6 +3,8 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { displayName, parseModelName } from "../name";
 import { pullModel, type PullProgress } from "../pull";
+import { copyModel, deleteModel } from "../store-write";
+import { BridgeError } from "../errors";
 import { chatRequest, generateRequest, isHousekeeping, jsonBody } from "./chat";
 import { embed, embeddings } from "./embed";
 import type { LoadConfigs, LoadWant } from "./load-config";
@@ -17,7 +19,7 @@ import type { Upstream } from "./upstream";
 export const OLLAMA_API_VERSION = "0.32.15";
 
 const STORE_READ_ONLY =
-  "ollama-compat serve --all cannot create, copy, push or delete models yet: do it with the ollama command (or ollama-compat pull), then restart ollama-compat serve --all";
+  "ollama-compat serve --all cannot create or push models yet: do it with the ollama command, then restart ollama-compat serve --all";
 
 type Json = Record<string, unknown>;
 
@@ -189,11 +191,7 @@ export class OllamaRoutes {
         },
       });
       const name = displayName(pulled.name);
-      if (!this.find(name) && this.o.addModel) {
-        const m = await this.o.addModel(name);
-        this.byName.set(m.name.toLowerCase(), m);
-        this.o.models.push(m);
-      }
+      if (!this.find(name) && this.o.addModel) this.serve(await this.o.addModel(name));
       if (!stream) return sendJson(res, 200, { status: "success" });
       send({ status: "success" });
       res.end();
@@ -205,6 +203,53 @@ export class OllamaRoutes {
         res.end();
       } else sendJson(res, e instanceof ApiError ? e.status : 500, { error: message });
     }
+  }
+
+  /** POST /api/copy `{source, destination}`: the manifest under a second name (Ollama's CopyModel), served at once. */
+  async copy(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.body(req);
+    const source = typeof body.source === "string" ? parseModelName(body.source) : null;
+    const destination = typeof body.destination === "string" ? parseModelName(body.destination) : null;
+    if (!source || !destination) throw badRequest(`invalid model name: ${JSON.stringify(!source ? body.source : body.destination)}`);
+    try {
+      await copyModel(this.o.storeRoot, source, destination);
+    } catch (e) {
+      if (e instanceof BridgeError && e.code === "UNKNOWN_MODEL") throw modelNotFound(String(body.source));
+      throw e;
+    }
+    const name = displayName(destination);
+    if (!this.find(name) && this.o.addModel) this.serve(await this.o.addModel(name));
+    res.writeHead(200).end();
+  }
+
+  /**
+   * DELETE /api/delete `{model}`: the manifest goes, and each of its blobs that no other manifest
+   * names (Ollama's DeleteHandler); the model is unloaded and no longer listed.
+   */
+  async remove(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.body(req);
+    const ref = typeof body.model === "string" && body.model !== "" ? body.model : body.name;
+    const n = typeof ref === "string" ? parseModelName(ref) : null;
+    if (!n) throw badRequest("invalid model name");
+    try {
+      await deleteModel(this.o.storeRoot, n);
+    } catch (e) {
+      if (e instanceof BridgeError && e.code === "UNKNOWN_MODEL") throw modelNotFound(String(ref));
+      throw e;
+    }
+    const m = this.find(displayName(n));
+    if (m) {
+      this.byName.delete(m.name.toLowerCase());
+      this.o.models.splice(this.o.models.indexOf(m), 1);
+      await this.o.scheduler.unload(m.name).catch(() => undefined);
+    }
+    res.writeHead(200).end();
+  }
+
+  /** Lists and serves a model added while running. */
+  private serve(m: ApiModel): void {
+    this.byName.set(m.name.toLowerCase(), m);
+    this.o.models.push(m);
   }
 
   async readOnly(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -330,8 +375,8 @@ const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
   "/api/pull": { POST: OllamaRoutes.prototype.pull },
   "/api/push": { POST: readOnly },
   "/api/create": { POST: readOnly },
-  "/api/copy": { POST: readOnly },
-  "/api/delete": { DELETE: readOnly },
+  "/api/copy": { POST: OllamaRoutes.prototype.copy },
+  "/api/delete": { DELETE: OllamaRoutes.prototype.remove },
   "/api/blobs/:digest": { POST: readOnly, HEAD: OllamaRoutes.prototype.headBlob },
 };
 
