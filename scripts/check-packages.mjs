@@ -13,7 +13,7 @@ const root = join(repo, "packages");
 
 /**
  * Dependencies a package needs at run time without importing them in src/, and why.
- * The CLI's bundle inlines @compat/mount through the bridge and finds the mount daemon
+ * The CLI's bundle inlines @compat/mount through @compat/prepare and finds the mount daemon
  * (build/, prebuilds/) in that package's installed folder, so it must be installed beside it.
  */
 const RUNTIME_ONLY = { "@compat/cli": ["@compat/mount"] };

@@ -20,7 +20,7 @@ if [ -z "$src" ]; then
     console.log((await writeFixture(f, process.argv[1])).text);' "$scratch")
 fi
 
-packages=(gguf tensor-ops handlers clip views mount server-bridge cli)
+packages=(files gguf tensor-ops handlers clip views mount store prepare server-bridge ollama-api cli)
 mkdir -p "$scratch/tarballs" "$scratch/app"
 for p in "${packages[@]}"; do
   # publint: exports, files and types resolve as published
@@ -102,7 +102,7 @@ node -e '
 const s = require("@compat/mount").fuseSupport();
 if (!s.usable || !s.daemon.includes("node_modules/@compat/mount/prebuilds/")) throw new Error("mount daemon: " + JSON.stringify(s));
 ' || { echo "pack-smoke: no usable prebuilt mount daemon" >&2; exit 1; }
-node --input-type=module -e 'import { buildOllamaStore } from "@compat/server-bridge"; await buildOllamaStore(process.argv[1], [{ name: "fixture:1", model: process.argv[2] }]);' "$scratch/store" "$src"
+node --input-type=module -e 'import { buildOllamaStore } from "@compat/store"; await buildOllamaStore(process.argv[1], [{ name: "fixture:1", model: process.argv[2] }]);' "$scratch/store" "$src"
 "$bin" mount "$scratch/mnt" --models "$scratch/store" --cache-dir "$scratch/cache" --daemon >"$scratch/mount.log" 2>&1 || { cat "$scratch/mount.log" >&2; echo "pack-smoke: ollama-compat mount failed" >&2; exit 1; }
 same=yes
 cmp -s "$scratch/mnt/fixture-1.gguf" "$scratch/app/translated.gguf" || same=no

@@ -30,7 +30,7 @@ export default [
     // a third less to read and hand to V8 at every start; names stay, for stack traces
     minifyWhitespace: true,
     minifySyntax: true,
-    noExternal: ["commander", "@compat/gguf", "@compat/handlers", "@compat/clip", "@compat/views", "@compat/server-bridge", "@compat/tensor-ops", "@compat/mount"],
+    noExternal: ["commander", "@compat/gguf", "@compat/handlers", "@compat/clip", "@compat/views", "@compat/files", "@compat/store", "@compat/prepare", "@compat/server-bridge", "@compat/ollama-api", "@compat/tensor-ops", "@compat/mount"],
     // a fresh id per build: scripts/code-cache.ts stamps the cache with it, src/bin.ts compares (src/bundle-loader.ts)
     footer: { js: `// ollama-compat build ${randomUUID()}` },
     banner: {

@@ -8,7 +8,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { writeGguf } from "@compat/gguf";
-import { buildOllamaStore, ModelStore, serveOllama } from "@compat/server-bridge";
+import { serveOllama } from "@compat/ollama-api";
+import { buildOllamaStore, ModelStore } from "@compat/store";
 import { findLlamaTools, generateFixture } from "@compat/testkit";
 import { median } from "./race.mjs";
 

@@ -6,7 +6,7 @@
 import { readFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { writeFileAtomic } from "@compat/gguf";
+import { writeFileAtomic } from "@compat/files";
 import { CliError } from "./errors";
 
 /** The fixture the build writes: arch, variant, layout and seed of @compat/testkit's generator. */

@@ -1,6 +1,6 @@
 import { unlinkSync } from "node:fs";
 import { constants } from "node:os";
-import { pendingTempFiles } from "@compat/gguf";
+import { pendingTempFiles } from "@compat/files";
 import { runCli } from "./cli";
 
 /** The command line's own entry (dist/cli.cjs, loaded by bin.cjs); runCli is exported for the build's code-cache warm-up. */

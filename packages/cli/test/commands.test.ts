@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { serializeGguf, writeGguf } from "@compat/gguf";
 import { TRANSLATION_PROFILES } from "@compat/handlers";
-import { buildOllamaStore } from "@compat/server-bridge";
+import { buildOllamaStore } from "@compat/store";
 import { findLlamaTools, generateFixture, generateFixtureFiles, generateFixtureSpecs, toGgufModel } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI_BUNDLE, loadBundle, readCodeCache } from "../src/bundle-loader";
@@ -151,9 +151,10 @@ describe("conventions", () => {
     };
     // the packages' own sources sit at ../../<package>/src/… from dist/
     const packagesRun = (paths: string[]) => [...new Set(paths.filter((p) => p.startsWith("../../") && !p.includes("node_modules")).map((p) => p.split("/")[2]!))].sort();
-    expect(packagesRun(await ran(["--help"]))).toEqual(["gguf"]);
+    // files: the list of temp files in flight, which the signal handler of src/main.ts removes
+    expect(packagesRun(await ran(["--help"]))).toEqual(["files"]);
     const inspect = await ran(["inspect", ollama]);
-    expect(packagesRun(inspect)).toEqual(["gguf"]);
+    expect(packagesRun(inspect)).toEqual(["files", "gguf"]);
     expect(inspect).toContain("../src/commands/inspect.ts");
     // and the check sees a command's dependencies when they do run
     expect(packagesRun(await ran(["detect", vision]))).toEqual(expect.arrayContaining(["clip", "gguf", "handlers"]));

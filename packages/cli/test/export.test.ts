@@ -11,7 +11,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parse as parseYaml } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { buildOllamaStore, freePort, LlamaChild, waitHealthy } from "@compat/server-bridge";
+import { freePort, LlamaChild, waitHealthy } from "@compat/server-bridge";
+import { buildOllamaStore } from "@compat/store";
 import { findLlamaTools, generateFixture, generateFixtureFiles, writeWithZeroTail } from "@compat/testkit";
 import { httpGet, spawnCli } from "./helpers";
 

@@ -7,9 +7,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { readGguf, writeGguf } from "@compat/gguf";
-import { buildOllamaStore, MediaType, TranslationCache } from "@compat/server-bridge";
+import { TranslationCache } from "@compat/prepare";
+import { buildOllamaStore, isPathLike as bridgeIsPathLike, MediaType } from "@compat/store";
 import { findLlamaTools, generateFixtureFiles, guardSource } from "@compat/testkit";
-import { isPathLike as bridgeIsPathLike } from "@compat/server-bridge";
 import { isPathLike } from "../src/commands/resolve";
 import { bin, collect, tsx } from "./helpers";
 

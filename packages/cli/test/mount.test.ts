@@ -5,7 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { generateFixtureFiles, findLlamaTools } from "@compat/testkit";
-import { buildOllamaStore, freePort } from "@compat/server-bridge";
+import { freePort } from "@compat/server-bridge";
+import { buildOllamaStore } from "@compat/store";
 import { bin, collect, exited, runToEnd, tsx } from "./helpers";
 
 const dirs: string[] = [];

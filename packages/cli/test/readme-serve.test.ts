@@ -12,7 +12,8 @@ import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import OpenAI from "openai";
 import { afterAll, describe, expect, it } from "vitest";
-import { buildOllamaStore, freePort } from "@compat/server-bridge";
+import { freePort } from "@compat/server-bridge";
+import { buildOllamaStore } from "@compat/store";
 import { findLlamaTools, generateFixtureFiles } from "@compat/testkit";
 import { spawnCli } from "./helpers";
 

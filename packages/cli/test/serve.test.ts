@@ -5,7 +5,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { findLlamaTools, generateFixture, generateFixtureFiles, writeWithZeroTail } from "@compat/testkit";
-import { buildOllamaStore, freePort, ModelStore, prepareModel, TranslationCache } from "@compat/server-bridge";
+import { prepareModel, TranslationCache } from "@compat/prepare";
+import { freePort } from "@compat/server-bridge";
+import { buildOllamaStore, ModelStore } from "@compat/store";
 import { ensureDemoModel, spawnCli } from "./helpers";
 
 const dirs: string[] = [];

@@ -9,7 +9,7 @@ import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { buildOllamaStore } from "@compat/server-bridge";
+import { buildOllamaStore } from "@compat/store";
 import { findLlamaTools, generateFixture, generateFixtureFiles, writeWithZeroTail } from "@compat/testkit";
 import type { CliIo } from "../src/io";
 import { cacheProgress } from "../src/progress";

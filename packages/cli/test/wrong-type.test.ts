@@ -9,7 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GgufError, GgufValueType, parseGguf, readGguf, serializeGguf } from "@compat/gguf";
 import { TRANSLATION_PROFILES, detectHandlers, translate, translateModel } from "@compat/handlers";
 import { clipView, clipViewModel } from "@compat/clip";
-import { buildOllamaStore, ModelStore, prepareModel, TranslationCache } from "@compat/server-bridge";
+import { prepareModel, TranslationCache } from "@compat/prepare";
+import { buildOllamaStore, ModelStore } from "@compat/store";
 import { findLlamaTools, generateFixture } from "@compat/testkit";
 import { bin, runToEnd, tsx, type Run } from "./helpers";
 
@@ -87,7 +88,7 @@ describe("general.architecture of the wrong type", () => {
     }
   });
 
-  it("@compat/server-bridge: prepareModel on a store blob names the blob", async () => {
+  it("@compat/prepare: prepareModel on a store blob names the blob", async () => {
     const root = join(dir, "store");
     await buildOllamaStore(root, [{ name: "wrong:1", model: path }]);
     const resolved = await new ModelStore(root).resolve("wrong:1");

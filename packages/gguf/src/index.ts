@@ -22,7 +22,5 @@ export { GgufModel, type CreateModelOptions, type GgufModelInit } from "./model"
 export { readGguf, parseGguf, type ReadOptions, type ParseOptions, type GgufInput } from "./read";
 export { layoutGguf, PADDING_KEY, SHARE_BLOCK, type GgufLayout, type LayoutOptions } from "./layout";
 export { writeGguf, serializeGguf, type WriteTarget, type WriteOptions, type WriteResult, type GgufSink } from "./writer";
-export { pendingTempFiles, processAlive, tempFileOwner } from "./temp-files";
-export { writeFileAtomic, replaceAtomically, sweepTempFiles, tempPathFor, type AtomicFileOutput, type AtomicFileContent } from "./atomic-file";
 export { readTensorData } from "./tensor-data";
 export { summarize, type GgufSummary } from "./summary";

@@ -1,4 +1,4 @@
-// Browser stand-in for file-source.ts and atomic-file.ts: the browser build maps both here,
+// Browser stand-in for file-source.ts and @compat/files: the browser build maps both here,
 // so a bundle never pulls in node:fs. Paths are a Node feature; Blobs and buffers work everywhere.
 import { GgufError } from "./errors";
 import type { ByteSource } from "./types";
@@ -14,14 +14,8 @@ export async function writeFileAtomic(path: string): Promise<number> {
   throw unsupported(path, "writing");
 }
 
-export async function replaceAtomically(path: string): Promise<void> {
-  throw unsupported(path, "writing");
-}
-
-export async function sweepTempFiles(dir: string, _opts?: { name?: string; olderThanMs?: number }): Promise<string[]> {
-  throw unsupported(dir, "sweeping");
-}
-
-export function tempPathFor(path: string): string {
-  throw unsupported(path, "staging");
+/** Never thrown in a browser (writeFileAtomic throws GgufError there); the writer's instanceof needs the class. */
+export class FilesError extends Error {
+  readonly reason = "";
+  readonly details: { offset?: number } = {};
 }

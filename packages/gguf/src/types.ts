@@ -51,12 +51,7 @@ export interface ByteSource {
   readonly fd?: number;
 }
 
-/**
- * Copies `length` bytes from one open file to another without passing them through
- * JS (copy_file_range, reflink). Resolves true when all bytes were copied, false when
- * it cannot copy this pair of files (then the writer copies through memory instead).
- */
-export type RangeCopier = (srcFd: number, srcOffset: number, dstFd: number, dstOffset: number, length: number) => Promise<boolean>;
+export type { RangeCopier } from "@compat/files";
 
 /** Where a tensor's bytes come from. */
 export type TensorData =

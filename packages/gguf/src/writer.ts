@@ -1,4 +1,4 @@
-import { writeFileAtomic } from "./atomic-file";
+import { FilesError, writeFileAtomic } from "@compat/files";
 import { GgufError } from "./errors";
 import { layoutGguf, type GgufLayout } from "./layout";
 import type { GgufModel } from "./model";
@@ -151,6 +151,9 @@ export async function writeGguf(model: GgufModel, target: WriteTarget, opts: Wri
               return usable;
             };
       await emitModel(model, layout, write, opts, new CopyBuffers(), direct);
+    }).catch((e: unknown) => {
+      // a failed write is this package's IO error, as every failure of a GGUF operation
+      throw e instanceof FilesError ? new GgufError("IO", e.reason, { source: target, offset: e.details.offset, cause: e.cause }) : e;
     });
     return { bytesWritten, layout };
   }

@@ -1,4 +1,4 @@
-import type { PreparedModel } from "./prepare";
+import type { PreparedModel } from "@compat/prepare";
 import { builtinTemplateFor } from "./template";
 
 /** Ollama's default context when the params layer sets none. */

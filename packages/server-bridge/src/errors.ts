@@ -1,17 +1,8 @@
 /** Everything the bridge can refuse, each with a stable `code` for programs and a message for people. */
 export type BridgeErrorCode =
-  | "INVALID_REFERENCE" // not an Ollama model name, nor a file
-  | "UNKNOWN_MODEL" // a valid name with no manifest in the store
-  | "CORRUPT_MANIFEST" // the manifest is not the JSON Ollama writes
-  | "MISSING_BLOB" // a layer the manifest names is not in blobs/
-  | "UNSAFE_BLOB" // a blob is not a plain file of the store: a symlink out of it, a FIFO or device, or too large for its media type
-  | "DIGEST_MISMATCH" // the blob's sha256 is not the one in its name (checked before a translation, or always with verifyDigest)
-  | "SOURCE_CHANGED" // the source file changed while it was translated; nothing was cached
-  | "NO_MODEL_LAYER" // the manifest has no GGUF model layer (e.g. a safetensors-only model)
-  | "UNSUPPORTED_MODEL" // the model layer is not a GGUF we can read
-  | "TRANSLATION_ABORTED" // stopped (signal) while writing a cache entry; nothing was left behind
-  | "CACHE_LOCK_TIMEOUT" // another process held the entry's lock for too long
-  | "CACHE_UNWRITABLE" // the cache folder cannot be created or written (read-only file system, not a folder, no permission)
+  | "UNKNOWN_MODEL" // a model the router was asked for is not among those it serves
+  | "UNSUPPORTED_MODEL" // a model cannot be served (e.g. a router model without a GGUF model layer)
+  | "TRANSLATION_ABORTED" // stopped (signal) before llama-server started
   | "LLAMA_SERVER_NOT_FOUND"
   | "PORT_IN_USE"
   | "INSECURE_BIND" // a non-loopback host without an API key or an explicit opt-out

@@ -1,11 +1,11 @@
 import { rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
+import { ownedTempDir } from "@compat/files";
+import { prepareModel, PrepareError, type PreparedModel } from "@compat/prepare";
+import { StoreError, type ResolvedModel } from "@compat/store";
 import { modelArgs } from "./args";
 import { BridgeError } from "./errors";
-import { ownedTempDir } from "./owner";
-import { prepareModel, type PreparedModel } from "./prepare";
 import { asStore, launch, type LaunchOptions, type RunningServer } from "./server";
-import type { ResolvedModel } from "./store";
 
 /** Makes one resolved model servable (files on disk, facts for its arguments). */
 export type PrepareFn = (resolved: ResolvedModel, opts: LaunchOptions) => Promise<PreparedModel>;
@@ -30,7 +30,7 @@ export interface RouterModel {
   name: string;
   model?: PreparedModel;
   /** Why it is not served (broken manifest, not a GGUF, …). */
-  error?: BridgeError;
+  error?: BridgeError | StoreError | PrepareError;
 }
 
 export interface RouterServer extends RunningServer {
@@ -149,8 +149,8 @@ export async function prepareRouterModels(opts: Pick<StartRouterOptions, "models
     try {
       models.push({ name: e.name, model: await prepare(e.model!, opts) });
     } catch (err) {
-      if (err instanceof BridgeError && err.code === "TRANSLATION_ABORTED") throw err;
-      const error = err instanceof BridgeError ? err : new BridgeError("UNSUPPORTED_MODEL", `${e.name}: ${(err as Error).message}`, { cause: err });
+      if ((err instanceof BridgeError || err instanceof PrepareError) && err.code === "TRANSLATION_ABORTED") throw err;
+      const error = err instanceof BridgeError || err instanceof StoreError || err instanceof PrepareError ? err : new BridgeError("UNSUPPORTED_MODEL", `${e.name}: ${(err as Error).message}`, { cause: err });
       models.push({ name: e.name, error });
     }
   }

@@ -1,10 +1,10 @@
 import { readFileSync } from "node:fs";
+import { prepareModel, type PrepareOptions, type PreparedModel } from "@compat/prepare";
+import { ModelStore, type ResolvedModel } from "@compat/store";
 import { modelArgs } from "./args";
 import { canReadListeningPorts, checkPortFree, freePort, LlamaChild, listeningPort, waitHealthy, type ExitInfo } from "./child";
 import { BridgeError } from "./errors";
 import { findLlamaTool } from "./locate";
-import { prepareModel, type PrepareOptions, type PreparedModel } from "./prepare";
-import { ModelStore, type ResolvedModel } from "./store";
 
 export interface LaunchOptions extends PrepareOptions {
   /** The store to resolve names in: a ModelStore or its root (default $OLLAMA_MODELS or ~/.ollama/models). */

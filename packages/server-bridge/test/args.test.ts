@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { builtinTemplateFor, llamaCanonicalName, modelArgs, presetName, presetSection, type PreparedModel } from "@compat/server-bridge";
+import { type PreparedModel } from "@compat/prepare";
+import { builtinTemplateFor, llamaCanonicalName, modelArgs, presetName, presetSection } from "@compat/server-bridge";
 
 function prepared(over: Partial<PreparedModel> = {}, resolved: Partial<PreparedModel["resolved"]> = {}): PreparedModel {
   return {

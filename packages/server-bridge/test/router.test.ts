@@ -3,7 +3,8 @@ import { afterEach, describe, expect, it } from "vitest";
 import { join } from "node:path";
 import { writeGguf } from "@compat/gguf";
 import { generateFixture, generateFixtureFiles } from "@compat/testkit";
-import { buildOllamaStore, llamaCanonicalName, ModelStore, startRouter, type RouterServer } from "@compat/server-bridge";
+import { llamaCanonicalName, startRouter, type RouterServer } from "@compat/server-bridge";
+import { buildOllamaStore, ModelStore } from "@compat/store";
 import { chat, chatContent, llamaServerPath, SMALL, tempDirs } from "./helpers";
 
 const temp = tempDirs();

@@ -2,7 +2,8 @@ import { dirname, join } from "node:path";
 import { connect } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { findLlamaTools, generateFixtureFiles } from "@compat/testkit";
-import { buildOllamaStore, findLlamaTool, freePort, LlamaChild, ModelStore, startServer, type SingleServer } from "@compat/server-bridge";
+import { findLlamaTool, freePort, LlamaChild, startServer, type SingleServer } from "@compat/server-bridge";
+import { buildOllamaStore, ModelStore } from "@compat/store";
 import { chat, chatContent, SMALL, tempDirs } from "./helpers";
 
 const temp = tempDirs();

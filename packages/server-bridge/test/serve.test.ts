@@ -5,7 +5,9 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { generateFixtureFiles } from "@compat/testkit";
 import { type GgufError, readGguf } from "@compat/gguf";
-import { BridgeError, buildOllamaStore, modelArgs, ModelStore, prepareModel, startServer, TranslationCache, type RunningServer } from "@compat/server-bridge";
+import { prepareModel, TranslationCache } from "@compat/prepare";
+import { BridgeError, modelArgs, startServer, type RunningServer } from "@compat/server-bridge";
+import { buildOllamaStore, ModelStore, StoreError } from "@compat/store";
 import { launchOnProbedPort } from "../src/server";
 import { chat, chatContent, llamaServerPath, SMALL, tempDirs } from "./helpers";
 
@@ -27,13 +29,13 @@ async function fixtureStore(models: Array<{ name: string; arch: string; variant?
   return new ModelStore(root);
 }
 
-async function codeOf(p: Promise<unknown>): Promise<BridgeError> {
+async function codeOf<E extends Error = BridgeError>(p: Promise<unknown>, type: new (...args: never[]) => E = BridgeError as never): Promise<E> {
   const e = await p.then(
     () => undefined,
     (x: unknown) => x,
   );
-  expect(e).toBeInstanceOf(BridgeError);
-  return e as BridgeError;
+  expect(e).toBeInstanceOf(type);
+  return e as E;
 }
 
 describe("startServer (real llama-server)", () => {
@@ -144,7 +146,7 @@ describe("startServer (real llama-server)", () => {
     expect(existsSync(cacheDir)).toBe(false);
     const env = { PATH: "/nonexistent", HOME: "/nonexistent", LLAMA_SERVER: "", OLLAMA_COMPAT_CACHE: "/nonexistent" };
     expect((await codeOf(startServer({ model: "gemma3:1b", store, env, cache: { dir: cacheDir } }))).code).toBe("LLAMA_SERVER_NOT_FOUND");
-    expect((await codeOf(startServer({ model: "nope:1", store, llamaServer: await llamaServerPath() }))).code).toBe("UNKNOWN_MODEL");
+    expect((await codeOf(startServer({ model: "nope:1", store, llamaServer: await llamaServerPath() }), StoreError)).code).toBe("UNKNOWN_MODEL");
   });
 
   it("fault: llama-server crashing at start is reported with its exit code and last log lines", async () => {

@@ -4,7 +4,9 @@ import { readdir, readlink, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { allFixtureVariants, generateFixtureFiles, runMtmdCli } from "@compat/testkit";
-import { buildOllamaStore, ModelStore, prepareModel, startRouter, startServer, StoreMount, TranslationCache, type RunningServer, type StoreMountOptions } from "@compat/server-bridge";
+import { prepareModel, StoreMount, TranslationCache, type StoreMountOptions } from "@compat/prepare";
+import { startRouter, startServer, type RunningServer } from "@compat/server-bridge";
+import { buildOllamaStore, ModelStore } from "@compat/store";
 import { chat, chatContent, llamaServerPath, SMALL, tempDirs } from "./helpers";
 
 const temp = tempDirs();

@@ -1,6 +1,6 @@
 import { resolve } from "node:path";
 import type { TranslationProfile } from "@compat/handlers";
-import { TranslationCache } from "@compat/server-bridge";
+import { TranslationCache } from "@compat/prepare";
 
 /**
  * The environment a command hands the bridge. `--cache-dir DIR` is `OLLAMA_COMPAT_CACHE=DIR`

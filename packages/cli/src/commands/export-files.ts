@@ -7,7 +7,8 @@
  */
 import { lstat, mkdir, readdir, readFile, symlink, unlink } from "node:fs/promises";
 import { join, relative, resolve, sep } from "node:path";
-import { processAlive, readGguf, replaceAtomically, tempFileOwner, writeFileAtomic, writeGguf } from "@compat/gguf";
+import { processAlive, replaceAtomically, tempFileOwner, writeFileAtomic } from "@compat/files";
+import { readGguf, writeGguf } from "@compat/gguf";
 import { kernelRangeCopier } from "@compat/tensor-ops";
 import { CliError } from "../errors";
 

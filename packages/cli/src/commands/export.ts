@@ -1,8 +1,10 @@
 import { lstat, mkdir, stat } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
-import { writeFileAtomic } from "@compat/gguf";
+import { writeFileAtomic } from "@compat/files";
 import type { TranslationProfile } from "@compat/handlers";
-import { findLlamaTool, modelArgs, modelFiles, ModelStore, prepareModel, presetSection, type PreparedModel } from "@compat/server-bridge";
+import { modelFiles, prepareModel, type PreparedModel } from "@compat/prepare";
+import { findLlamaTool, modelArgs, presetSection } from "@compat/server-bridge";
+import { ModelStore } from "@compat/store";
 import { CliError } from "../errors";
 import { terminalSafe } from "../terminal";
 import { ExitCode, type CliIo } from "../io";

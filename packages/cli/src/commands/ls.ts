@@ -1,5 +1,6 @@
 import type { TranslationProfile } from "@compat/handlers";
-import { ModelStore, TranslationCache, type ResolvedModel } from "@compat/server-bridge";
+import { TranslationCache } from "@compat/prepare";
+import { ModelStore, type ResolvedModel } from "@compat/store";
 import { openViews, type FileStatus } from "@compat/views";
 import { humanBytes } from "../format";
 import type { CliIo } from "../io";

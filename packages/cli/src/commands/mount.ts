@@ -3,7 +3,7 @@ import { openSync, closeSync } from "node:fs";
 import { readFile, rm, writeFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import type { TranslationProfile } from "@compat/handlers";
-import { StoreMount, type ModelsLayout } from "@compat/server-bridge";
+import { StoreMount, type ModelsLayout } from "@compat/prepare";
 import { CliError } from "../errors";
 import { ExitCode, type CliIo } from "../io";
 import { takeSignals } from "./serve";

@@ -1,4 +1,4 @@
-import { ModelStore, pullModel, type PullProgress } from "@compat/server-bridge";
+import { ModelStore, pullModel, type PullProgress } from "@compat/store";
 import { humanBytes } from "../format";
 import type { CliIo } from "../io";
 import { progressBar, type ProgressBar } from "../progress";

@@ -3,7 +3,7 @@ import { join, resolve } from "node:path";
 import type { CliIo } from "../io";
 
 /**
- * The bridge's rule for a FILE-or-MODEL argument (@compat/server-bridge `isPathLike`), spelled
+ * The bridge's rule for a FILE-or-MODEL argument (@compat/store `isPathLike`), spelled
  * out so that `inspect FILE` loads no store code (a test keeps the two equal): a word with no
  * path separator and no `.gguf` ending is a model name, always; anything else is a file when
  * something exists there; otherwise a model name if it parses as one.
@@ -25,7 +25,7 @@ export async function resolveInput(ref: string, io: CliIo): Promise<Input> {
   // a regular file needs no store code, so `inspect FILE` stays light; anything else at that
   // path (a folder, a FIFO that would block the open for good) is the bridge's to refuse
   if (isPathLike(ref) && regularFile(ref)) return { path: ref, files: [resolve(ref)] };
-  const { ModelStore } = await import("@compat/server-bridge");
+  const { ModelStore } = await import("@compat/store");
   const store = new ModelStore(undefined, io.env);
   const m = await store.resolve(ref);
   const files = [m.modelPath, ...m.projectors, ...m.adapters, ...(m.draft !== undefined ? [m.draft] : [])];

@@ -1,19 +1,9 @@
 import { readFile } from "node:fs/promises";
 import type { TranslationProfile } from "@compat/handlers";
-import {
-  bindingFromArgs,
-  BridgeError,
-  crashCause,
-  isLoopback,
-  ModelStore,
-  ollamaAddress,
-  serveMount,
-  serveOllama,
-  startServer,
-  type ExitInfo,
-  type ServeOllamaOptions,
-  type StoreMount,
-} from "@compat/server-bridge";
+import { ollamaAddress, serveOllama, type ServeOllamaOptions } from "@compat/ollama-api";
+import { serveMount, type StoreMount } from "@compat/prepare";
+import { bindingFromArgs, BridgeError, crashCause, isLoopback, startServer, type ExitInfo } from "@compat/server-bridge";
+import { ModelStore } from "@compat/store";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
 import { startFailureText } from "../llama-check";

@@ -1,6 +1,9 @@
 import { rm } from "node:fs/promises";
 import type { TranslationProfile } from "@compat/handlers";
-import { launch, modelArgs, ModelStore, ownedTempDir, prepareModel, TranslationCache, type RunningServer } from "@compat/server-bridge";
+import { ownedTempDir } from "@compat/files";
+import { prepareModel, TranslationCache } from "@compat/prepare";
+import { launch, modelArgs, type RunningServer } from "@compat/server-bridge";
+import { ModelStore } from "@compat/store";
 import type { FileStatus } from "@compat/views";
 import { CliError } from "../errors";
 import { ExitCode, paint, type CliIo } from "../io";

@@ -1,0 +1,141 @@
+import { createServer, type Server } from "node:http";
+import { prepareModel } from "@compat/prepare";
+import { asStore, BridgeError, checkPortFree, isLoopback, presetSection, startRouter, withoutStopWords, type ExitInfo, type RouterModel, type RouterServer, type StartRouterOptions } from "@compat/server-bridge";
+import { allowedOrigins, checkAccess, originMatchers } from "./access";
+import { parseKeepAlive } from "./duration";
+import { LoadConfigs } from "./load-config";
+import { apiModel, type ApiModel } from "./models";
+import { OllamaRoutes } from "./routes";
+import { ModelScheduler } from "./scheduler";
+import { Upstream } from "./upstream";
+
+export { OLLAMA_API_VERSION } from "./routes";
+
+/** Ollama's default address. */
+export const OLLAMA_DEFAULT_PORT = 11434;
+
+/**
+ * Where the API listens when not told: OLLAMA_HOST as Ollama reads it (envconfig.Host: `host`,
+ * `host:port`, `[::1]:port`, `http://host[:port]`; no port: 11434, or 80/443 after a scheme),
+ * default 127.0.0.1:11434. An empty host (`:8080`) stays on loopback here (Ollama would listen
+ * on every interface; beyond loopback needs an API key).
+ */
+export function ollamaAddress(env: Record<string, string | undefined> = process.env): { host: string; port: number } {
+  const s = (env.OLLAMA_HOST ?? "").trim();
+  const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(s)?.[1]?.toLowerCase();
+  const fallback = scheme === "https" ? 443 : scheme === "http" ? 80 : OLLAMA_DEFAULT_PORT;
+  const hostport = (scheme ? s.slice(scheme.length + 3) : s).split("/")[0]!;
+  const m = /^(?:\[([^\]]*)\]|([^:[\]]*)):(\d+)$/.exec(hostport);
+  const port = m ? Number(m[3]) : fallback;
+  const host = (m ? (m[1] ?? m[2]) : hostport.replace(/^\[|\]$/g, "")) || "127.0.0.1";
+  return { host, port: port <= 65535 ? port : fallback };
+}
+
+export interface ServeOllamaOptions extends Omit<StartRouterOptions, "modelsMax"> {
+  /** Models loaded at once (default $OLLAMA_MAX_LOADED_MODELS, else 4, llama-server's own default); 0: no limit. */
+  modelsMax?: number;
+  /** How long an idle model stays loaded: a number of seconds or a duration (default $OLLAMA_KEEP_ALIVE, else "5m"). */
+  keepAlive?: string | number;
+  /** Largest request body accepted (default 256 MiB: images travel base64 inside JSON). */
+  maxBodyBytes?: number;
+}
+
+export interface OllamaServer {
+  /** `http://HOST:PORT`: Ollama's API (/api/*) and the OpenAI routes (/v1/*). */
+  url: string;
+  host: string;
+  port: number;
+  /** The llama-server router behind it. */
+  router: RouterServer;
+  models: RouterModel[];
+  /** Resolves when the router exits (the API stops with it). */
+  exited: Promise<ExitInfo>;
+  stop(graceMs?: number): Promise<ExitInfo>;
+}
+
+/**
+ * Ollama's REST API on Ollama's address, in front of a llama-server router over the store:
+ * what an Ollama user's clients call, answered by stock llama-server. The router listens on a
+ * private loopback port; this API is the only way in, so model loads are decided by one
+ * scheduler (see ModelScheduler) and names are Ollama's on every route.
+ */
+export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServer> {
+  const env = opts.env ?? process.env;
+  const address = ollamaAddress(env);
+  const host = opts.host ?? address.host;
+  const port = opts.port ?? address.port;
+  if (!isLoopback(host) && !opts.apiKey && !opts.insecure) {
+    throw new BridgeError("INSECURE_BIND", `refusing to serve on ${host} without an API key: give one (apiKey, --api-key-file) or opt out with insecure`, { host });
+  }
+  const modelsMax = opts.modelsMax ?? (env.OLLAMA_MAX_LOADED_MODELS ? Number(env.OLLAMA_MAX_LOADED_MODELS) : 4);
+  if (!Number.isInteger(modelsMax) || modelsMax < 0) throw new BridgeError("INVALID_OPTION", `models-max ${modelsMax}: expected a whole number (0: no limit)`, { modelsMax });
+  const keepAliveMs = parseKeepAliveOption(opts.keepAlive ?? env.OLLAMA_KEEP_ALIVE ?? "5m");
+  // fail on a taken address before translating anything
+  if (port !== 0) await checkPortFree(host, port);
+
+  const router = await startRouter({ ...opts, host: "127.0.0.1", port: undefined, insecure: false, modelsMax: 0, stopWordsPerRequest: true });
+  const upstream = new Upstream(router.url, opts.apiKey);
+  const configs = new LoadConfigs(router.presetPath, upstream);
+  const scheduler = new ModelScheduler(upstream, { maxLoaded: modelsMax, keepAliveMs, onStatus: opts.onStatus, define: (c, inUse) => configs.define(c, inUse) });
+  const served: ApiModel[] = router.models.filter((m) => m.model).map((m) => apiModel(m.name, m.model!));
+  const store = asStore(opts.store, env);
+  // a model pulled while serving: prepared as the others were, then a section of the router's preset
+  const addModel = async (name: string): Promise<ApiModel> => {
+    const resolved = await store.resolve(name);
+    const prepared = await (opts.prepare ?? prepareModel)(resolved, opts);
+    await configs.addModel(resolved.name, presetSection(resolved.name, withoutStopWords(prepared), (m) => opts.onStatus?.(`warning: ${m}`)));
+    return apiModel(resolved.name, prepared);
+  };
+  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, storeRoot: store.root, maxBodyBytes: opts.maxBodyBytes ?? 256 * 2 ** 20, addModel });
+  const access = { origins: allowedOrigins(env), listenHost: host, apiKey: opts.apiKey };
+  const matchers = originMatchers(access.origins);
+  const http = createServer({ noDelay: true, keepAliveTimeout: 65_000 }, (req, res) => {
+    if (checkAccess(req, res, access, matchers) === "next") void routes.handle(req, res);
+  });
+  try {
+    await listen(http, host, port);
+  } catch (e) {
+    await router.stop();
+    throw e;
+  }
+  const bound = http.address();
+  const boundPort = typeof bound === "object" && bound ? bound.port : port;
+  const shutdown = () => {
+    scheduler.close();
+    upstream.close();
+    http.closeAllConnections();
+    http.close();
+  };
+  void router.exited.then(shutdown);
+  // the address it really listens on, as startServer prints it: 0.0.0.0 is every interface
+  const urlHost = host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
+  return {
+    url: `http://${urlHost}:${boundPort}`,
+    host,
+    port: boundPort,
+    router,
+    models: router.models,
+    exited: router.exited,
+    stop: async (graceMs) => {
+      shutdown();
+      return router.stop(graceMs);
+    },
+  };
+}
+
+function parseKeepAliveOption(v: string | number): number {
+  try {
+    return parseKeepAlive(v) ?? 5 * 60_000;
+  } catch {
+    throw new BridgeError("INVALID_OPTION", `keep-alive ${JSON.stringify(v)}: expected seconds or a duration such as "5m" (negative: forever)`, { keepAlive: v });
+  }
+}
+
+function listen(server: Server, host: string, port: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.once("error", (e: NodeJS.ErrnoException) =>
+      reject(e.code === "EADDRINUSE" ? new BridgeError("PORT_IN_USE", `port ${port} on ${host} is already in use (is Ollama still running? stop it first)`, { host, port }) : e),
+    );
+    server.listen(port, host, () => resolve());
+  });
+}

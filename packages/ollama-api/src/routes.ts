@@ -1,0 +1,410 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { copyModel, deleteModel, displayName, parseModelName, pullModel, StoreError, type PullProgress } from "@compat/store";
+import { chatRequest, generateRequest, isHousekeeping, jsonBody } from "./chat";
+import { embed, embeddings } from "./embed";
+import type { LoadConfigs, LoadWant } from "./load-config";
+import { ApiError, badRequest, modelNotFound } from "./errors";
+import { modelfileText, parametersText, tensorList, type ApiModel } from "./models";
+import { stopWords } from "./options";
+import { answer, sendError, sendJson } from "./respond";
+import type { Lease, ModelScheduler } from "./scheduler";
+import type { Upstream } from "./upstream";
+
+/** The Ollama release whose API this implements (what /api/version says; clients check minimums). */
+export const OLLAMA_API_VERSION = "0.32.15";
+
+const STORE_READ_ONLY =
+  "ollama-compat serve --all cannot create or push models yet: do it with the ollama command, then restart ollama-compat serve --all";
+
+type Json = Record<string, unknown>;
+
+export interface RoutesOptions {
+  models: ApiModel[];
+  scheduler: ModelScheduler;
+  configs: LoadConfigs;
+  upstream: Upstream;
+  /** The store's root (HEAD /api/blobs/:digest looks there). */
+  storeRoot: string;
+  /** Largest request body accepted (bytes). */
+  maxBodyBytes: number;
+  /** Makes a model just written to the store servable (prepared, in the router's preset); /api/pull calls it. */
+  addModel?: (name: string) => Promise<ApiModel>;
+}
+
+/**
+ * Ollama's REST API (server/routes.go GenerateRoutes) over llama-server's router, and the
+ * router's OpenAI routes (/v1/*) passed through with the same model names.
+ */
+export class OllamaRoutes {
+  private readonly byName = new Map<string, ApiModel>();
+
+  constructor(private readonly o: RoutesOptions) {
+    for (const m of o.models) this.byName.set(m.name.toLowerCase(), m);
+  }
+
+  /** A model as a client names it: `gemma3` is `gemma3:latest`, full names and any case resolve too. */
+  find(ref: unknown): ApiModel | undefined {
+    if (typeof ref !== "string" || ref === "") return undefined;
+    const n = parseModelName(ref);
+    return n ? this.byName.get(displayName(n).toLowerCase()) : undefined;
+  }
+
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = (req.url ?? "/").split("?")[0]!;
+    const method = req.method ?? "GET";
+    try {
+      if (path.startsWith("/v1/")) return await this.passthrough(req, res, path);
+      const route = ROUTES[path] ?? (path.startsWith("/api/blobs/") ? ROUTES["/api/blobs/:digest"] : undefined);
+      if (!route) return void res.writeHead(404, { "content-type": "text/plain" }).end("404 page not found");
+      const handler = route[method === "HEAD" && !route.HEAD ? "GET" : method];
+      if (!handler) return void res.writeHead(405, { "content-type": "text/plain" }).end("405 method not allowed");
+      await handler.call(this, req, res, path);
+    } catch (e) {
+      if (res.headersSent) res.destroy();
+      else sendError(res, e);
+    }
+  }
+
+  private async body(req: IncomingMessage): Promise<Json> {
+    return jsonBody(await readBody(req, this.o.maxBodyBytes));
+  }
+
+  /** The model a request body names (`model`, or the older `name`); 400 without one, 404 when it is not installed. */
+  private model(body: Json): ApiModel {
+    const ref = (body.model as unknown) || body.name;
+    if (typeof ref !== "string" || ref === "") throw badRequest("model is required");
+    const m = this.find(ref);
+    if (!m) throw modelNotFound(ref);
+    return m;
+  }
+
+  /** The load configuration a request's `options` need (num_ctx and the other load-time options). */
+  private async want(m: ApiModel, options: unknown): Promise<LoadWant> {
+    return this.o.configs.want(m, options, (await m.facts).contextLength);
+  }
+
+  async tags(_req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const models = await Promise.all(
+      this.o.models.map(async (m) => {
+        const f = await m.facts;
+        return { name: m.name, model: m.name, modified_at: f.modifiedAt.toISOString(), size: f.size, digest: f.digest, details: f.details };
+      }),
+    );
+    sendJson(res, 200, { models });
+  }
+
+  async show(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.body(req);
+    const m = this.model(body);
+    const f = await m.facts;
+    const r = m.prepared.resolved;
+    const out: Json = {
+      modelfile: modelfileText(m.name, m.prepared),
+      parameters: parametersText(r.params),
+      template: f.template,
+      ...(r.system !== undefined ? { system: r.system } : {}),
+      details: f.details,
+      model_info: f.modelInfo,
+      capabilities: f.capabilities,
+      modified_at: f.modifiedAt.toISOString(),
+    };
+    if (!out.parameters) delete out.parameters;
+    if (body.verbose === true) Object.assign(out, await tensorList(m.prepared).then((t) => ({ model_info: t.info, tensors: t.tensors })));
+    // Copilot Chat names a model by general.basename; Ollama answers it with the name it asked for
+    if ((req.headers["user-agent"] ?? "").startsWith("GitHubCopilotChat/")) out.model_info = { ...(out.model_info as Json), "general.basename": body.model ?? body.name };
+    sendJson(res, 200, out);
+  }
+
+  async ps(_req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const statuses = await this.o.upstream.statuses();
+    const models = [];
+    for (const m of this.o.models) {
+      const config = this.o.scheduler.configOf(m.name) ?? (await this.want(m, undefined)).config;
+      const s = statuses.get(config.routerName);
+      if (s !== "loaded" && s !== "sleeping" && s !== "loading") continue;
+      const f = await m.facts;
+      const expires = this.o.scheduler.expiresAt(m.name) ?? Date.now();
+      models.push({
+        name: m.name,
+        model: m.name,
+        size: f.size,
+        digest: f.digest,
+        details: f.details,
+        expires_at: new Date(expires).toISOString(),
+        size_vram: 0,
+        context_length: config.numCtx,
+      });
+    }
+    models.sort((a, b) => b.expires_at.localeCompare(a.expires_at));
+    sendJson(res, 200, { models });
+  }
+
+  async generate(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const body = await this.body(req);
+    const m = this.model(body);
+    const r = path === "/api/chat" ? await chatRequest(m, body) : await generateRequest(m, body);
+    const want = await this.want(m, body.options);
+    if (!isHousekeeping(r)) return answer(this.o.scheduler, this.o.upstream, res, r, want);
+    if (r.kind === "unload") await this.o.scheduler.unload(m.name);
+    else (await this.o.scheduler.acquire(m.name, want, r.keepAliveMs)).release();
+    sendJson(res, 200, r.reply);
+  }
+
+  async embed(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const body = await this.body(req);
+    const m = this.model(body);
+    const run = path === "/api/embed" ? embed : embeddings;
+    sendJson(res, 200, await run(this.o.scheduler, this.o.upstream, m, body, await this.want(m, body.options)));
+  }
+
+  /**
+   * POST /api/pull: the model from its registry into the store (pullModel), Ollama's progress
+   * objects streamed as NDJSON (`stream: false`: the last one alone), then served by the running
+   * router. A failure after the stream began is a last `{"error": …}` line, as Ollama sends it.
+   */
+  async pull(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.body(req);
+    const ref = typeof body.model === "string" && body.model !== "" ? body.model : body.name;
+    if (typeof ref !== "string" || !parseModelName(ref)) throw badRequest("invalid model name");
+    const stream = body.stream !== false;
+    const abort = new AbortController();
+    res.on("close", () => {
+      if (!res.writableFinished) abort.abort(new Error("the client went away"));
+    });
+    const send = (p: PullProgress | { error: string }) => {
+      if (!res.headersSent) res.writeHead(200, { "content-type": "application/x-ndjson" });
+      res.write(JSON.stringify(p) + "\n");
+    };
+    try {
+      const pulled = await pullModel(ref, {
+        root: this.o.storeRoot,
+        insecure: body.insecure === true,
+        signal: abort.signal,
+        onProgress: (p) => {
+          // "success" is said once the model is served too
+          if (stream && p.status !== "success") send(p);
+        },
+      });
+      const name = displayName(pulled.name);
+      if (!this.find(name) && this.o.addModel) this.serve(await this.o.addModel(name));
+      if (!stream) return sendJson(res, 200, { status: "success" });
+      send({ status: "success" });
+      res.end();
+    } catch (e) {
+      if (abort.signal.aborted) return;
+      const message = e instanceof Error ? e.message : String(e);
+      if (res.headersSent) {
+        send({ error: message });
+        res.end();
+      } else sendJson(res, e instanceof ApiError ? e.status : 500, { error: message });
+    }
+  }
+
+  /** POST /api/copy `{source, destination}`: the manifest under a second name (Ollama's CopyModel), served at once. */
+  async copy(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.body(req);
+    const source = typeof body.source === "string" ? parseModelName(body.source) : null;
+    const destination = typeof body.destination === "string" ? parseModelName(body.destination) : null;
+    if (!source || !destination) throw badRequest(`invalid model name: ${JSON.stringify(!source ? body.source : body.destination)}`);
+    try {
+      await copyModel(this.o.storeRoot, source, destination);
+    } catch (e) {
+      if (e instanceof StoreError && e.code === "UNKNOWN_MODEL") throw modelNotFound(String(body.source));
+      throw e;
+    }
+    const name = displayName(destination);
+    if (!this.find(name) && this.o.addModel) this.serve(await this.o.addModel(name));
+    res.writeHead(200).end();
+  }
+
+  /**
+   * DELETE /api/delete `{model}`: the manifest goes, and each of its blobs that no other manifest
+   * names (Ollama's DeleteHandler); the model is unloaded and no longer listed.
+   */
+  async remove(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.body(req);
+    const ref = typeof body.model === "string" && body.model !== "" ? body.model : body.name;
+    const n = typeof ref === "string" ? parseModelName(ref) : null;
+    if (!n) throw badRequest("invalid model name");
+    try {
+      await deleteModel(this.o.storeRoot, n);
+    } catch (e) {
+      if (e instanceof StoreError && e.code === "UNKNOWN_MODEL") throw modelNotFound(String(ref));
+      throw e;
+    }
+    const m = this.find(displayName(n));
+    if (m) {
+      this.byName.delete(m.name.toLowerCase());
+      this.o.models.splice(this.o.models.indexOf(m), 1);
+      await this.o.scheduler.unload(m.name).catch(() => undefined);
+    }
+    res.writeHead(200).end();
+  }
+
+  /** Lists and serves a model added while running. */
+  private serve(m: ApiModel): void {
+    this.byName.set(m.name.toLowerCase(), m);
+    this.o.models.push(m);
+  }
+
+  async readOnly(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    req.resume();
+    sendJson(res, 403, { error: STORE_READ_ONLY });
+  }
+
+  /** HEAD /api/blobs/:digest: whether the store has the blob (what `ollama create` asks before an upload). */
+  async headBlob(_req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const digest = decodeURIComponent(path.slice("/api/blobs/".length));
+    const m = /^sha256[:-]([0-9a-f]{64})$/.exec(digest);
+    if (!m) throw badRequest(`invalid digest format: ${digest}`);
+    res.writeHead(existsSync(join(this.o.storeRoot, "blobs", `sha256-${m[1]}`)) ? 200 : 404).end();
+  }
+
+  /**
+   * /v1/*: llama-server's OpenAI routes, with the model named as Ollama users name it, loaded
+   * through the scheduler, and the model's stop words when a request gives none.
+   */
+  private async passthrough(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    if (req.method === "GET" && (path === "/v1/models" || path.startsWith("/v1/models/"))) return this.openAiModels(res, path);
+    // bytes as they came (multipart uploads are not text); JSON bodies get Ollama's names
+    let body: Buffer | undefined = req.method === "GET" || req.method === "HEAD" ? undefined : await readBytes(req, this.o.maxBodyBytes);
+    let lease: Lease | undefined;
+    let leased: (() => Promise<Buffer>) | undefined;
+    const abort = new AbortController();
+    res.on("close", () => {
+      if (!res.writableFinished) abort.abort();
+    });
+    // JSON bodies get Ollama's names, whatever content type the client gave them (fetch says text/plain)
+    if (body && !/multipart|octet-stream|^audio|^image/.test(req.headers["content-type"] ?? "")) {
+      let parsed: Json | undefined;
+      try {
+        const v = JSON.parse(body.toString("utf8")) as unknown;
+        if (typeof v === "object" && v !== null && !Array.isArray(v)) parsed = v as Json;
+      } catch {
+        // llama-server answers what it cannot parse
+      }
+      if (parsed && typeof parsed.model === "string") {
+        const m = this.find(parsed.model);
+        if (!m) return sendJson(res, 404, { error: { message: `model "${parsed.model}" not found, try pulling it first`, type: "api_error", param: null, code: null } });
+        const stop = stopWords(m.prepared.resolved.params.stop);
+        if (parsed.stop === undefined && stop.length > 0 && /completions$/.test(path)) parsed.stop = stop;
+        const json = parsed;
+        leased = async () => {
+          lease = await this.o.scheduler.acquire(m.name, await this.want(m, undefined), undefined, abort.signal);
+          json.model = lease.target;
+          return Buffer.from(JSON.stringify(json));
+        };
+        body = await leased();
+      }
+    }
+    try {
+      const headers = { ...req.headers };
+      for (const h of ["host", "connection", "content-length", "authorization", "keep-alive", "transfer-encoding"]) delete headers[h];
+      let up = await this.o.upstream.send(req.method ?? "GET", req.url ?? path, body, { headers, signal: abort.signal });
+      if (leased && lease && (up.statusCode ?? 0) >= 400) {
+        // the model's instance died since the scheduler last looked: load it again, once
+        const said = await readBytes(up, 1 << 20).catch(() => Buffer.alloc(0));
+        if (/is not running|failed to load|is not loaded/.test(said.toString("utf8"))) {
+          lease.lost();
+          lease.release();
+          lease = undefined;
+          body = await leased();
+          up = await this.o.upstream.send(req.method ?? "GET", req.url ?? path, body, { headers, signal: abort.signal });
+        } else {
+          res.writeHead(up.statusCode ?? 502, passedHeaders(up)).end(said);
+          return;
+        }
+      }
+      res.writeHead(up.statusCode ?? 502, passedHeaders(up));
+      // event streams pass through chunk by chunk as llama-server writes them
+      await new Promise<void>((resolve, reject) => {
+        up.once("error", reject);
+        up.once("close", () => (up.complete ? resolve() : reject(new Error("llama-server closed the connection before the answer was finished"))));
+        up.pipe(res);
+      });
+    } catch (e) {
+      if (abort.signal.aborted) return;
+      if (res.headersSent) res.destroy();
+      else sendJson(res, 502, { error: { message: `llama-server: ${(e as Error).message}`, type: "api_error", param: null, code: null } });
+    } finally {
+      lease?.release();
+    }
+  }
+
+  /** GET /v1/models[/:model] in Ollama's shape (openai/openai.go ListCompletion): our names, not the preset's. */
+  private async openAiModels(res: ServerResponse, path: string): Promise<void> {
+    const entry = async (m: ApiModel) => ({ id: m.name, object: "model", created: Math.floor((await m.facts).modifiedAt.getTime() / 1000), owned_by: ownerOf(m.name) });
+    if (path === "/v1/models") return sendJson(res, 200, { object: "list", data: await Promise.all(this.o.models.map(entry)) });
+    const ref = decodeURIComponent(path.slice("/v1/models/".length));
+    const m = this.find(ref);
+    if (!m) return sendJson(res, 404, { error: { message: `model "${ref}" not found`, type: "api_error", param: null, code: null } });
+    sendJson(res, 200, await entry(m));
+  }
+}
+
+/** The namespace of a name (`library` when it has none), as Ollama's /v1/models reports owned_by. */
+function ownerOf(name: string): string {
+  const n = parseModelName(name);
+  return n?.namespace ?? "library";
+}
+
+type Handler = (this: OllamaRoutes, req: IncomingMessage, res: ServerResponse, path: string) => Promise<void>;
+
+const text = (s: string): Handler =>
+  async function (_req, res) {
+    res.writeHead(200, { "content-type": "text/plain; charset=utf-8", "content-length": Buffer.byteLength(s) }).end(s);
+  };
+const version: Handler = async (_req, res) => sendJson(res, 200, { version: OLLAMA_API_VERSION });
+const readOnly = OllamaRoutes.prototype.readOnly;
+
+const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
+  "/": { GET: text("Ollama is running") },
+  "/api/version": { GET: version },
+  "/api/tags": { GET: OllamaRoutes.prototype.tags },
+  "/api/show": { POST: OllamaRoutes.prototype.show },
+  "/api/ps": { GET: OllamaRoutes.prototype.ps },
+  "/api/chat": { POST: OllamaRoutes.prototype.generate },
+  "/api/generate": { POST: OllamaRoutes.prototype.generate },
+  "/api/embed": { POST: OllamaRoutes.prototype.embed },
+  "/api/embeddings": { POST: OllamaRoutes.prototype.embed },
+  "/api/pull": { POST: OllamaRoutes.prototype.pull },
+  "/api/push": { POST: readOnly },
+  "/api/create": { POST: readOnly },
+  "/api/copy": { POST: OllamaRoutes.prototype.copy },
+  "/api/delete": { DELETE: OllamaRoutes.prototype.remove },
+  "/api/blobs/:digest": { POST: readOnly, HEAD: OllamaRoutes.prototype.headBlob },
+};
+
+/** llama-server's response headers that go on to the client (not the ones of its own connection). */
+function passedHeaders(up: IncomingMessage): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !["connection", "keep-alive", "transfer-encoding", "content-length"].includes(k)) out[k] = v;
+  return out;
+}
+
+/** A request body, refused beyond `max` bytes (413). */
+function readBytes(req: IncomingMessage, max: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on("data", (c: Buffer) => {
+      size += c.length;
+      if (size > max) {
+        req.removeAllListeners("data");
+        req.resume();
+        reject(new ApiError(413, `request body larger than ${max} bytes`));
+      } else chunks.push(c);
+    });
+    req.once("end", () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)));
+    req.once("error", reject);
+    req.once("close", () => {
+      if (!req.complete) reject(new ApiError(400, "the client closed the connection before the whole request body came"));
+    });
+  });
+}
+
+async function readBody(req: IncomingMessage, max: number): Promise<string> {
+  return (await readBytes(req, max)).toString("utf8");
+}

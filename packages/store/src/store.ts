@@ -1,0 +1,405 @@
+import { constants, createReadStream, existsSync, statSync, type Stats } from "node:fs";
+import { lstat, open, readdir, realpath, stat } from "node:fs/promises";
+import { createHash } from "node:crypto";
+import { homedir } from "node:os";
+import { isAbsolute, join, resolve as resolvePath, sep } from "node:path";
+import { StoreError } from "./errors";
+import { MediaType } from "./media-types";
+import { displayName, fullName, isValidName, manifestSegments, parseModelName, type ModelName } from "./name";
+
+/** One layer as the manifest lists it. */
+export interface ManifestLayer {
+  mediaType: string;
+  digest: string;
+  size: number;
+  from?: string;
+  name?: string;
+}
+
+export interface Manifest {
+  schemaVersion?: number;
+  mediaType?: string;
+  config?: ManifestLayer;
+  layers: ManifestLayer[];
+}
+
+/** A model ready to serve: every file it needs, by role. */
+export interface ResolvedModel {
+  /** What the caller asked for. */
+  ref: string;
+  /** The name to serve it under: `gemma3:4b` for store models, the file name for plain files. */
+  name: string;
+  kind: "store" | "file";
+  /** The GGUF with the weights (a blob, or the plain file). */
+  modelPath: string;
+  /** `sha256:<hex>` of the model blob; for plain files, undefined (the cache digests them). */
+  modelDigest?: string;
+  projectors: string[];
+  adapters: string[];
+  draft?: string;
+  /** Ollama's Go template (not Jinja); llama.cpp uses the GGUF's own template unless it has none. */
+  template?: string;
+  system?: string;
+  /** The params layer: Ollama options (num_ctx, stop, temperature, …). */
+  params: Record<string, unknown>;
+  /** The config blob (model_format, model_family, file_type, renderer, …). */
+  config?: Record<string, unknown>;
+  manifestPath?: string;
+  fullName?: string;
+  /** Bytes of all layers (store) or of the file. */
+  size: number;
+}
+
+/** `$OLLAMA_MODELS`, else `~/.ollama/models` (Ollama's envconfig.Models). */
+export function defaultModelsDir(env: Record<string, string | undefined> = process.env): string {
+  return env.OLLAMA_MODELS || join(homedir(), ".ollama", "models");
+}
+
+const DIGEST = /^sha256[:-]([0-9a-fA-F]{64})$/;
+/** A manifest, a config or params blob is a few hundred bytes; anything this large is not one (and is not read into memory). */
+const MAX_JSON_BYTES = 1 << 20;
+/** Templates and system prompts run to kilobytes; a text layer is read into memory up to this. */
+const MAX_TEXT_LAYER_BYTES = 4 << 20;
+
+/**
+ * How a FILE-or-MODEL argument is read, one rule for every command and entry point: a word
+ * with no path separator and no `.gguf` ending is a model name, always (a file or folder of
+ * that name in the working directory does not hijack it); anything else is a file if
+ * something exists at that path (and must then be a regular file); otherwise a model name
+ * (`namespace/model:tag`) if it parses as one.
+ */
+export function isPathLike(ref: string): boolean {
+  return /[\\/]/.test(ref) || /\.gguf$/i.test(ref);
+}
+
+export interface StoreOptions {
+  /** Hash the model blob and compare it with the sha256 in its name before use (slow on big blobs). */
+  verifyDigest?: boolean;
+}
+
+/** Ollama's model store on disk: manifests/<host>/<namespace>/<model>/<tag> and blobs/sha256-<hex>. */
+export class ModelStore {
+  readonly root: string;
+
+  constructor(
+    root?: string,
+    env: Record<string, string | undefined> = process.env,
+    readonly options: StoreOptions = {},
+  ) {
+    this.root = resolvePath(root ?? defaultModelsDir(env));
+  }
+
+  manifestPath(n: ModelName): string {
+    return join(this.root, "manifests", ...manifestSegments(n));
+  }
+
+  blobPath(digest: string): string {
+    const m = DIGEST.exec(digest);
+    if (!m) throw new StoreError("CORRUPT_MANIFEST", `"${digest}" is not a sha256 digest`);
+    return join(this.root, "blobs", `sha256-${m[1]!.toLowerCase()}`);
+  }
+
+  /**
+   * A model reference (`gemma3`, `gemma3:4b`, `namespace/model:tag`, `host/namespace/model:tag`)
+   * or a path to a GGUF file, told apart by isPathLike's rule.
+   */
+  async resolve(ref: string): Promise<ResolvedModel> {
+    const file = asFile(ref);
+    if (file) return file;
+    const n = parseModelName(ref);
+    if (!n) {
+      const looksLikePath = isPathLike(ref) || ref.startsWith(".") || isAbsolute(ref);
+      throw new StoreError(
+        "INVALID_REFERENCE",
+        looksLikePath ? `${JSON.stringify(ref)}: no such file` : `${JSON.stringify(ref)} is neither a file nor an Ollama model name ([host/][namespace/]model[:tag])`,
+        { ref },
+      );
+    }
+    try {
+      return await this.resolveName(n, ref);
+    } catch (e) {
+      // a bare word is a name even when a file of that name is here: say how to mean the file
+      if (e instanceof StoreError && e.code === "UNKNOWN_MODEL" && !isPathLike(ref) && existsSync(ref)) {
+        throw new StoreError("UNKNOWN_MODEL", `${e.message}; to read the file ${JSON.stringify(ref)} in this folder, write ./${ref}`, e.details);
+      }
+      throw e;
+    }
+  }
+
+  async resolveName(n: ModelName, ref = displayName(n)): Promise<ResolvedModel> {
+    const manifestPath = this.manifestPath(n);
+    let text: string;
+    try {
+      text = await readSmallFile(manifestPath, MAX_JSON_BYTES, (why) => new StoreError("CORRUPT_MANIFEST", `${manifestPath} ${why}, not a manifest`, { ref, manifestPath }));
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENOENT" || code === "ENOTDIR") {
+        throw new StoreError("UNKNOWN_MODEL", `model ${JSON.stringify(ref)} is not installed (no manifest at ${manifestPath})`, { ref, manifestPath });
+      }
+      if (e instanceof StoreError) throw e;
+      throw new StoreError("CORRUPT_MANIFEST", `${manifestPath}: cannot read it: ${(e as Error).message}`, { ref, manifestPath });
+    }
+    const manifest = parseManifest(text, manifestPath);
+    return this.fromManifest(manifest, n, ref, manifestPath);
+  }
+
+  private async fromManifest(manifest: Manifest, n: ModelName, ref: string, manifestPath: string): Promise<ResolvedModel> {
+    const out: ResolvedModel = {
+      ref,
+      name: displayName(n),
+      fullName: fullName(n),
+      kind: "store",
+      modelPath: "",
+      projectors: [],
+      adapters: [],
+      params: {},
+      manifestPath,
+      size: manifest.layers.reduce((s, l) => s + l.size, manifest.config?.size ?? 0),
+    };
+    if (manifest.config?.digest) {
+      const cfg = await this.readLayer(manifest.config, manifestPath, MAX_JSON_BYTES);
+      out.config = parseJsonLayer(cfg, manifest.config, manifestPath);
+    }
+    for (const layer of manifest.layers) {
+      const path = await this.checkBlob(layer, manifestPath);
+      switch (layer.mediaType) {
+        case MediaType.model:
+          out.modelPath = path; // the last one wins, as in Ollama
+          out.modelDigest = normalizeDigest(layer.digest);
+          break;
+        case MediaType.projector:
+          out.projectors.push(path);
+          break;
+        case MediaType.adapter:
+          out.adapters.push(path);
+          break;
+        case MediaType.draft:
+          out.draft = path;
+          break;
+        case MediaType.template:
+        case MediaType.prompt:
+          out.template = await this.readLayer(layer, manifestPath, MAX_TEXT_LAYER_BYTES);
+          break;
+        case MediaType.system:
+          out.system = await this.readLayer(layer, manifestPath, MAX_TEXT_LAYER_BYTES);
+          break;
+        case MediaType.params:
+          out.params = parseJsonLayer(await this.readLayer(layer, manifestPath, MAX_JSON_BYTES), layer, manifestPath);
+          break;
+      }
+    }
+    if (!out.modelPath) {
+      throw new StoreError("NO_MODEL_LAYER", `model "${ref}" has no GGUF model layer (${manifestPath}); llama.cpp cannot serve it`, { ref, manifestPath });
+    }
+    return out;
+  }
+
+  private async checkBlob(layer: ManifestLayer, manifestPath: string): Promise<string> {
+    const path = this.blobPath(layer.digest);
+    let st: Stats;
+    try {
+      await this.checkInsideStore(path, layer, manifestPath);
+      st = await stat(path);
+    } catch (e) {
+      if (e instanceof StoreError) throw e;
+      throw new StoreError("MISSING_BLOB", `blob ${layer.digest} (${layer.mediaType}) named by ${manifestPath} is missing: ${path}`, {
+        digest: layer.digest,
+        path,
+        manifestPath,
+      });
+    }
+    // a FIFO or device would hang whoever opens it (llama-server too): refused before anyone does
+    if (!st.isFile()) {
+      throw new StoreError("UNSAFE_BLOB", `blob ${path} (${layer.mediaType}) named by ${manifestPath} is ${fileKind(st)}, not a regular file`, {
+        digest: layer.digest,
+        path,
+        manifestPath,
+      });
+    }
+    const size = st.size;
+    if (size !== layer.size) {
+      throw new StoreError("MISSING_BLOB", `blob ${path} has ${size} bytes, the manifest says ${layer.size} (incomplete download?)`, {
+        digest: layer.digest,
+        path,
+        manifestPath,
+      });
+    }
+    if (this.options.verifyDigest && layer.mediaType === MediaType.model) await verifyBlobDigest(path, layer.digest, manifestPath);
+    return path;
+  }
+
+  /** A blob that is a symlink must still point into the store: a manifest must not make us read any file. */
+  private async checkInsideStore(path: string, layer: ManifestLayer, manifestPath: string): Promise<void> {
+    if (!(await lstat(path)).isSymbolicLink()) return;
+    const [target, root] = await Promise.all([realpath(path), realpath(this.root)]);
+    if (target === root || target.startsWith(root + sep)) return;
+    throw new StoreError("UNSAFE_BLOB", `blob ${path} (${layer.mediaType}) named by ${manifestPath} is a symlink out of the store, to ${target}`, {
+      digest: layer.digest,
+      path,
+      manifestPath,
+    });
+  }
+
+  /** A layer read into memory: a regular file of at most `max` bytes, whatever its size on disk claims. */
+  private async readLayer(layer: ManifestLayer, manifestPath: string, max: number): Promise<string> {
+    const path = await this.checkBlob(layer, manifestPath);
+    const refuse = (why: string) =>
+      new StoreError("UNSAFE_BLOB", `${layer.mediaType} blob ${path} named by ${manifestPath} ${why}`, { digest: layer.digest, path, manifestPath });
+    try {
+      return await readSmallFile(path, max, refuse);
+    } catch (e) {
+      if (e instanceof StoreError) throw e;
+      throw new StoreError("MISSING_BLOB", `blob ${path} (${layer.mediaType}) named by ${manifestPath} cannot be read: ${(e as Error).message}`, { digest: layer.digest, path, manifestPath });
+    }
+  }
+
+  /** Every installed model (sorted by name); manifests that do not resolve are listed with their error, one each. */
+  async list(): Promise<Array<{ name: string; model?: ResolvedModel; error?: StoreError }>> {
+    const names = await this.names();
+    const out: Array<{ name: string; model?: ResolvedModel; error?: StoreError }> = [];
+    for (const n of names) {
+      try {
+        out.push({ name: displayName(n), model: await this.resolveName(n) });
+      } catch (e) {
+        const error = e instanceof StoreError ? e : new StoreError("CORRUPT_MANIFEST", `${this.manifestPath(n)}: ${(e as Error).message}`, { manifestPath: this.manifestPath(n) });
+        out.push({ name: displayName(n), error });
+      }
+    }
+    return out.sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  /** Names of every manifest file (manifests/host/namespace/model/tag). */
+  async names(): Promise<ModelName[]> {
+    const base = join(this.root, "manifests");
+    const out: ModelName[] = [];
+    const walk = async (dir: string, parts: string[]): Promise<void> => {
+      let entries;
+      try {
+        entries = await readdir(dir, { withFileTypes: true });
+      } catch {
+        return;
+      }
+      for (const e of entries) {
+        if (parts.length < 3 && e.isDirectory()) await walk(join(dir, e.name), [...parts, e.name]);
+        // anything at the tag level but a folder is a manifest to judge: a FIFO or a link is listed, and refused when read
+        else if (parts.length === 3 && !e.isDirectory()) {
+          const [host, namespace, model] = parts as [string, string, string];
+          const n = { host, namespace, model, tag: e.name };
+          if (isValidName(n)) out.push(n);
+        }
+      }
+    };
+    await walk(base, []);
+    return out;
+  }
+}
+
+/** A path-like reference to something on disk (isPathLike's rule): a regular file, or INVALID_REFERENCE saying what it is. */
+function asFile(ref: string): ResolvedModel | undefined {
+  if (!isPathLike(ref)) return undefined;
+  let st: Stats;
+  try {
+    st = statSync(ref);
+  } catch {
+    return undefined;
+  }
+  if (!st.isFile()) throw new StoreError("INVALID_REFERENCE", `${JSON.stringify(ref)} is ${fileKind(st)}, not a GGUF file`, { ref });
+  const path = resolvePath(ref);
+  return { ref, name: path.split(/[\\/]/).pop()!, kind: "file", modelPath: path, projectors: [], adapters: [], params: {}, size: st.size };
+}
+
+function normalizeDigest(d: string): string {
+  return `sha256:${DIGEST.exec(d)![1]!.toLowerCase()}`;
+}
+
+/** Parses and checks a manifest: an object whose layers each have a media type, a sha256 digest and a size. */
+export function parseManifest(text: string, path: string): Manifest {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    // V8's message quotes the bytes, which may be anything (escapes, another file's content)
+    throw new StoreError("CORRUPT_MANIFEST", `${path}: not JSON (${text.length} characters; expected a docker v2 manifest)`, { manifestPath: path });
+  }
+  const bad = (why: string) => new StoreError("CORRUPT_MANIFEST", `${path}: ${why}`, { manifestPath: path });
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) throw bad("expected a JSON object");
+  const m = raw as Record<string, unknown>;
+  if (!Array.isArray(m.layers)) throw bad(`expected "layers" to be an array`);
+  const layer = (x: unknown, where: string): ManifestLayer => {
+    if (typeof x !== "object" || x === null) throw bad(`${where}: expected an object`);
+    const l = x as Record<string, unknown>;
+    if (typeof l.mediaType !== "string") throw bad(`${where}: expected a string "mediaType"`);
+    if (typeof l.digest !== "string" || !DIGEST.test(l.digest)) throw bad(`${where}: expected "digest" to be sha256:<64 hex digits>`);
+    if (typeof l.size !== "number" || !Number.isSafeInteger(l.size) || l.size < 0) throw bad(`${where}: expected a non-negative integer "size"`);
+    return l as unknown as ManifestLayer;
+  };
+  const layers = m.layers.map((x, i) => layer(x, `layers[${i}]`));
+  const config = m.config === undefined || (m.config as { digest?: unknown } | null)?.digest === "" ? undefined : layer(m.config, "config");
+  return { schemaVersion: m.schemaVersion as number | undefined, mediaType: m.mediaType as string | undefined, config, layers };
+}
+
+function parseJsonLayer(text: string, layer: ManifestLayer, manifestPath: string): Record<string, unknown> {
+  try {
+    const v = JSON.parse(text) as unknown;
+    if (typeof v === "object" && v !== null && !Array.isArray(v)) return v as Record<string, unknown>;
+  } catch {
+    // reported below
+  }
+  throw new StoreError("CORRUPT_MANIFEST", `${layer.mediaType} blob ${layer.digest} of ${manifestPath} is not a JSON object`, { manifestPath });
+}
+
+/** Streams the blob through sha256 and compares it with the digest in its name. */
+async function verifyBlobDigest(path: string, digest: string, manifestPath: string): Promise<void> {
+  const hash = createHash("sha256");
+  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
+  const actual = `sha256:${hash.digest("hex")}`;
+  if (actual !== normalizeDigest(digest)) {
+    throw new StoreError("DIGEST_MISMATCH", `blob ${path} hashes to ${actual}, not the ${normalizeDigest(digest)} its name and ${manifestPath} say`, {
+      digest,
+      path,
+      manifestPath,
+    });
+  }
+}
+
+/** "a FIFO", "a directory", …: what a path is when it is not the regular file expected. */
+function fileKind(st: Stats): string {
+  if (st.isDirectory()) return "a directory";
+  if (st.isFIFO()) return "a FIFO";
+  if (st.isCharacterDevice()) return "a character device";
+  if (st.isBlockDevice()) return "a block device";
+  if (st.isSocket()) return "a socket";
+  return "not a regular file";
+}
+
+/**
+ * A small file of the store, read into memory: opened without blocking (a FIFO must not wait
+ * for a writer), refused unless it is a regular file, and read up to `max` bytes whatever its
+ * size on disk says (a link to /dev/zero, or a /proc file whose size is 0, streams without end).
+ */
+async function readSmallFile(path: string, max: number, refuse: (why: string) => StoreError): Promise<string> {
+  const fh = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const st = await fh.stat();
+    if (!st.isFile()) throw refuse(`is ${fileKind(st)}`);
+    if (st.size > max) throw refuse(`is ${st.size} bytes (expected at most ${max})`);
+    // one page past the limit tells "more" apart (reads in whole pages: some /proc files refuse other sizes)
+    const cap = max + 4096;
+    let buf = Buffer.allocUnsafe(Math.min(cap, Math.max(st.size + 4096, 64 << 10)));
+    let used = 0;
+    for (;;) {
+      if (used > max) throw refuse(`holds more than ${max} bytes (expected at most ${max})`);
+      if (used === buf.length) {
+        const bigger = Buffer.allocUnsafe(Math.min(cap, buf.length * 2));
+        buf.copy(bigger, 0, 0, used);
+        buf = bigger;
+      }
+      const { bytesRead } = await fh.read(buf, used, buf.length - used, used);
+      if (bytesRead === 0) break;
+      used += bytesRead;
+    }
+    return buf.toString("utf8", 0, used);
+  } finally {
+    await fh.close();
+  }
+}
