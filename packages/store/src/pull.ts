@@ -19,7 +19,7 @@ import { StoreError } from "./errors";
 import { parseModelName, fullName, type ModelName } from "./name";
 import { bodyChunks, RegistryClient, RegistryError, unreachable } from "./registry";
 import type { ManifestLayer } from "./store";
-import { blobPathIn, installBlob, writeBlobBytes, writeManifest } from "./store-write";
+import { blobPathIn, installBlob, manifestDigests, manifestPathIn, removeUnreferenced, writeBlobBytes, writeManifest } from "./store-write";
 
 /** One of Ollama's progress objects (api.ProgressResponse), as `ollama pull` and /api/pull report them. */
 export interface PullProgress {
@@ -36,6 +36,8 @@ export interface PullOptions {
   insecure?: boolean;
   onProgress?: (p: PullProgress) => void;
   signal?: AbortSignal;
+  /** OLLAMA_NOPRUNE set: the layers of a replaced version are kept. */
+  env?: Record<string, string | undefined>;
   /** The smallest part (default Ollama's 100 MB); tests make it small to have many parts. */
   minPartBytes?: number;
 }
@@ -78,7 +80,14 @@ export async function pullModel(ref: string, opts: PullOptions): Promise<PulledM
   }
   report({ status: "verifying sha256 digest" });
   report({ status: "writing manifest" });
+  const before = await manifestDigests(manifestPathIn(opts.root, name));
   const manifestPath = await writeManifest(opts.root, name, bytes);
+  // the layers of the version this pull replaced, unless another model uses them (Ollama's
+  // PullModel does the same, unless OLLAMA_NOPRUNE is set)
+  if (before.length > 0 && !opts.env?.OLLAMA_NOPRUNE) {
+    report({ status: "removing unused layers" });
+    await removeUnreferenced(opts.root, before);
+  }
   report({ status: "success" });
   return { name, manifestPath, layers: manifest.layers };
 }

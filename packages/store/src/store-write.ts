@@ -126,6 +126,11 @@ export async function deleteModel(root: string, name: ModelName): Promise<string
   for (let dir = dirname(path), depth = 0; depth < 3; dir = dirname(dir), depth++) {
     if (!(await rmdir(dir).then(() => true, () => false))) break;
   }
+  return removeUnreferenced(root, mine);
+}
+
+/** Removes each of `digests` that no manifest of the store names; returns those removed. */
+export async function removeUnreferenced(root: string, digests: readonly string[]): Promise<string[]> {
   const store = new ModelStore(root, {});
   const used = new Set<string>();
   for (const other of await store.names()) {
@@ -135,12 +140,17 @@ export async function deleteModel(root: string, name: ModelName): Promise<string
     for (const d of digestsOf(t)) used.add(d);
   }
   const removed: string[] = [];
-  for (const d of mine) {
+  for (const d of new Set(digests)) {
     if (used.has(d)) continue;
     await rm(blobPathIn(root, d), { force: true });
     removed.push(d);
   }
   return removed;
+}
+
+/** The digests the manifest at `path` names; none when there is none (or it is not one). */
+export async function manifestDigests(path: string): Promise<string[]> {
+  return digestsOf(await readFile(path, "utf8").catch(() => ""));
 }
 
 /** The digests a manifest names (config and layers); none when it is not one. */

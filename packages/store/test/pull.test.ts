@@ -130,6 +130,23 @@ describe("pullModel (real registry)", () => {
     expect(await leftovers(root)).toEqual([]);
   });
 
+  it("a newer version pulled under the same name: the old version's layers go, unless a manifest still names them or OLLAMA_NOPRUNE is set", async () => {
+    const root = await temp();
+    const v1 = await registry.pushModel({ name: "library/versions:1", model: randomBytes(2 << 20), params: { num_ctx: 512 } });
+    await pullModel(v1.ref, { root, insecure: true });
+    const v2 = await registry.pushModel({ name: "library/versions:1", model: randomBytes(2 << 20), params: { num_ctx: 512 } });
+    await pullModel(v2.ref, { root, insecure: true });
+    const names = await readdir(join(root, "blobs"));
+    const file = (d: string) => `sha256-${d.slice(7)}`;
+    expect(names).not.toContain(file(v1.layers[0]!.digest));
+    expect(names).toContain(file(v2.layers[0]!.digest));
+    expect(names).toContain(file(v1.layers[1]!.digest)); // the params layer, the same bytes in v2
+    // OLLAMA_NOPRUNE: the replaced version's layers stay
+    const v3 = await registry.pushModel({ name: "library/versions:1", model: randomBytes(1 << 20) });
+    await pullModel(v3.ref, { root, insecure: true, env: { OLLAMA_NOPRUNE: "1" } });
+    expect(await readdir(join(root, "blobs"))).toContain(file(v2.layers[0]!.digest));
+  });
+
   it("no registry there: REGISTRY_UNREACHABLE in one line naming the host; an unknown tag: NOT_IN_REGISTRY", async () => {
     const port = await closedPort();
     const root = await temp();

@@ -24,6 +24,7 @@ export async function pullCommand(ref: string, opts: PullCommandOptions, io: Cli
     root: store.root,
     insecure: opts.insecure,
     onProgress: show,
+    env: io.env,
     ...(Number.isSafeInteger(minPart) && minPart > 0 ? { minPartBytes: minPart } : {}),
   });
   if (!opts.json) io.out(`pulled ${terminalSafe(ref)} into ${terminalSafe(store.root)} (${terminalSafe(pulled.manifestPath)})\n`);
