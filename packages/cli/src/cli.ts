@@ -54,6 +54,7 @@ const commands = {
   exportModels: () => import("./commands/export"),
   mount: () => import("./commands/mount"),
   verify: () => import("./commands/verify"),
+  migrate: () => import("./commands/migrate"),
   demo: () => import("./commands/demo"),
 };
 
@@ -296,6 +297,31 @@ function buildProgram(argv: readonly string[], io: CliIo, result: { code: number
       ),
     )
     .action(async (file: string, rest: string[], opts) => set(await (await commands.verify()).verifyCommand(file, opts, io, rest)));
+
+  program
+    .command("migrate")
+    .description(
+      "rewrite Ollama-format models in the store into llama.cpp's own layout, in place (translated model layer, projector layer), each loaded by llama-server before its manifest switches; --undo restores the old manifests, --prune frees their blobs",
+    )
+    .argument("[models...]", "Ollama references to migrate (or --all)")
+    .option("--all", "every model of the store")
+    .option("--dry-run", "print the plan (layers that change, bytes, free space, reflinks, shared blobs) and write nothing")
+    .option("--no-verify", "switch manifests without loading each migrated model in llama-server first")
+    .option("--undo", "put back the manifests migrate replaced (the named models', else all), byte for byte")
+    .option("--prune", "drop the rollback records (the named models', else all) and delete blobs nothing references any more (older than an hour, as Ollama)")
+    .option("--models <dir>", "the Ollama model store (default: $OLLAMA_MODELS or ~/.ollama/models)")
+    .option("--llama-server <path>", "llama-server binary for the verification (default: $LLAMA_SERVER, PATH, the tools build cache)")
+    .option("--json", "print machine-readable output")
+    .addOption(profileOption())
+    .addHelpText(
+      "after",
+      footer(
+        ["ollama-compat migrate --all --dry-run", "ollama-compat migrate gemma3:4b", "ollama-compat migrate --undo gemma3:4b", "ollama-compat migrate --prune"],
+        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT", "LLAMA_SERVER"],
+        "Exit codes: 0 done (models left alone are listed with their reason), 1 a model failed its check or verification (its manifest is unchanged) or an error, 2 usage.",
+      ),
+    )
+    .action(async (models: string[], opts) => set(await (await commands.migrate()).migrateCommand(models, opts, io)));
 
   program
     .command("demo")

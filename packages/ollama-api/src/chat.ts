@@ -102,6 +102,29 @@ function chatBody(m: ApiModel, caps: string[], body: Json, messages: Json[]): Js
   return out;
 }
 
+/**
+ * Consecutive user messages as one, for a chat template that refuses two in a row (gemma3's
+ * raises "Conversation roles must alternate"), where Ollama's Go template renders each as a
+ * turn of its own: LangChain sends an image as a user message after the text. The texts are
+ * joined by a blank line, the images kept in order.
+ */
+function mergeUserRuns(messages: Json[]): Json[] {
+  const parts = (c: unknown): Json[] => (Array.isArray(c) ? (c as Json[]) : c ? [{ type: "text", text: c }] : []);
+  const out: Json[] = [];
+  for (const m of messages) {
+    const prev = out.at(-1);
+    if (m.role !== "user" || prev?.role !== "user") {
+      out.push(m);
+      continue;
+    }
+    out[out.length - 1] =
+      typeof prev.content === "string" && typeof m.content === "string"
+        ? { ...prev, content: [prev.content, m.content].filter((t) => t !== "").join("\n\n") }
+        : { ...prev, content: [...parts(prev.content), ...parts(m.content)] };
+  }
+  return out;
+}
+
 /** The model's system prompt first, unless the conversation starts with one (Ollama's ChatHandler). */
 function withSystem(m: ApiModel, messages: Json[]): Json[] {
   const system = m.prepared.resolved.system;
@@ -123,9 +146,11 @@ export async function chatRequest(m: ApiModel, body: Json): Promise<AnswerReques
   const raw = (body.messages as unknown[] | undefined) ?? [];
   const base = { model: m.name, created_at: c.created(), message: { role: "assistant", content: "" }, done: true };
   if (raw.length === 0) return { kind: c.keepAliveMs === 0 ? "unload" : "load", keepAliveMs: c.keepAliveMs, reply: { ...base, done_reason: c.keepAliveMs === 0 ? "unload" : "load" } };
-  const caps = (await m.facts).capabilities;
+  const facts = await m.facts;
+  const caps = facts.capabilities;
   requireCompletion(m, caps, "chat");
-  const upstreamBody = chatBody(m, caps, body, withSystem(m, raw.map(chatMessage)));
+  const messages = raw.map(chatMessage);
+  const upstreamBody = chatBody(m, caps, body, withSystem(m, facts.alternating ? mergeUserRuns(messages) : messages));
   if (Array.isArray(body.tools) && body.tools.length > 0) {
     if (!caps.includes("tools")) throw badRequest(`"${m.name}" does not support tools`);
     upstreamBody.tools = body.tools;
@@ -225,6 +250,8 @@ export async function generateRequest(m: ApiModel, body: Json): Promise<AnswerRe
   const sampling = samplingFields(m.prepared.resolved.params, body.options);
   const request = { model: m.name, keepAliveMs: c.keepAliveMs, stream: c.stream, shape: generateShape(m.name) };
   if (suffix !== "") {
+    // Ollama checks the insert capability (a Go template with .Suffix, and fill-in-the-middle tokens) before it loads anything
+    if (!caps.includes("insert")) throw badRequest(`"${m.name}" does not support insert`);
     return { ...request, path: "/infill", body: { model: m.name, input_prefix: prompt, input_suffix: suffix, stream: true, cache_prompt: true, ...sampling }, decoder: completionDecoder };
   }
   if (body.raw === true) {

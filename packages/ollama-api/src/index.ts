@@ -1,12 +1,12 @@
 import { createServer, type Server } from "node:http";
-import { prepareModel } from "@compat/prepare";
-import { asStore, BridgeError, checkPortFree, isLoopback, presetSection, startRouter, withoutStopWords, type ExitInfo, type RouterModel, type RouterServer, type StartRouterOptions } from "@compat/server-bridge";
+import { asStore, BridgeError, checkPortFree, isLoopback, preparerFor, presetSection, startRouter, withoutStopWords, type ExitInfo, type RouterModel, type RouterServer, type StartRouterOptions } from "@compat/server-bridge";
 import { allowedOrigins, checkAccess, originMatchers } from "./access";
 import { parseKeepAlive } from "./duration";
 import { LoadConfigs } from "./load-config";
 import { apiModel, type ApiModel } from "./models";
 import { OllamaRoutes } from "./routes";
-import { ModelScheduler } from "./scheduler";
+import { InstanceLog } from "./instance-log";
+import { ModelScheduler, RouterModels } from "./scheduler";
 import { Upstream } from "./upstream";
 
 export { OLLAMA_API_VERSION } from "./routes";
@@ -73,20 +73,28 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
   // fail on a taken address before translating anything
   if (port !== 0) await checkPortFree(host, port);
 
-  const router = await startRouter({ ...opts, host: "127.0.0.1", port: undefined, insecure: false, modelsMax: 0, stopWordsPerRequest: true });
+  const maxQueue = env.OLLAMA_MAX_QUEUE ? Number(env.OLLAMA_MAX_QUEUE) : 512;
+  if (!Number.isInteger(maxQueue) || maxQueue < 1) throw new BridgeError("INVALID_OPTION", `OLLAMA_MAX_QUEUE ${env.OLLAMA_MAX_QUEUE}: expected a whole number above 0`, { maxQueue });
+  const instances = new InstanceLog();
+  const onLog = (line: string) => {
+    instances.onLog(line);
+    opts.onLog?.(line);
+  };
+  const router = await startRouter({ ...opts, onLog, host: "127.0.0.1", port: undefined, insecure: false, modelsMax: 0, stopWordsPerRequest: true });
   const upstream = new Upstream(router.url, opts.apiKey);
   const configs = new LoadConfigs(router.presetPath, upstream);
-  const scheduler = new ModelScheduler(upstream, { maxLoaded: modelsMax, keepAliveMs, onStatus: opts.onStatus, define: (c, inUse) => configs.define(c, inUse) });
+  const io = new RouterModels(upstream, { define: (c, keep) => configs.define(c, keep), errorOf: (n) => instances.errorOf(n) });
+  const scheduler = new ModelScheduler(io, { maxLoaded: modelsMax, keepAliveMs, maxQueue, onStatus: opts.onStatus });
   const served: ApiModel[] = router.models.filter((m) => m.model).map((m) => apiModel(m.name, m.model!));
   const store = asStore(opts.store, env);
   // a model pulled while serving: prepared as the others were, then a section of the router's preset
   const addModel = async (name: string): Promise<ApiModel> => {
     const resolved = await store.resolve(name);
-    const prepared = await (opts.prepare ?? prepareModel)(resolved, opts);
+    const prepared = await preparerFor(opts).prepare(resolved);
     await configs.addModel(resolved.name, presetSection(resolved.name, withoutStopWords(prepared), (m) => opts.onStatus?.(`warning: ${m}`)));
     return apiModel(resolved.name, prepared);
   };
-  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, storeRoot: store.root, maxBodyBytes: opts.maxBodyBytes ?? 256 * 2 ** 20, addModel });
+  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, instances, storeRoot: store.root, maxBodyBytes: opts.maxBodyBytes ?? 256 * 2 ** 20, addModel });
   const access = { origins: allowedOrigins(env), listenHost: host, apiKey: opts.apiKey };
   const matchers = originMatchers(access.origins);
   const http = createServer({ noDelay: true, keepAliveTimeout: 65_000 }, (req, res) => {

@@ -35,6 +35,8 @@ export interface ModelFacts {
   capabilities: string[];
   /** The template /api/show reports: Ollama's Go template layer, else the GGUF's chat template. */
   template: string;
+  /** The chat template refuses two messages of one role in a row (gemma's "Conversation roles must alternate"). */
+  alternating: boolean;
 }
 
 export function apiModel(name: string, prepared: PreparedModel): ApiModel {
@@ -55,7 +57,7 @@ async function readFacts(p: PreparedModel): Promise<ModelFacts> {
     // a file llama-server reads but our reader does not (a string that is not UTF-8): listed
     // all the same, with what the manifest says
     const details: ModelDetails = { parent_model: "", format: "gguf", family: "", families: null, parameter_size: "", quantization_level: "" };
-    return { details, digest, modifiedAt, size: r.size, architecture: "", contextLength: 0, modelInfo: {}, capabilities: ["completion"], template: r.template ?? "" };
+    return { details, digest, modifiedAt, size: r.size, architecture: "", contextLength: 0, modelInfo: {}, capabilities: ["completion"], template: r.template ?? "", alternating: false };
   }
   try {
     const arch = gguf.getString(GgufKeys.ARCHITECTURE, "");
@@ -82,9 +84,24 @@ async function readFacts(p: PreparedModel): Promise<ModelFacts> {
       modelInfo: modelInfo(gguf, false),
       capabilities: capabilities(gguf, arch, p, chatTemplate),
       template: r.template ?? chatTemplate,
+      alternating: /roles must alternate/i.test(p.modelPath === r.modelPath ? chatTemplate : await servedChatTemplate(p.modelPath)),
     };
   } finally {
     await gguf.close();
+  }
+}
+
+/** The chat template of the file llama-server loads (a translation may have added one: gemma3's). */
+async function servedChatTemplate(path: string): Promise<string> {
+  try {
+    const gguf = await readGguf(path);
+    try {
+      return gguf.tryGetString("tokenizer.chat_template") ?? "";
+    } finally {
+      await gguf.close();
+    }
+  } catch {
+    return "";
   }
 }
 

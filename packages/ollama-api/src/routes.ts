@@ -8,9 +8,11 @@ import type { LoadConfigs, LoadWant } from "./load-config";
 import { ApiError, badRequest, modelNotFound } from "./errors";
 import { modelfileText, parametersText, tensorList, type ApiModel } from "./models";
 import { stopWords } from "./options";
+import { modelRenamer } from "./stream";
 import { answer, sendError, sendJson } from "./respond";
 import type { Lease, ModelScheduler } from "./scheduler";
 import type { Upstream } from "./upstream";
+import type { InstanceLog } from "./instance-log";
 
 /** The Ollama release whose API this implements (what /api/version says; clients check minimums). */
 export const OLLAMA_API_VERSION = "0.32.15";
@@ -25,6 +27,8 @@ export interface RoutesOptions {
   scheduler: ModelScheduler;
   configs: LoadConfigs;
   upstream: Upstream;
+  /** What each model instance said about itself (its memory, for /api/ps). */
+  instances?: InstanceLog;
   /** The store's root (HEAD /api/blobs/:digest looks there). */
   storeRoot: string;
   /** Largest request body accepted (bytes). */
@@ -126,14 +130,16 @@ export class OllamaRoutes {
       if (s !== "loaded" && s !== "sleeping" && s !== "loading") continue;
       const f = await m.facts;
       const expires = this.o.scheduler.expiresAt(m.name) ?? Date.now();
+      // what llama.cpp allocated, as it printed it; on a CPU nothing is in VRAM, and 0 is right
+      const memory = this.o.instances?.memoryOf(config.routerName);
       models.push({
         name: m.name,
         model: m.name,
-        size: f.size,
+        size: memory?.total ?? f.size,
         digest: f.digest,
         details: f.details,
         expires_at: new Date(expires).toISOString(),
-        size_vram: 0,
+        size_vram: memory?.vram ?? 0,
         context_length: config.numCtx,
       });
     }
@@ -272,6 +278,8 @@ export class OllamaRoutes {
     let body: Buffer | undefined = req.method === "GET" || req.method === "HEAD" ? undefined : await readBytes(req, this.o.maxBodyBytes);
     let lease: Lease | undefined;
     let leased: (() => Promise<Buffer>) | undefined;
+    /** The model as the client named it, for the answer. */
+    let asked: string | undefined;
     const abort = new AbortController();
     res.on("close", () => {
       if (!res.writableFinished) abort.abort();
@@ -291,6 +299,7 @@ export class OllamaRoutes {
         const stop = stopWords(m.prepared.resolved.params.stop);
         if (parsed.stop === undefined && stop.length > 0 && /completions$/.test(path)) parsed.stop = stop;
         const json = parsed;
+        asked = parsed.model;
         leased = async () => {
           lease = await this.o.scheduler.acquire(m.name, await this.want(m, undefined), undefined, abort.signal);
           json.model = lease.target;
@@ -322,7 +331,8 @@ export class OllamaRoutes {
       await new Promise<void>((resolve, reject) => {
         up.once("error", reject);
         up.once("close", () => (up.complete ? resolve() : reject(new Error("llama-server closed the connection before the answer was finished"))));
-        up.pipe(res);
+        const text = /json|event-stream/.test(String(up.headers["content-type"] ?? ""));
+        (asked !== undefined && text ? up.pipe(modelRenamer(asked)) : up).pipe(res);
       });
     } catch (e) {
       if (abort.signal.aborted) return;
@@ -357,11 +367,20 @@ const text = (s: string): Handler =>
     res.writeHead(200, { "content-type": "text/plain; charset=utf-8", "content-length": Buffer.byteLength(s) }).end(s);
   };
 const version: Handler = async (_req, res) => sendJson(res, 200, { version: OLLAMA_API_VERSION });
+/** api.StatusResponse: no Ollama cloud behind this server (source "env" when OLLAMA_NO_CLOUD says so too). */
+const status: Handler = async (_req, res) => sendJson(res, 200, { cloud: { disabled: true, source: process.env.OLLAMA_NO_CLOUD ? "env" : "config" } });
+/** POST /api/me: nobody is signed in to ollama.com here (Ollama's answer when no account is). */
+const whoami: Handler = async (req, res) => {
+  req.resume();
+  sendJson(res, 401, { error: "unauthorized" });
+};
 const readOnly = OllamaRoutes.prototype.readOnly;
 
 const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
   "/": { GET: text("Ollama is running") },
   "/api/version": { GET: version },
+  "/api/status": { GET: status },
+  "/api/me": { POST: whoami },
   "/api/tags": { GET: OllamaRoutes.prototype.tags },
   "/api/show": { POST: OllamaRoutes.prototype.show },
   "/api/ps": { GET: OllamaRoutes.prototype.ps },

@@ -1,5 +1,6 @@
 import type { IncomingMessage } from "node:http";
 import { StringDecoder } from "node:string_decoder";
+import { Transform } from "node:stream";
 
 type Json = Record<string, unknown>;
 
@@ -122,8 +123,13 @@ export function chatDecoder(): Decoder {
     const logprobs = (choice.logprobs as { content?: unknown[] } | null | undefined)?.content;
     if (content || thinking || logprobs?.length) emit({ done: false, content, thinking, ...(logprobs?.length ? { logprobs } : {}) });
     if (!choice.finish_reason) return;
-    if (calls) emit({ done: false, content: "", thinking: "", toolCalls: [...calls.entries()].sort(([a], [b]) => a - b).map(([index, c]) => toolCall(index, c)) });
-    emit({ done: true, reason: choice.finish_reason === "length" ? "length" : "stop", timings: (event.timings ?? {}) as Timings });
+    const cutShort = choice.finish_reason === "length";
+    if (calls) {
+      // a call cut off inside its arguments by num_predict is no call: the answer ends for "length", as Ollama's does
+      const whole = [...calls.entries()].sort(([a], [b]) => a - b).flatMap(([index, c]) => toolCall(index, c, cutShort));
+      if (whole.length > 0) emit({ done: false, content: "", thinking: "", toolCalls: whole });
+    }
+    emit({ done: true, reason: cutShort ? "length" : "stop", timings: (event.timings ?? {}) as Timings });
   };
 }
 
@@ -137,20 +143,47 @@ export function completionDecoder(): Decoder {
   };
 }
 
-function toolCall(index: number, c: { id: string; name: string; args: string }): OllamaToolCall {
+/** A whole tool call (none when `cutShort` left its arguments unfinished). */
+function toolCall(index: number, c: { id: string; name: string; args: string }, cutShort: boolean): OllamaToolCall[] {
   let args: Record<string, unknown> = {};
   if (c.args.trim() !== "") {
     try {
       args = JSON.parse(c.args) as Record<string, unknown>;
     } catch {
+      if (cutShort) return [];
       throw new StreamError(`llama-server returned invalid tool call arguments for "${c.name}": ${c.args.slice(0, 200)}`);
     }
   }
-  return { ...(c.id ? { id: c.id } : {}), function: { index, name: c.name, arguments: args } };
+  return [{ ...(c.id ? { id: c.id } : {}), function: { index, name: c.name, arguments: args } }];
 }
 
 function errorText(e: unknown): string {
   if (typeof e === "string") return e;
   if (e && typeof e === "object" && typeof (e as { message?: unknown }).message === "string") return (e as { message: string }).message;
   return JSON.stringify(e);
+}
+
+/**
+ * Names the model in an OpenAI or Anthropic answer (JSON, or an event stream of JSON lines) as
+ * the client named it, where llama-server writes its own name for the instance (the preset
+ * section, `llama3@latest`): clients match answers to the name they asked for. A `"model":"…"`
+ * member cannot occur inside a JSON string (its quotes would be escaped), so the lines are
+ * rewritten as text, whole lines at a time.
+ */
+export function modelRenamer(clientName: string): Transform {
+  const named = `"model":${JSON.stringify(clientName)}`;
+  const rename = (text: string) => text.replace(/"model":\s*"(?:[^"\\]|\\.)*"/g, named);
+  const decoder = new StringDecoder("utf8");
+  let partial = "";
+  return new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      const text = partial + decoder.write(chunk);
+      const nl = text.lastIndexOf("\n");
+      partial = text.slice(nl + 1);
+      done(null, nl < 0 ? undefined : rename(text.slice(0, nl + 1)));
+    },
+    flush(done) {
+      done(null, rename(partial + decoder.end()));
+    },
+  });
 }

@@ -124,6 +124,17 @@ describe("tool calls, end to end", () => {
     expect(parts.at(-1)!.eval_count).toBeGreaterThan(10);
   });
 
+  it("a call cut off by num_predict inside its arguments ends the answer for \"length\" (no 500), streamed or not", { timeout: 120_000 }, async () => {
+    const options = { ...TOOL_CALLING_OPTIONS, num_predict: 30 };
+    const r = await ollama.chat({ model: "caller", messages: question, tools: [weather], options });
+    expect(r.done).toBe(true);
+    expect(r.done_reason).toBe("length");
+    expect(r.message.tool_calls ?? []).toEqual([]);
+    const parts = [];
+    for await (const p of await ollama.chat({ model: "caller", messages: question, tools: [weather], stream: true, options })) parts.push(p);
+    expect(parts.at(-1)).toMatchObject({ done: true, done_reason: "length" });
+  });
+
   it("the follow-up: the assistant's tool call and a `tool` message with the result are taken into the prompt and answered", { timeout: 120_000 }, async () => {
     const first = await ollama.chat({ model: "caller", messages: question, tools: [weather], options: TOOL_CALLING_OPTIONS });
     const call = first.message.tool_calls![0]!;

@@ -6,7 +6,10 @@ export type StoreErrorCode =
   | "MISSING_BLOB" // a layer the manifest names is not in blobs/
   | "UNSAFE_BLOB" // a blob is not a plain file of the store: a symlink out of it, a FIFO or device, or too large for its media type
   | "DIGEST_MISMATCH" // the blob's sha256 is not the one in its name (checked with verifyDigest)
-  | "NO_MODEL_LAYER"; // the manifest has no GGUF model layer (e.g. a safetensors-only model)
+  | "NO_MODEL_LAYER" // the manifest has no GGUF model layer (e.g. a safetensors-only model)
+  | "COMPAT_DISABLED" // OLLAMA_LLAMA_CPP_COMPAT=0 and a command whose only job is translating (migrate)
+  | "STORE_UNWRITABLE" // the store cannot be written (read-only file system, no permission) and the command rewrites it
+  | "NO_SPACE"; // not enough free space for what the command would write; checked before writing
 
 export class StoreError extends Error {
   override readonly name = "StoreError";

@@ -74,3 +74,27 @@ export function displayName(n: ModelName): string {
 export function fullName(n: ModelName): string {
   return `${n.host}/${n.namespace}/${n.model}:${n.tag}`;
 }
+
+/**
+ * `migrate` keeps each replaced manifest as a manifest of its own, the rollback record, under
+ * this host prefix: `ollama-compat-undo.registry.ollama.ai/library/gemma3:4b` for gemma3:4b. A
+ * manifest under manifests/ keeps its blobs safe from Ollama's startup prune, and Ollama lists
+ * and runs it as a model of that name (no registry answers to that host). ollama-compat's own
+ * listings leave these records out.
+ */
+export const ROLLBACK_HOST_PREFIX = "ollama-compat-undo.";
+
+/** The rollback record's name for `n`, or null when the host would grow past Ollama's 350 characters. */
+export function rollbackName(n: ModelName): ModelName | null {
+  const r = { ...n, host: ROLLBACK_HOST_PREFIX + n.host };
+  return isValidName(r) ? r : null;
+}
+
+export function isRollbackName(n: ModelName): boolean {
+  return n.host.toLowerCase().startsWith(ROLLBACK_HOST_PREFIX);
+}
+
+/** The model a rollback record restores. */
+export function rolledBackName(r: ModelName): ModelName {
+  return { ...r, host: r.host.slice(ROLLBACK_HOST_PREFIX.length) };
+}

@@ -19,7 +19,7 @@ import { StoreError } from "./errors";
 import { parseModelName, fullName, type ModelName } from "./name";
 import { bodyChunks, RegistryClient, RegistryError, unreachable } from "./registry";
 import type { ManifestLayer } from "./store";
-import { blobPathIn, installBlob, manifestDigests, manifestPathIn, removeUnreferenced, writeBlobBytes, writeManifest } from "./store-write";
+import { blobPathIn, installBlob, manifestDigests, manifestPathIn, removeUnreferenced, writeBlobBytesChecked, writeModelManifest } from "./store-write";
 
 /** One of Ollama's progress objects (api.ProgressResponse), as `ollama pull` and /api/pull report them. */
 export interface PullProgress {
@@ -81,7 +81,7 @@ export async function pullModel(ref: string, opts: PullOptions): Promise<PulledM
   report({ status: "verifying sha256 digest" });
   report({ status: "writing manifest" });
   const before = await manifestDigests(manifestPathIn(opts.root, name));
-  const manifestPath = await writeManifest(opts.root, name, bytes);
+  const manifestPath = await writeModelManifest(opts.root, name, bytes);
   // the layers of the version this pull replaced, unless another model uses them (Ollama's
   // PullModel does the same, unless OLLAMA_NOPRUNE is set)
   if (before.length > 0 && !opts.env?.OLLAMA_NOPRUNE) {
@@ -115,7 +115,7 @@ async function pullBlob(client: RegistryClient, layer: ManifestLayer, opts: Pull
       body = Buffer.from(await res.arrayBuffer());
     }
     if (body.length !== layer.size) throw new StoreError("DIGEST_MISMATCH", `${layerLabel(client, layer)}: received ${body.length} bytes, the manifest says ${layer.size}; nothing was kept`, { digest: layer.digest });
-    await writeBlobBytes(opts.root, layer.digest, body, layerLabel(client, layer));
+    await writeBlobBytesChecked(opts.root, layer.digest, body, layerLabel(client, layer));
     report({ status, digest: layer.digest, total: layer.size, completed: layer.size });
     return;
   }

@@ -1,18 +1,169 @@
 /**
- * Writing into Ollama's store without ever showing a half-made thing: a blob gets its final
- * name `blobs/sha256-<hex>` only once its bytes hash to that digest and are on disk, and a
- * manifest replaces its path in one rename. Whoever adds to the store (pull, and later
- * migrate, copy, create) writes through these, so a crash leaves only names Ollama's prune
- * treats as garbage.
+ * Writing into a live Ollama store (`migrate`, and whatever else adds blobs or switches
+ * manifests there) so that a running Ollama, a second writer or a crash never sees a half
+ * file under a name that means something.
+ *
+ * Where partial files live, and why there: Ollama's startup prune (server/images.go
+ * PruneLayers) deletes every file directly in blobs/ whose name is not `sha256-<64 hex>` once it
+ * is an hour old, and reads every file four levels below manifests/ as a manifest (a name it
+ * cannot parse makes it skip the prune and warn). So partial blobs are staged in
+ * `blobs/.ollama-compat-tmp/` and partial manifests in `manifests/.ollama-compat-tmp/`: folders,
+ * which the prune skips and the manifest glob (exactly four levels below manifests/) never reaches, on the same
+ * file system as their final names, so the last step is one rename. Staged files carry their
+ * writer's pid in the one temp naming (@compat/gguf tempPathFor), so a later writer sweeps
+ * only those whose process is gone.
+ *
+ * A blob is renamed to `sha256-<hex>` only once it is complete, fsynced and hashed; a manifest
+ * only once its bytes are fsynced; the folder is fsynced after each rename. Hence at every
+ * instant every name in the store is complete.
  */
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { mkdir, open, readFile, rename, rm, rmdir } from "node:fs/promises";
-import { dirname, join } from "node:path";
-import { writeFileAtomic } from "@compat/files";
+import { mkdir, open, readdir, readFile, rename, rm, rmdir, stat, unlink } from "node:fs/promises";
+import { dirname, join, relative, sep } from "node:path";
+import { sweepTempFiles, tempPathFor, writeFileAtomic } from "@compat/files";
 import { StoreError } from "./errors";
 import { displayName, manifestSegments, type ModelName } from "./name";
 import { ModelStore } from "./store";
+
+/** The staging folder's name, in blobs/ and in manifests/. */
+export const STAGING_DIR = ".ollama-compat-tmp";
+
+export function blobStaging(root: string): string {
+  return join(root, "blobs", STAGING_DIR);
+}
+
+export function manifestStaging(root: string): string {
+  return join(root, "manifests", STAGING_DIR);
+}
+
+export interface WrittenBlob {
+  /** `sha256:<hex>`. */
+  digest: string;
+  size: number;
+  path: string;
+  /** False when a blob of that digest was already there (nothing new on disk). */
+  created: boolean;
+}
+
+/**
+ * Adds a blob whose bytes `produce` writes to the path it is given (atomically: e.g.
+ * TranslatedView.writeTo or writeFileAtomic). The result is hashed and renamed to its
+ * content address; an existing blob of the same digest and size is kept and the copy dropped.
+ */
+export async function addBlob(root: string, produce: (path: string) => Promise<void>): Promise<WrittenBlob> {
+  const staging = blobStaging(root);
+  await mkdir(staging, { recursive: true });
+  await sweepTempFiles(staging);
+  const staged = tempPathFor(join(staging, "blob"));
+  try {
+    await produce(staged);
+    const { hex, size } = await hashFile(staged);
+    const path = join(root, "blobs", `sha256-${hex}`);
+    const existing = await stat(path).catch(() => undefined);
+    if (existing?.isFile() && existing.size === size) {
+      await rm(staged, { force: true });
+      return { digest: `sha256:${hex}`, size, path, created: false };
+    }
+    await rename(staged, path);
+    await fsyncDir(dirname(path));
+    return { digest: `sha256:${hex}`, size, path, created: true };
+  } finally {
+    await rm(staged, { force: true }).catch(() => undefined);
+  }
+}
+
+/** addBlob for bytes in memory (a config, a small text layer). */
+export function addBlobBytes(root: string, bytes: Uint8Array | string): Promise<WrittenBlob> {
+  return addBlob(root, async (path) => void (await writeFileAtomic(path, bytes)));
+}
+
+/**
+ * Puts `bytes` at the manifest path `path` (below root/manifests) in one rename: staged and
+ * fsynced in manifests/.ollama-compat-tmp, renamed over `path`, the folders fsynced. Readers see
+ * the old manifest or the new one, never a mix or nothing.
+ */
+export async function writeManifest(root: string, path: string, bytes: Uint8Array | string): Promise<void> {
+  const staging = manifestStaging(root);
+  await mkdir(staging, { recursive: true });
+  await sweepTempFiles(staging);
+  const created = await mkdirFsynced(join(root, "manifests"), dirname(path));
+  const staged = tempPathFor(join(staging, "manifest"));
+  try {
+    await writeFileAtomic(staged, bytes);
+    await rename(staged, path);
+    await fsyncDir(dirname(path));
+    if (created) await fsyncDir(join(root, "manifests"));
+  } finally {
+    await rm(staged, { force: true }).catch(() => undefined);
+  }
+}
+
+/**
+ * Removes the manifest at `path`, fsyncs its folder, then removes the folders this left empty
+ * up to manifests/ (as Ollama's PruneDirectory would at its next start).
+ */
+export async function removeManifest(root: string, path: string): Promise<void> {
+  await unlink(path).catch((e: NodeJS.ErrnoException) => {
+    if (e.code !== "ENOENT") throw e;
+  });
+  await fsyncDir(dirname(path));
+  const top = join(root, "manifests");
+  for (let dir = dirname(path); dir !== top && dir.startsWith(top + sep); dir = dirname(dir)) {
+    try {
+      await rmdir(dir);
+    } catch {
+      break; // not empty (or gone): the folders above are not empty either
+    }
+  }
+}
+
+/** Removes staged files whose writer is gone (a SIGKILL mid-write), in both staging folders. */
+export async function sweepStaging(root: string): Promise<string[]> {
+  return [...(await sweepTempFiles(blobStaging(root))), ...(await sweepTempFiles(manifestStaging(root)))];
+}
+
+/** sha256 and size of a file, streamed. */
+export async function hashFile(path: string): Promise<{ hex: string; size: number }> {
+  const hash = createHash("sha256");
+  let size = 0;
+  for await (const chunk of createReadStream(path, { highWaterMark: 1 << 22 })) {
+    hash.update(chunk as Buffer);
+    size += (chunk as Buffer).length;
+  }
+  return { hex: hash.digest("hex"), size };
+}
+
+/** fsync of a folder: makes the renames and unlinks in it durable. */
+export async function fsyncDir(dir: string): Promise<void> {
+  const fh = await open(dir, "r");
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
+
+/** mkdir -p of `dir` below `top`, each new folder's parent fsynced; whether any was made. */
+async function mkdirFsynced(top: string, dir: string): Promise<boolean> {
+  const missing: string[] = [];
+  for (let d = dir; d !== top && !relative(top, d).startsWith(".."); d = dirname(d)) {
+    if (await stat(d).then(() => true, () => false)) break;
+    missing.unshift(d);
+  }
+  if (missing.length === 0) return false;
+  await mkdir(dir, { recursive: true });
+  for (const d of missing) await fsyncDir(dirname(d));
+  return true;
+}
+
+/** Names in a folder, or none when it does not exist. */
+export async function listDir(dir: string): Promise<string[]> {
+  return readdir(dir).catch(() => []);
+}
+
+// What pull, copy and delete add: blobs under a digest known in advance (checked before they get
+// it), and manifests by model name.
 
 const DIGEST = /^sha256[:-]([0-9a-f]{64})$/;
 
@@ -33,21 +184,15 @@ export function manifestPathIn(root: string, name: ModelName): string {
   return join(root, "manifests", ...manifestSegments(name));
 }
 
-/** sha256 of a file, streamed. */
-export async function fileSha256(path: string): Promise<string> {
-  const hash = createHash("sha256");
-  for await (const chunk of createReadStream(path, { highWaterMark: 4 << 20 })) hash.update(chunk as Buffer);
-  return `sha256:${hash.digest("hex")}`;
-}
-
 /**
- * Gives the finished file `staged` (in the same folder as the blobs) its final blob name, after
- * checking that it hashes to `digest`: flushed, renamed, the folder flushed. On a mismatch the
- * staged file is removed and DIGEST_MISMATCH names `what` (e.g. the layer) and both digests.
+ * Gives the finished file `staged` (a download's `-partial` file in blobs/, a name Ollama's
+ * prune treats as garbage) its final blob name, after checking that it hashes to `digest`:
+ * flushed, renamed, the folder flushed. On a mismatch the staged file is removed and
+ * DIGEST_MISMATCH names `what` (e.g. the layer) and both digests.
  */
 export async function installBlob(root: string, digest: string, staged: string, what: string): Promise<string> {
   const final = blobPathIn(root, digest);
-  const actual = await fileSha256(staged);
+  const actual = `sha256:${(await hashFile(staged)).hex}`;
   if (actual !== digest) {
     await rm(staged, { force: true });
     throw new StoreError("DIGEST_MISMATCH", `${what}: the bytes received hash to ${actual}, not ${digest}; nothing was kept`, { digest, actual });
@@ -59,39 +204,22 @@ export async function installBlob(root: string, digest: string, staged: string, 
     await fh.close();
   }
   await rename(staged, final);
-  await syncDir(dirname(final));
+  await fsyncDir(dirname(final));
   return final;
 }
 
-/** Writes `bytes` as a blob after checking them against `digest`; atomic. */
-export async function writeBlobBytes(root: string, digest: string, bytes: Uint8Array, what: string): Promise<string> {
+/** Adds `bytes` as a blob after checking them against `digest` (addBlobBytes, once they are known right). */
+export async function writeBlobBytesChecked(root: string, digest: string, bytes: Uint8Array, what: string): Promise<string> {
   const actual = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
   if (actual !== digest) throw new StoreError("DIGEST_MISMATCH", `${what}: the bytes received hash to ${actual}, not ${digest}; nothing was kept`, { digest, actual });
-  const final = blobPathIn(root, digest);
-  await mkdir(dirname(final), { recursive: true });
-  await writeFileAtomic(final, bytes);
-  return final;
+  return (await addBlobBytes(root, bytes)).path;
 }
 
-/** Writes a manifest's exact bytes at the name's path, atomically (the last step of adding a model). */
-export async function writeManifest(root: string, name: ModelName, bytes: Uint8Array): Promise<string> {
+/** writeManifest at the name's path; the path. */
+export async function writeModelManifest(root: string, name: ModelName, bytes: Uint8Array): Promise<string> {
   const path = manifestPathIn(root, name);
-  await mkdir(dirname(path), { recursive: true });
-  await writeFileAtomic(path, bytes);
-  await syncDir(dirname(path));
+  await writeManifest(root, path, bytes);
   return path;
-}
-
-/** A rename is durable once its folder is flushed. */
-async function syncDir(dir: string): Promise<void> {
-  const fh = await open(dir, "r");
-  try {
-    await fh.sync();
-  } catch {
-    // some file systems refuse fsync on a directory; the rename itself has happened
-  } finally {
-    await fh.close();
-  }
 }
 
 /** `ollama cp`: the source manifest's bytes under a second name (the blobs are shared). */
@@ -104,7 +232,7 @@ export async function copyModel(root: string, source: ModelName, destination: Mo
     if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new StoreError("UNKNOWN_MODEL", `model ${JSON.stringify(displayName(source))} is not installed (no manifest at ${from})`, { manifestPath: from });
     throw e;
   }
-  return writeManifest(root, destination, bytes);
+  return writeModelManifest(root, destination, bytes);
 }
 
 /**
@@ -120,13 +248,8 @@ export async function deleteModel(root: string, name: ModelName): Promise<string
     if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new StoreError("UNKNOWN_MODEL", `model ${JSON.stringify(displayName(name))} is not installed (no manifest at ${path})`, { manifestPath: path });
     throw e;
   }
-  const mine = digestsOf(text);
-  await rm(path);
-  // the host/namespace/model folders it leaves empty go too (rmdir refuses a folder that is not)
-  for (let dir = dirname(path), depth = 0; depth < 3; dir = dirname(dir), depth++) {
-    if (!(await rmdir(dir).then(() => true, () => false))) break;
-  }
-  return removeUnreferenced(root, mine);
+  await removeManifest(root, path);
+  return removeUnreferenced(root, digestsOf(text));
 }
 
 /** Removes each of `digests` that no manifest of the store names; returns those removed. */

@@ -9,7 +9,7 @@ import { createServer } from "node:net";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateFixtureFiles, startOciRegistry, type OciRegistry } from "@compat/testkit";
-import { MediaType, ModelStore, parseChallenge, pullModel, RegistryError, StoreError, type PullProgress } from "@compat/store";
+import { MediaType, ModelStore, parseChallenge, pullModel, RegistryError, STAGING_DIR, StoreError, type PullProgress } from "@compat/store";
 import { tempDirs } from "./helpers";
 
 const temp = tempDirs();
@@ -24,7 +24,9 @@ afterAll(async () => {
 /** Every name in blobs/ and manifests/ that is not a final blob or a manifest: what a pull must never leave. */
 async function leftovers(root: string): Promise<string[]> {
   const blobs = await readdir(join(root, "blobs")).catch(() => [] as string[]);
-  return blobs.filter((n) => !/^sha256-[0-9a-f]{64}$/.test(n));
+  // the shared writer's staging folder (store-write.ts) may stay, empty
+  const staged = await readdir(join(root, "blobs", STAGING_DIR)).catch(() => [] as string[]);
+  return [...blobs.filter((n) => !/^sha256-[0-9a-f]{64}$/.test(n) && n !== STAGING_DIR), ...staged];
 }
 
 async function errorOf(p: Promise<unknown>): Promise<Error & { code: string }> {
