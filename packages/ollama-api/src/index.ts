@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
-import { asStore, BridgeError, checkPortFree, isLoopback, startRouter, type ExitInfo, type RouterModel, type RouterServer, type StartRouterOptions } from "@compat/server-bridge";
+import { asStore, BridgeError, checkPortFree, isLoopback, preparerFor, presetSection, startRouter, withoutStopWords, type ExitInfo, type RouterModel, type RouterServer, type StartRouterOptions } from "@compat/server-bridge";
 import { allowedOrigins, checkAccess, originMatchers } from "./access";
 import { parseKeepAlive } from "./duration";
 import { LoadConfigs } from "./load-config";
@@ -102,9 +102,17 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
   const io = new RouterModels(upstream, { define: (c, keep) => configs.define(c, keep), errorOf: (n) => instances.errorOf(n) });
   const scheduler = new ModelScheduler(io, { maxLoaded: modelsMax, keepAliveMs, maxQueue, onStatus: opts.onStatus });
   const served: ApiModel[] = router.models.filter((m) => m.model).map((m) => apiModel(m.name, m.model!));
+  const store = asStore(opts.store, env);
+  // a model pulled while serving: prepared as the others were, then a section of the router's preset
+  const addModel = async (name: string): Promise<ApiModel> => {
+    const resolved = await store.resolve(name);
+    const prepared = await preparerFor(opts).prepare(resolved);
+    await configs.addModel(resolved.name, presetSection(resolved.name, withoutStopWords(prepared), (m) => opts.onStatus?.(`warning: ${m}`)));
+    return apiModel(resolved.name, prepared);
+  };
   const maxBodyBytes = opts.maxBodyBytes ?? 256 * 2 ** 20;
   const maxHeldBodyBytes = opts.maxHeldBodyBytes ?? Math.max(512 * 2 ** 20, maxBodyBytes);
-  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, instances, storeRoot: asStore(opts.store, env).root, maxBodyBytes, maxHeldBodyBytes });
+  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, instances, storeRoot: store.root, maxBodyBytes, maxHeldBodyBytes, addModel });
   const access = { origins: allowedOrigins(env), listenHost: host, apiKey: opts.apiKey };
   const matchers = originMatchers(access.origins);
   const http = createServer({ noDelay: true, keepAliveTimeout: 65_000 }, (req, res) => {

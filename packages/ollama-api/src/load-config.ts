@@ -129,21 +129,45 @@ export class LoadConfigs {
         this.variants.delete(name);
         this.known.delete(name);
       }
-      this.basePreset ??= readFile(this.presetPath, "utf8");
-      const text = [await this.basePreset, ...[...this.variants.values()].map((x) => x.section + "\n")].join("\n");
-      const tmp = `${this.presetPath}.${process.pid}.tmp`;
-      await writeFile(tmp, text);
-      await rename(tmp, this.presetPath);
-      const { status, text: body } = await this.upstream.call("GET", "/models?reload=1");
-      if (status !== 200) throw new ApiError(500, `llama-server could not re-read its preset for ${config.routerName}: ${upstreamMessage(body)}`);
-      const listed = new Set<string>();
-      for (const m of (JSON.parse(body) as { data?: Array<{ id: string; aliases?: string[] }> }).data ?? []) for (const n of [m.id, ...(m.aliases ?? [])]) listed.add(n);
+      const listed = await this.rewrite(config.routerName);
       this.known = new Set([...this.variants.keys()].filter((n) => listed.has(n)));
       if (!this.known.has(config.routerName)) throw new ApiError(500, `llama-server did not take the preset section of ${config.routerName}`);
     };
+    return this.serially(job);
+  }
+
+  /** Adds a model's own section (one pulled while serving) to the preset, and has the router take it. */
+  addModel(routerName: string, section: string): Promise<void> {
+    return this.serially(async () => {
+      const base = await (this.basePreset ??= readFile(this.presetPath, "utf8"));
+      // a model deleted and pulled again replaces its old section (a preset holds a name once)
+      const header = section.slice(0, section.indexOf("\n") + 1);
+      const at = base.startsWith(header) ? 0 : base.indexOf(`\n${header}`) + 1 || -1;
+      const kept = at < 0 ? base : base.slice(0, at) + base.slice(base.indexOf("\n[", at + header.length) + 1 || base.length);
+      this.basePreset = Promise.resolve(`${kept.trimEnd()}\n\n${section}\n`);
+      const listed = await this.rewrite(routerName);
+      if (!listed.has(routerName)) throw new ApiError(500, `llama-server did not take the preset section of ${routerName}`);
+    });
+  }
+
+  private serially(job: () => Promise<void>): Promise<void> {
     const run = this.writing.then(job, job);
     this.writing = run.catch(() => undefined);
     return run;
+  }
+
+  /** Writes the preset (the base, then the variants), has the router re-read it; the names it lists. */
+  private async rewrite(forName: string): Promise<Set<string>> {
+    this.basePreset ??= readFile(this.presetPath, "utf8");
+    const text = [await this.basePreset, ...[...this.variants.values()].map((x) => x.section + "\n")].join("\n");
+    const tmp = `${this.presetPath}.${process.pid}.tmp`;
+    await writeFile(tmp, text);
+    await rename(tmp, this.presetPath);
+    const { status, text: body } = await this.upstream.call("GET", "/models?reload=1");
+    if (status !== 200) throw new ApiError(500, `llama-server could not re-read its preset for ${forName}: ${upstreamMessage(body)}`);
+    const listed = new Set<string>();
+    for (const m of (JSON.parse(body) as { data?: Array<{ id: string; aliases?: string[] }> }).data ?? []) for (const n of [m.id, ...(m.aliases ?? [])]) listed.add(n);
+    return listed;
   }
 }
 

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { displayName, parseModelName } from "@compat/store";
+import { copyModel, deleteModel, displayName, parseModelName, pullModel, StoreError, type PullProgress } from "@compat/store";
 import { BodyBudget, discard, readUpTo } from "./body";
 import { chatRequest, generateRequest, isHousekeeping, jsonBody, parseJson } from "./chat";
 import { embed, embeddings } from "./embed";
@@ -19,7 +19,7 @@ import type { InstanceLog } from "./instance-log";
 export const OLLAMA_API_VERSION = "0.32.15";
 
 const STORE_READ_ONLY =
-  "ollama-compat serves the Ollama model store read-only: pull, create, copy, push and delete models with the ollama command, then restart ollama-compat serve --all";
+  "ollama-compat serve --all cannot create or push models yet: do it with the ollama command, then restart ollama-compat serve --all";
 
 type Json = Record<string, unknown>;
 
@@ -36,6 +36,8 @@ export interface RoutesOptions {
   maxBodyBytes: number;
   /** Request-body bytes held at once across all requests (see BodyBudget). */
   maxHeldBodyBytes: number;
+  /** Makes a model just written to the store servable (prepared, in the router's preset); /api/pull calls it. */
+  addModel?: (name: string) => Promise<ApiModel>;
 }
 
 /**
@@ -174,6 +176,96 @@ export class OllamaRoutes {
     const f = await m.facts;
     const want = this.o.configs.want(m, body.options, f.contextLength, !f.capabilities.includes("embedding"));
     sendJson(res, 200, await run(this.o.scheduler, this.o.upstream, m, body, want));
+  }
+
+  /**
+   * POST /api/pull: the model from its registry into the store (pullModel), Ollama's progress
+   * objects streamed as NDJSON (`stream: false`: the last one alone), then served by the running
+   * router. A failure after the stream began is a last `{"error": …}` line, as Ollama sends it.
+   */
+  async pull(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.body(req, res);
+    const ref = typeof body.model === "string" && body.model !== "" ? body.model : body.name;
+    if (typeof ref !== "string" || !parseModelName(ref)) throw badRequest("invalid model name");
+    const stream = body.stream !== false;
+    const abort = new AbortController();
+    res.on("close", () => {
+      if (!res.writableFinished) abort.abort(new Error("the client went away"));
+    });
+    const send = (p: PullProgress | { error: string }) => {
+      if (!res.headersSent) res.writeHead(200, { "content-type": "application/x-ndjson" });
+      res.write(JSON.stringify(p) + "\n");
+    };
+    try {
+      const pulled = await pullModel(ref, {
+        root: this.o.storeRoot,
+        insecure: body.insecure === true,
+        signal: abort.signal,
+        onProgress: (p) => {
+          // "success" is said once the model is served too
+          if (stream && p.status !== "success") send(p);
+        },
+      });
+      const name = displayName(pulled.name);
+      if (!this.find(name) && this.o.addModel) this.serve(await this.o.addModel(name));
+      if (!stream) return sendJson(res, 200, { status: "success" });
+      send({ status: "success" });
+      res.end();
+    } catch (e) {
+      if (abort.signal.aborted) return;
+      const message = e instanceof Error ? e.message : String(e);
+      if (res.headersSent) {
+        send({ error: message });
+        res.end();
+      } else sendJson(res, e instanceof ApiError ? e.status : 500, { error: message });
+    }
+  }
+
+  /** POST /api/copy `{source, destination}`: the manifest under a second name (Ollama's CopyModel), served at once. */
+  async copy(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.body(req, res);
+    const source = typeof body.source === "string" ? parseModelName(body.source) : null;
+    const destination = typeof body.destination === "string" ? parseModelName(body.destination) : null;
+    if (!source || !destination) throw badRequest(`invalid model name: ${JSON.stringify(!source ? body.source : body.destination)}`);
+    try {
+      await copyModel(this.o.storeRoot, source, destination);
+    } catch (e) {
+      if (e instanceof StoreError && e.code === "UNKNOWN_MODEL") throw modelNotFound(String(body.source));
+      throw e;
+    }
+    const name = displayName(destination);
+    if (!this.find(name) && this.o.addModel) this.serve(await this.o.addModel(name));
+    res.writeHead(200).end();
+  }
+
+  /**
+   * DELETE /api/delete `{model}`: the manifest goes, and each of its blobs that no other manifest
+   * names (Ollama's DeleteHandler); the model is unloaded and no longer listed.
+   */
+  async remove(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.body(req, res);
+    const ref = typeof body.model === "string" && body.model !== "" ? body.model : body.name;
+    const n = typeof ref === "string" ? parseModelName(ref) : null;
+    if (!n) throw badRequest("invalid model name");
+    try {
+      await deleteModel(this.o.storeRoot, n);
+    } catch (e) {
+      if (e instanceof StoreError && e.code === "UNKNOWN_MODEL") throw modelNotFound(String(ref));
+      throw e;
+    }
+    const m = this.find(displayName(n));
+    if (m) {
+      this.byName.delete(m.name.toLowerCase());
+      this.o.models.splice(this.o.models.indexOf(m), 1);
+      await this.o.scheduler.unload(m.name).catch(() => undefined);
+    }
+    res.writeHead(200).end();
+  }
+
+  /** Lists and serves a model added while running. */
+  private serve(m: ApiModel): void {
+    this.byName.set(m.name.toLowerCase(), m);
+    this.o.models.push(m);
   }
 
   async readOnly(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -346,11 +438,11 @@ const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
   "/api/generate": { POST: OllamaRoutes.prototype.generate },
   "/api/embed": { POST: OllamaRoutes.prototype.embed },
   "/api/embeddings": { POST: OllamaRoutes.prototype.embed },
-  "/api/pull": { POST: readOnly },
+  "/api/pull": { POST: OllamaRoutes.prototype.pull },
   "/api/push": { POST: readOnly },
   "/api/create": { POST: readOnly },
-  "/api/copy": { POST: readOnly },
-  "/api/delete": { DELETE: readOnly },
+  "/api/copy": { POST: OllamaRoutes.prototype.copy },
+  "/api/delete": { DELETE: OllamaRoutes.prototype.remove },
   "/api/blobs/:digest": { POST: readOnly, HEAD: OllamaRoutes.prototype.headBlob },
 };
 

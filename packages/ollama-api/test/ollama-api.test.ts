@@ -199,7 +199,7 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
     expect((await ollama.ps()).models.map((m) => m.name)).not.toContain("llama3.2:latest");
   });
 
-  it("errors as Ollama gives them: 404 for a model that is not installed, 400 for a bad request, the store read-only", async () => {
+  it("errors as Ollama gives them: 404 for a model that is not installed, 400 for a bad request, 403 for what the store does not do here", async () => {
     expect(await failure(ollama.chat({ model: "nope:1b", messages: [{ role: "user", content: "hi" }] }))).toEqual({ status: 404, message: "model 'nope:1b' not found" });
     expect(await failure(ollama.show({ model: "nope" }))).toEqual({ status: 404, message: "model 'nope' not found" });
     expect((await failure(ollama.chat({ model: "", messages: [] }))).status).toBe(400);
@@ -209,9 +209,9 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
     });
     expect((await failure(ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], think: true }))).message).toBe('"llama3.2:latest" does not support thinking');
     expect((await failure(ollama.generate({ model: "embeddinggemma", prompt: "hi" }))).message).toBe('"embeddinggemma:latest" does not support generate');
-    const pull = await failure(ollama.pull({ model: "gemma3" }));
-    expect(pull.status).toBe(403);
-    expect(pull.message).toMatch(/read-only.*ollama command/);
+    const push = await failure(ollama.push({ model: "llama3.2" }));
+    expect(push.status).toBe(403);
+    expect(push.message).toMatch(/cannot create or push.*ollama command/);
     const raw = await fetch(`${server.url}/api/chat`, { method: "POST", body: "{not json" });
     expect(raw.status).toBe(400);
     expect(raw.headers.get("content-type")).toMatch(/application\/json/);
