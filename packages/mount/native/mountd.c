@@ -16,7 +16,8 @@
 // removed source gives EIO, never stale bytes.
 //
 // Protocol (little-endian): each message is u32 length (of what follows), u8 type, u32 id,
-// then the payload. Strings are u32 length + bytes. See src/protocol.ts for the other side.
+// then the payload. A file's extents carry their offsets in it: the layout is the controller's
+// (@compat/gguf's layoutGguf), checked here, never worked out again. Strings are u32 length + bytes. See src/protocol.ts for the other side.
 // The controller closing stdin (it stopped or died) unmounts and ends this process.
 
 #define FUSE_USE_VERSION 312
@@ -35,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -488,16 +490,24 @@ static struct vfile *parse_file(struct reader *r, char **why, int *err) {
   f->nextents = (uint32_t)rd(r, 4);
   if (r->bad || f->nextents > 1u << 24) goto malformed;
   f->extents = calloc(f->nextents ? f->nextents : 1, sizeof *f->extents);
+  // The extents come with their offsets in the file (the controller's layout): they are taken
+  // as they are, and checked to tile the file, each starting where the one before ends.
   uint64_t at = 0;
   for (uint32_t i = 0; i < f->nextents; i++) {
     struct extent *e = &f->extents[i];
-    e->at = at;
+    e->at = rd(r, 8);
     e->kind = (uint8_t)rd(r, 1);
     e->index = (uint32_t)rd(r, 4);
     e->offset = rd(r, 8);
     e->length = rd(r, 8);
-    at += e->length;
     if (r->bad) goto malformed;
+    if (e->at != at || e->length > UINT64_MAX - at) {
+      snprintf(msg, sizeof msg, "extent %u starts at %llu, where the one before ends at %llu", i, (unsigned long long)e->at, (unsigned long long)at);
+      *why = msg;
+      vfile_put(f);
+      return NULL;
+    }
+    at += e->length;
   }
   f->memory_size = rd(r, 8);
   if (r->bad || (uint64_t)(r->end - r->p) != f->memory_size) goto malformed;
@@ -970,7 +980,30 @@ static int pread_all(int fd, uint8_t *out, uint64_t length, uint64_t offset) {
   return 0;
 }
 
-static __thread uint8_t *read_buf;
+// Each worker thread's read buffer (MAX_READ bytes), mapped on its first read and unmapped when
+// the thread exits: libfuse starts workers as reads queue up and retires the idle ones beyond
+// its idle count, so a buffer kept past its thread (a __thread pointer to malloc'd memory) was
+// lost with every retired worker, about 1 MiB each. A mapping, not malloc: its pages go back to
+// the kernel at munmap, not into an arena of the thread that is gone.
+static pthread_key_t read_buf_key;
+static pthread_once_t read_buf_once = PTHREAD_ONCE_INIT;
+
+static void read_buf_free(void *buf) { munmap(buf, MAX_READ); }
+static void read_buf_key_make(void) { pthread_key_create(&read_buf_key, read_buf_free); }
+
+/** This thread's read buffer; NULL when it cannot be mapped. */
+static uint8_t *read_buf(void) {
+  pthread_once(&read_buf_once, read_buf_key_make);
+  uint8_t *buf = pthread_getspecific(read_buf_key);
+  if (buf) return buf;
+  buf = mmap(NULL, MAX_READ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buf == MAP_FAILED) return NULL;
+  if (pthread_setspecific(read_buf_key, buf) != 0) {
+    munmap(buf, MAX_READ);
+    return NULL;
+  }
+  return buf;
+}
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
   (void)ino;
@@ -981,7 +1014,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
   }
   if (size > f->size - (uint64_t)off) size = f->size - (uint64_t)off;
   if (size > MAX_READ) size = MAX_READ;
-  if (!read_buf) read_buf = malloc(MAX_READ);
+  uint8_t *buf = read_buf();
+  if (!buf) {
+    fuse_reply_err(req, ENOMEM);
+    return;
+  }
   uint64_t start = (uint64_t)off, end = start + size;
   // the first extent that ends after `start`
   uint32_t lo = 0, hi = f->nextents;
@@ -994,7 +1031,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
     const struct extent *e = &f->extents[i];
     uint64_t from = e->at > start ? e->at : start;
     uint64_t to = e->at + e->length < end ? e->at + e->length : end;
-    uint8_t *dst = read_buf + (from - start);
+    uint8_t *dst = buf + (from - start);
     uint64_t n = to - from, at = e->offset + (from - e->at);
     switch (e->kind) {
       case EXT_ZERO:
@@ -1032,7 +1069,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
       return;
     }
   }
-  fuse_reply_buf(req, (const char *)read_buf, size);
+  fuse_reply_buf(req, (const char *)buf, size);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off, struct fuse_file_info *fi) {

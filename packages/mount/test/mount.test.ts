@@ -117,6 +117,23 @@ describe("bytes through the mount", () => {
     expect(await Promise.all(written.map(async (p) => (await stat(p)).mtimeMs))).toEqual(mtimes);
   });
 
+  it("serves ops that only join bytes from the source: glmocr's gate+up concat writes no sidecar", async () => {
+    const dir = await t.dir();
+    const src = await generateFixtureFiles("glmocr", { seed: 5, layout: "ollama" }, join(dir, "src"));
+    const { text } = await viewsOf(src.text);
+    const joins = text!.model.tensors.filter((x) => x.data.kind === "computed" && x.data.label === "concat ffn_gate+ffn_up");
+    expect(joins.length).toBeGreaterThan(0);
+    await text!.writeTo(join(dir, "text.gguf"));
+    const { plan, computed } = await planView(text!, { sidecarPath: (tn, i) => join(dir, "sidecars", `${i}.bin`) });
+    expect(computed).toEqual([]); // nothing to compute: every op of this model only joins bytes
+    expect(plan.sidecars).toEqual([]);
+    const mount = await t.mount(dir);
+    await addView(mount, "glmocr.gguf", text!, "glmocr");
+    expect(await sha256(join(mount.dir, "glmocr.gguf"))).toBe(await sha256(join(dir, "text.gguf")));
+    expect(await readdir(join(dir, "sidecars")).catch(() => [])).toEqual([]);
+    await text!.close();
+  });
+
   it("a mount sweeps the temp files of sidecar writers that died", async () => {
     const dir = await t.dir();
     const stale = join(dir, "sidecars/ab/cdef.bin.999999999.0123abcd.tmp");

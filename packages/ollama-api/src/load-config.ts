@@ -83,8 +83,13 @@ export class LoadConfigs {
     private readonly upstream: Upstream,
   ) {}
 
-  /** The configuration a request with `requestOptions` needs (a 400 for an option of the wrong type). */
-  want(m: ApiModel, requestOptions: unknown, trainCtx: number): LoadWant {
+  /**
+   * The configuration a request with `requestOptions` needs (a 400 for an option of the wrong
+   * type). `embed`: the request embeds with a model that is not an embedding model, which
+   * llama-server does only in a configuration of its own (`--embedding`, which refuses
+   * completions, with the last token's state as the input's: `--pooling last`).
+   */
+  want(m: ApiModel, requestOptions: unknown, trainCtx: number, embed = false): LoadWant {
     const params = m.prepared.resolved.params;
     const base = effective(params, undefined, trainCtx);
     const asked = requestOptions && typeof requestOptions === "object" && !Array.isArray(requestOptions) ? (requestOptions as Record<string, unknown>) : {};
@@ -92,13 +97,16 @@ export class LoadConfigs {
     const differs = LOAD_OPTIONS.filter(([o]) => wanted[o] !== base[o]);
     const defaultConfig: LoadConfig = { routerName: m.name, numCtx: base.num_ctx as number };
     const flexible = !LOAD_OPTIONS.some(([o]) => asked[o] !== undefined && asked[o] !== null);
-    if (differs.length === 0) return { config: defaultConfig, flexible };
-    const routerName = `${m.name}~${differs.map(([o, kind, tag]) => `${tag}${kind === "bool" ? Number(wanted[o]) : wanted[o]}`).join("-")}`;
+    const asEmbedder = embed && !m.prepared.embedding;
+    if (differs.length === 0 && !asEmbedder) return { config: defaultConfig, flexible };
+    const tags = differs.map(([o, kind, tag]) => `${tag}${kind === "bool" ? Number(wanted[o]) : wanted[o]}`);
+    const routerName = `${m.name}~${[...tags, ...(asEmbedder ? ["embed"] : [])].join("-")}`;
     let v = this.variants.get(routerName);
     if (!v) {
       const overrides: Record<string, unknown> = {};
       for (const [o] of differs) overrides[o] = wanted[o];
-      v = { config: { routerName, numCtx: wanted.num_ctx as number }, section: variantSection(routerName, m.prepared, overrides), lastUsed: 0 };
+      const section = asEmbedder ? `${variantSection(routerName, { ...m.prepared, embedding: true }, overrides)}\npooling = last` : variantSection(routerName, m.prepared, overrides);
+      v = { config: { routerName, numCtx: wanted.num_ctx as number }, section, lastUsed: 0 };
       this.variants.set(routerName, v);
     }
     v.lastUsed = performance.now();

@@ -160,7 +160,10 @@ export class OllamaRoutes {
     const body = await this.body(req);
     const m = this.model(body);
     const run = path === "/api/embed" ? embed : embeddings;
-    sendJson(res, 200, await run(this.o.scheduler, this.o.upstream, m, body, await this.want(m, body.options)));
+    // Ollama embeds with any model; one that is not an embedding model is loaded as one for it
+    const f = await m.facts;
+    const want = this.o.configs.want(m, body.options, f.contextLength, !f.capabilities.includes("embedding"));
+    sendJson(res, 200, await run(this.o.scheduler, this.o.upstream, m, body, want));
   }
 
   async readOnly(req: IncomingMessage, res: ServerResponse): Promise<void> {

@@ -144,6 +144,15 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
     expect(old.embedding.length).toBe(r.embeddings[0]!.length);
   });
 
+  it("embed with a chat model, as Ollama allows: loaded as an embedder (a configuration of its own), then chat again", { timeout: 180_000 }, async () => {
+    const r = await ollama.embed({ model: "llama3.2", input: ["hello", "world"] });
+    expect(r.embeddings).toHaveLength(2);
+    for (const v of r.embeddings) expect(Math.hypot(...v)).toBeCloseTo(1, 5);
+    expect(r.embeddings[0]).not.toEqual(r.embeddings[1]);
+    const c = await ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], options: greedy });
+    expect(c.done).toBe(true);
+  });
+
   it("embed: load_duration on every answer, loaded model or not (the Vercel provider requires it)", async () => {
     await ollama.embed({ model: "embeddinggemma", input: "warm" });
     const r = await fetch(`${server.url}/api/embed`, { method: "POST", body: JSON.stringify({ model: "embeddinggemma", input: "hello" }) });

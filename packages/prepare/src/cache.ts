@@ -7,6 +7,18 @@ import type { TranslatedView, TranslationProfile } from "@compat/handlers";
 import { DigestMemo, sameVersion, versionOf, type FileVersion, type SourceFile } from "./digest-memo";
 import { PrepareError } from "./errors";
 
+/**
+ * The key of a translated file, the cache's entries and the mount's sidecars alike: what it is
+ * made from (the source's digest, or for the mount a plain file's identity), by which
+ * translator, profile and kind. 40 hex digits (160 bits) of a sha256: far beyond any chance of
+ * two sources meeting in one machine's cache, short enough for paths, and the length every
+ * existing cache entry is stored under (a full 64 would orphan them all).
+ */
+export function contentKey(id: { source: string; translator: string; profile: string; kind: CacheKind }): string {
+  const text = JSON.stringify({ v: 1, source: id.source, translator: id.translator, profile: id.profile, kind: id.kind });
+  return createHash("sha256").update(text).digest("hex").slice(0, 40);
+}
+
 declare const __HANDLERS_VERSION__: string | undefined;
 /** Part of every cache key: a new translator release never reuses an old entry. */
 export const TRANSLATOR_VERSION = `handlers@${typeof __HANDLERS_VERSION__ === "string" ? __HANDLERS_VERSION__ : "dev"}`;
@@ -113,8 +125,7 @@ export class TranslationCache {
   }
 
   keyFor(sourceDigest: string, kind: CacheKind): string {
-    const id = JSON.stringify({ v: 1, source: sourceDigest, translator: this.translatorVersion, profile: this.profile, kind });
-    return createHash("sha256").update(id).digest("hex").slice(0, 40);
+    return contentKey({ source: sourceDigest, translator: this.translatorVersion, profile: this.profile, kind });
   }
 
   entryDir(key: string): string {

@@ -1,17 +1,15 @@
-import { createHash } from "node:crypto";
 import { watch, type FSWatcher } from "node:fs";
 import { access, constants, mkdir, rm, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { GgufError, readTensorData } from "@compat/gguf";
+import { readTensorData } from "@compat/gguf";
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
-import { openViews, projectorOf, type FileStatus, type Mmproj } from "@compat/views";
 import { isSystemError, ownedTempDir, whyNotWritable } from "@compat/files";
 import { FuseMount, fuseSupport, MountError, planView, SidecarStore, type ComputedPart, type MountExit } from "@compat/mount";
-import { defaultCacheDir, TRANSLATOR_VERSION } from "./cache";
+import { contentKey, defaultCacheDir, TRANSLATOR_VERSION } from "./cache";
 import { PrepareError } from "./errors";
 import { modelFiles, type ModelsLayout } from "./layout";
-import { modelFacts, type PreparedModel } from "./prepare";
-import { displayName, ModelStore, type ResolvedModel } from "@compat/store";
+import { preparedModel, servedViews, type ModelPreparer, type PreparedModel, type ServedViews } from "./preparer";
+import { blobDigest, displayName, ModelStore, type ResolvedModel } from "@compat/store";
 
 export interface StoreMountOptions {
   /** The mount point (created if missing; must be empty). */
@@ -45,6 +43,12 @@ export interface StoreMountOptions {
   env?: Record<string, string | undefined>;
   /** One line per model mounted, removed or not mounted, and the daemon's warnings. */
   onStatus?(line: string): void;
+  /**
+   * How many models' parsed views stay open between the fills of their computed tensors
+   * (default 2; each is closed after a few seconds unused). 0 opens and parses the file again
+   * for every tensor.
+   */
+  viewsKept?: number;
 }
 
 /** One model as the mount shows it. */
@@ -72,7 +76,7 @@ function signature(m: ResolvedModel): string {
  * served from the blob without a copy (see @compat/mount). Models added to or removed from the
  * store appear and disappear while it is mounted.
  */
-export class StoreMount {
+export class StoreMount implements ModelPreparer {
   readonly dir: string;
   readonly store: ModelStore;
   readonly layout: ModelsLayout;
@@ -88,6 +92,8 @@ export class StoreMount {
   private readonly failed = new Map<string, { error: string; cause?: unknown; signature?: string }>();
   private timer: NodeJS.Timeout | undefined;
   private syncing: Promise<void> = Promise.resolve();
+  /** Views parsed for sidecar fills, kept for the next fill of the same model. */
+  private readonly fillViews: KeptViews;
   /** Aborted by close(): a rescan stops between two models, and none starts after. */
   private readonly closing = new AbortController();
   /** The rescan running now, and the one asked for meanwhile (every caller shares it): never more. */
@@ -114,6 +120,7 @@ export class StoreMount {
     this.opts = opts;
     this.env = opts.env ?? process.env;
     this.exited = new Promise((r) => (this.gone = r));
+    this.fillViews = new KeptViews(opts.viewsKept ?? 2);
   }
 
   /** Mounts the store at `opts.dir` and shows its models (each that fails is reported, not fatal). */
@@ -177,6 +184,7 @@ export class StoreMount {
 
   private end(exit: MountExit): void {
     clearInterval(this.timer);
+    void this.fillViews.closeAll();
     this.stopWatching();
     this.gone(exit);
   }
@@ -291,6 +299,7 @@ export class StoreMount {
     this.stopWatching();
     await this.syncing.catch(() => undefined);
     const exit = await this.mount.close();
+    await this.fillViews.closeAll();
     this.gone(exit);
     return exit;
   }
@@ -430,16 +439,12 @@ export class StoreMount {
       if (projector?.kind === "file") await place(files.mmproj, projector.path, null, "mmproj");
       else if (projector?.kind === "view") await place(files.mmproj, projector.path ?? resolved.modelPath, projector.view, "mmproj");
       if (projector) mmproj = files.mmproj;
-      const prepared: PreparedModel = {
-        resolved,
+      const prepared = preparedModel(resolved, views, {
         modelPath: join(this.dir, files.model),
         translated: text !== null,
         cacheHit: false,
-        ...(mmproj ? { mmproj: join(this.dir, mmproj) } : {}),
-        status: views.status,
-        handlers: text?.report.handlers.map((h) => h.name) ?? [],
-        ...views.facts,
-      };
+        mmproj: mmproj ? join(this.dir, mmproj) : undefined,
+      });
       return { name: resolved.name, files: { model: files.model, ...(mmproj ? { mmproj } : {}) }, prepared, signature: sig, paths };
     } finally {
       await views.close();
@@ -448,20 +453,20 @@ export class StoreMount {
 
   /** The content key of a translated file: what it is made from, as the cache keys its entries. */
   private async fileKey(path: string, kind: "text" | "mmproj", profile: TranslationProfile, digest: string | undefined): Promise<string> {
-    const blob = /sha256-([0-9a-f]{64})$/.exec(path);
-    let from = digest ?? (blob ? `sha256:${blob[1]}` : undefined);
+    let from = digest ?? blobDigest(path);
     if (from === undefined) {
       // a plain file: its identity now (a changed file is another key)
       const st = await stat(path, { bigint: true });
       from = `file:${path}:${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}`;
     }
-    const id = JSON.stringify({ v: 1, source: from, translator: TRANSLATOR_VERSION, profile, kind });
-    return createHash("sha256").update(id).digest("hex");
+    return contentKey({ source: from, translator: TRANSLATOR_VERSION, profile, kind });
   }
 
   /**
-   * The sidecars' producers, reading from the file again when the daemon first needs them (the
-   * views are closed once planned: a mounted store holds no model's metadata in memory).
+   * The sidecars' producers. The views planned from are closed once planned (a mounted store
+   * holds no model's metadata in memory until it is read); the first fill of a model opens and
+   * parses its file again, and the views are kept for its next fills (KeptViews), so a model's
+   * N computed tensors cost one parse, not N.
    */
   private reopening(
     computed: ComputedPart[],
@@ -472,6 +477,8 @@ export class StoreMount {
     planned: { ino: bigint; size: number; mtimeNs: bigint } | undefined,
   ): ComputedPart[] {
     const env = this.env;
+    const kept = this.fillViews;
+    const key = JSON.stringify([signature(resolved), profile, planned?.ino.toString(), planned?.mtimeNs.toString()]);
     // bytes computed from another file than the one planned would be kept under its key
     const same = async () => {
       if (planned === undefined) return;
@@ -482,8 +489,7 @@ export class StoreMount {
       ...part,
       async produce() {
         await same();
-        const views = await servedViews(resolved, env, profile);
-        try {
+        return kept.use(key, () => servedViews(resolved, env, profile), async (views) => {
           const view = kind === "text" ? views.text : views.mmproj?.kind === "view" ? views.mmproj.view : null;
           if (view === null) throw new Error(`${path}: no longer translates`);
           const t = view.model.tensors[part.tensor.index];
@@ -491,12 +497,83 @@ export class StoreMount {
           const bytes = await readTensorData(t);
           await same();
           return bytes;
-        } finally {
-          await views.close();
-        }
+        });
       },
     }));
   }
+}
+
+/** How long views stay open after their last fill. */
+const VIEWS_IDLE_MS = 5000;
+
+/**
+ * Open views of recently filled models, at most `limit` (least recently used closed first), each
+ * closed when unused for VIEWS_IDLE_MS: the mount parses a model once while its computed tensors
+ * are filled, and holds nothing once it is loaded.
+ */
+class KeptViews {
+  private readonly open = new Map<string, { views: Promise<ServedViews>; users: number; idle?: NodeJS.Timeout }>();
+
+  constructor(private readonly limit: number) {}
+
+  /** Runs `fn` on the views under `key`, opened with `openViews` when they are not open. */
+  async use<T>(key: string, openViews: () => Promise<ServedViews>, fn: (views: ServedViews) => Promise<T>): Promise<T> {
+    let entry = this.open.get(key);
+    if (entry === undefined) {
+      entry = { views: openViews(), users: 0 };
+      entry.views.catch(() => undefined); // a failure is the caller's, below; the entry goes
+    } else {
+      this.open.delete(key); // re-inserted last: the most recently used
+    }
+    this.open.set(key, entry);
+    clearTimeout(entry.idle);
+    entry.users++;
+    try {
+      return await fn(await entry.views);
+    } catch (e) {
+      // views that failed to open, or that failed a fill, are not kept for the next
+      if (this.open.get(key) === entry) this.open.delete(key);
+      throw e;
+    } finally {
+      entry.users--;
+      if (this.open.get(key) !== entry) {
+        if (entry.users === 0) await close(entry.views);
+      } else if (entry.users === 0) {
+        entry.idle = setTimeout(() => {
+          if (this.open.get(key) !== entry || entry.users > 0) return;
+          this.open.delete(key);
+          void close(entry.views);
+        }, VIEWS_IDLE_MS);
+        entry.idle.unref();
+      }
+      await this.trim();
+    }
+  }
+
+  /** Closes every kept view (the mount is going). */
+  async closeAll(): Promise<void> {
+    const all = [...this.open.values()];
+    this.open.clear();
+    for (const e of all) {
+      clearTimeout(e.idle);
+      if (e.users === 0) await close(e.views);
+    }
+  }
+
+  /** Closes the least recently used views beyond the limit that nothing is using. */
+  private async trim(): Promise<void> {
+    for (const [key, e] of this.open) {
+      if (this.open.size <= this.limit) return;
+      if (e.users > 0) continue;
+      this.open.delete(key);
+      clearTimeout(e.idle);
+      await close(e.views);
+    }
+  }
+}
+
+async function close(views: Promise<ServedViews>): Promise<void> {
+  await views.then((v) => v.close()).catch(() => undefined);
 }
 
 /** Creates `dir` if missing and checks this user may write in it, else CACHE_UNWRITABLE naming the folder and why (EROFS, EACCES, a file in the way). */
@@ -522,32 +599,6 @@ async function stamp(path: string): Promise<string> {
 /** The served name of a model: its Ollama name, or a plain file's name without `.gguf`. */
 function name(m: ResolvedModel): string {
   return m.kind === "file" ? m.name.replace(/\.gguf$/i, "") : m.name;
-}
-
-/** What llama-server gets from a model (@compat/views), with the facts its arguments depend on; close it when done. */
-async function servedViews(
-  resolved: ResolvedModel,
-  env: Record<string, string | undefined>,
-  profile: TranslationProfile,
-): Promise<{ status: FileStatus; text: TranslatedView | null; mmproj: Mmproj | null; facts: Pick<PreparedModel, "architecture" | "embedding" | "hasChatTemplate">; close(): Promise<void> }> {
-  try {
-    const views = await openViews(resolved.modelPath, { env, profile, projectors: resolved.projectors });
-    return { status: views.status, text: views.text, mmproj: views.mmproj, facts: modelFacts(views.model, views.text), close: () => views.close() };
-  } catch (e) {
-    // as prepareModel: a string that is not UTF-8 is for llama-server to judge, the file as it is
-    if (!(e instanceof GgufError) || e.code !== "INVALID_UTF8") throw e;
-  }
-  const layer = resolved.projectors[0];
-  const mmproj = layer !== undefined ? await projectorOf(layer, { env, profile }) : null;
-  return {
-    status: "native",
-    text: null,
-    mmproj,
-    facts: { architecture: "", embedding: false, hasChatTemplate: true },
-    close: async () => {
-      if (mmproj?.kind === "view") await mmproj.view.close();
-    },
-  };
 }
 
 /** A mount made for one `serve`, or why there is none. */

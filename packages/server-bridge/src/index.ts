@@ -4,4 +4,4 @@ export { builtinTemplateFor } from "./template";
 export { findLlamaTool } from "./locate";
 export { LlamaChild, freePort, checkPortFree, waitHealthy, crashCause, tiedToParent, type ExitInfo, type ChildOptions } from "./child";
 export { startServer, launch, asStore, commonArgs, isLoopback, bindingFromArgs, type PassThroughBinding, type LaunchOptions, type StartServerOptions, type RunningServer, type SingleServer } from "./server";
-export { startRouter, prepareRouterModels, presetSection, presetName, llamaCanonicalName, type StartRouterOptions, type RouterServer, type RouterModel, type PrepareFn } from "./router";
+export { startRouter, prepareRouterModels, presetSection, presetName, llamaCanonicalName, type StartRouterOptions, type RouterServer, type RouterModel } from "./router";

@@ -1,14 +1,11 @@
-import { rm, writeFile } from "node:fs/promises";
+import { rm } from "node:fs/promises";
 import { join } from "node:path";
-import { ownedTempDir } from "@compat/files";
-import { prepareModel, PrepareError, type PreparedModel } from "@compat/prepare";
+import { ownedTempDir, writeFileAtomic } from "@compat/files";
+import { PrepareError, type PreparedModel } from "@compat/prepare";
 import { StoreError, type ResolvedModel } from "@compat/store";
 import { modelArgs } from "./args";
 import { BridgeError } from "./errors";
-import { asStore, launch, type LaunchOptions, type RunningServer } from "./server";
-
-/** Makes one resolved model servable (files on disk, facts for its arguments). */
-export type PrepareFn = (resolved: ResolvedModel, opts: LaunchOptions) => Promise<PreparedModel>;
+import { asStore, launch, preparerFor, type LaunchOptions, type RunningServer } from "./server";
 
 export interface StartRouterOptions extends LaunchOptions {
   /** "all": every installed model; or a list of references. */
@@ -17,8 +14,6 @@ export interface StartRouterOptions extends LaunchOptions {
   modelsMax?: number;
   /** Keep the generated preset file after stop (for debugging). */
   keepPreset?: boolean;
-  /** How each model is made servable (default prepareModel: translated into the cache). */
-  prepare?: PrepareFn;
   /**
    * The caller sends every request a model's stop words itself (the Ollama API does), so the
    * preset leaves them out: a preset holds one value per flag, and a model may have several.
@@ -110,7 +105,7 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterServe
   // a folder of this process's own: one a SIGKILLed router left behind goes with the next start
   const dir = await ownedTempDir("ollama-compat-router-");
   const presetPath = join(dir, "models.ini");
-  await writeFile(presetPath, ["version = 1", "", ...sections.map((s) => s + "\n")].join("\n"));
+  await writeFileAtomic(presetPath, ["version = 1", "", ...sections.map((s) => s + "\n")].join("\n"));
   const args = ["--models-preset", presetPath];
   if (opts.modelsMax !== undefined) args.push("--models-max", String(opts.modelsMax));
   let server: RunningServer;
@@ -126,18 +121,18 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterServe
 }
 
 /**
- * The models a router serves, each made servable by `opts.prepare` (default prepareModel):
+ * The models a router serves, each made servable by the mount or the cache (preparerFor):
  * every installed one ("all"; a model that cannot be served is listed with its error) or the
  * references given (any failure is fatal). Models are prepared one after another.
  */
-export async function prepareRouterModels(opts: Pick<StartRouterOptions, "models" | "store" | "env" | "prepare"> & LaunchOptions): Promise<RouterModel[]> {
+export async function prepareRouterModels(opts: Pick<StartRouterOptions, "models" | "store" | "env"> & LaunchOptions): Promise<RouterModel[]> {
   const store = asStore(opts.store, opts.env ?? process.env);
-  const prepare = opts.prepare ?? prepareModel;
+  const preparer = preparerFor(opts);
   const models: RouterModel[] = [];
   if (opts.models !== "all") {
     for (const ref of opts.models) {
       const resolved = await store.resolve(ref);
-      models.push({ name: resolved.name, model: await prepare(resolved, opts) });
+      models.push({ name: resolved.name, model: await preparer.prepare(resolved) });
     }
     return models;
   }
@@ -147,7 +142,7 @@ export async function prepareRouterModels(opts: Pick<StartRouterOptions, "models
       continue;
     }
     try {
-      models.push({ name: e.name, model: await prepare(e.model!, opts) });
+      models.push({ name: e.name, model: await preparer.prepare(e.model!) });
     } catch (err) {
       if ((err instanceof BridgeError || err instanceof PrepareError) && err.code === "TRANSLATION_ABORTED") throw err;
       const error = err instanceof BridgeError || err instanceof StoreError || err instanceof PrepareError ? err : new BridgeError("UNSUPPORTED_MODEL", `${e.name}: ${(err as Error).message}`, { cause: err });

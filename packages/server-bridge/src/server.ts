@@ -1,5 +1,5 @@
 import { readFileSync } from "node:fs";
-import { prepareModel, type PrepareOptions, type PreparedModel } from "@compat/prepare";
+import { cachePreparer, type ModelPreparer, type PrepareOptions, type PreparedModel, type StoreMount } from "@compat/prepare";
 import { ModelStore, type ResolvedModel } from "@compat/store";
 import { modelArgs } from "./args";
 import { canReadListeningPorts, checkPortFree, freePort, LlamaChild, listeningPort, waitHealthy, type ExitInfo } from "./child";
@@ -30,6 +30,13 @@ export interface LaunchOptions extends PrepareOptions {
   startTimeoutMs?: number;
   /** Every line llama-server prints. */
   onLog?(line: string): void;
+  /** Serve from this mount of the store instead of the translation cache: nothing is written, the files are the mount's. */
+  mount?: StoreMount;
+}
+
+/** How the models of a launch reach llama-server: the mount when given one, else the translation cache. */
+export function preparerFor(opts: LaunchOptions): ModelPreparer {
+  return opts.mount ?? cachePreparer(opts);
 }
 
 /** Launch options once the pass-through arguments are applied, with the path llama-server serves its routes under (--api-prefix). */
@@ -298,7 +305,7 @@ export async function startServer(opts: StartServerOptions): Promise<SingleServe
   const resolved = typeof opts.model === "string" ? await asStore(opts.store, env).resolve(opts.model) : opts.model;
   // Fail before translating anything when llama-server is not there.
   findLlamaTool("llama-server", { explicit: opts.llamaServer, env });
-  const model = await prepareModel(resolved, opts);
+  const model = await preparerFor(opts).prepare(resolved);
   if (opts.signal?.aborted) throw new BridgeError("TRANSLATION_ABORTED", "stopped before llama-server started");
   const server = await launch([...modelArgs(model), "--alias", resolved.name], opts);
   return { ...server, model };

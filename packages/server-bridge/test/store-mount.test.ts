@@ -131,6 +131,27 @@ describe("StoreMount: the Ollama store as a read-only FUSE mount", () => {
     expect(sidecars).toBeGreaterThan(0);
     expect(sidecars).toBeLessThan((await stat(m.prepared.mmproj!)).size);
   });
+
+  it("parses a model once for all its computed tensors, keeps those views while they are filled and closes them with the mount", async () => {
+    const root = await fixtureStore([{ name: "gemma3:4b", arch: "gemma3", variant: "4b-vision" }]);
+    /** This process's open file descriptors on `path`. */
+    const fdsOn = async (path: string): Promise<number> => {
+      let n = 0;
+      for (const fd of await readdir("/proc/self/fd")) if ((await readlink(join("/proc/self/fd", fd)).catch(() => "")) === path) n++;
+      return n;
+    };
+    for (const viewsKept of [2, 0]) {
+      const mount = await open({ store: root, viewsKept });
+      const m = mount.models()[0]!;
+      const blob = m.prepared.resolved.modelPath;
+      expect(await fdsOn(blob)).toBe(0); // planned, and the planning views closed
+      await sha256(m.prepared.mmproj!); // fills the projector's promoted tensors (two sidecars)
+      // kept: the fills' one parse stays open for the model's next fills; not kept: each fill closed its own
+      expect(await fdsOn(blob)).toBe(viewsKept > 0 ? 1 : 0);
+      await mount.close();
+      expect(await fdsOn(blob)).toBe(0);
+    }
+  });
 });
 
 /** A store of `n` models that share one blob (tags of one model, as a mirror of a registry has thousands of). */

@@ -2,7 +2,7 @@ import { constants, createReadStream, existsSync, statSync, type Stats } from "n
 import { lstat, open, readdir, realpath, stat } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { homedir } from "node:os";
-import { isAbsolute, join, resolve as resolvePath, sep } from "node:path";
+import { basename, isAbsolute, join, resolve as resolvePath, sep } from "node:path";
 import { StoreError } from "./errors";
 import { MediaType } from "./media-types";
 import { displayName, fullName, isRollbackName, isValidName, manifestSegments, parseModelName, type ModelName } from "./name";
@@ -378,6 +378,15 @@ function asFile(ref: string): ResolvedModel | undefined {
   if (!st.isFile()) throw new StoreError("INVALID_REFERENCE", `${JSON.stringify(ref)} is ${fileKind(st)}, not a GGUF file`, { ref });
   const path = resolvePath(ref);
   return { ref, name: path.split(/[\\/]/).pop()!, kind: "file", modelPath: path, projectors: [], adapters: [], params: {}, size: st.size };
+}
+
+/**
+ * `sha256:<hex>` from a blob's file name (`blobs/sha256-<hex>`), else undefined: the digest its
+ * bytes must have. Only the file's own name counts, never a folder named like a blob.
+ */
+export function blobDigest(path: string): string | undefined {
+  const m = /^sha256-([0-9a-f]{64})$/.exec(basename(path));
+  return m ? `sha256:${m[1]}` : undefined;
 }
 
 function normalizeDigest(d: string): string {

@@ -2,7 +2,7 @@ import { GgufModel, readGguf, type ByteSource } from "@compat/gguf";
 import { compatEnabled, gatesOn, resolveProfile, textHandlers, translateModel, type TranslatedView, type TranslationProfile } from "@compat/handlers";
 import { clipView, clipViewModel } from "@compat/clip";
 import { LLAMA_CPP_ARCHS } from "./llama-archs";
-import { ollamaWriterMarkers } from "./ollama-writer";
+import { ollamaWriterMarkers } from "./writer-traces";
 
 /**
  * What llama.cpp gets from a file, in one word. `native`: it loads the file as it is.
