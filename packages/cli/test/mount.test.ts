@@ -177,6 +177,22 @@ describe("ollama-compat serve on a mount of its own", () => {
     return { child, err, url };
   }
 
+  it("serve --all whose mount daemon is killed (SIGKILL): says so in one line, mounts the store again, and serves a model not loaded before", async () => {
+    const { dir, store } = await storeDir();
+    const { server } = await findLlamaTools();
+    const all = await serveUntilReady(["serve", "--all", "--models", store, "--cache-dir", join(dir, "cache"), "--llama-server", server, "--", "--threads", "2", "--no-warmup"], { OLLAMA_HOST: `127.0.0.1:${await freePort()}` });
+    await chatOk(all.url, "gemma3:4b");
+    const daemon = Number(execFileSync("pgrep", ["-P", String(all.child.pid), "-f", "ollama-compat-mountd"], { encoding: "utf8" }).trim());
+    process.kill(daemon, "SIGKILL");
+    const again = /ollama-compat: mount: the mount daemon stopped \(SIGKILL\); mounted the store again at .+, 3 models\n/;
+    for (let i = 0; i < 1200 && !again.test(all.err()) && all.child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 100));
+    expect(all.err()).toMatch(again);
+    // a model never loaded: llama-server reads it from the new daemon, at the same path
+    await chatOk(all.url, "llama3.2:1b");
+    all.child.kill("SIGTERM");
+    expect((await exited(all.child)).code).toBe(143);
+  });
+
   it("serve MODEL and serve --all read from a mount (nothing written to the cache); --no-mount uses the cache", async () => {
     const { dir, store } = await storeDir();
     const { server } = await findLlamaTools();

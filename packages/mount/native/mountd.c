@@ -9,7 +9,8 @@
 // written yet, which asks the controller to write it and waits.
 //
 // A source is opened when its file is added and identified by (dev, inode, size, mtime), as
-// the controller saw it when it planned the file. Every read that touches a source checks the
+// the controller saw it when it planned the file, and by the ctime it had when we opened it
+// (a write whose mtime is set back still moves it). Every read that touches a source checks the
 // path still names that same file, and an inotify watch on the sources' folders invalidates
 // the kernel's cache of every file that uses a source that changed or went away: a changed or
 // removed source gives EIO, never stale bytes.
@@ -69,6 +70,7 @@ struct source {
   ino_t ino;
   off_t size;
   int64_t mtime_ns;
+  int64_t ctime_ns; // as the daemon opened it: a write with its mtime set back still moves the ctime
   int fd;
   atomic_int bad;         // set once: the path no longer names the file we opened
   atomic_int invalidated; // the kernel was told to drop the pages of files using it
@@ -81,6 +83,7 @@ static struct source *sources;
 static int inotify_fd = -1;
 
 static int64_t mtime_ns_of(const struct stat *st) { return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec; }
+static int64_t ctime_ns_of(const struct stat *st) { return (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec; }
 
 static int same_file(const struct source *s, const struct stat *st) {
   return st->st_dev == s->dev && st->st_ino == s->ino && st->st_size == s->size && mtime_ns_of(st) == s->mtime_ns;
@@ -90,7 +93,7 @@ static int same_file(const struct source *s, const struct stat *st) {
 static int source_ok(struct source *s) {
   if (atomic_load(&s->bad)) return 0;
   struct stat st;
-  if (stat(s->path, &st) != 0 || !same_file(s, &st)) {
+  if (stat(s->path, &st) != 0 || !same_file(s, &st) || ctime_ns_of(&st) != s->ctime_ns) {
     if (!atomic_exchange(&s->bad, 1)) logf_("source changed or removed: %s (reads of files using it now fail with EIO)", s->path);
     return 0;
   }
@@ -126,6 +129,7 @@ static struct source *source_get(const char *path, dev_t dev, ino_t ino, off_t s
   s->ino = ino;
   s->size = size;
   s->mtime_ns = mtime_ns;
+  s->ctime_ns = ctime_ns_of(&st);
   s->fd = fd;
   s->refs = 1;
   s->wd = -1;
@@ -897,15 +901,25 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
   fuse_reply_err(req, 0);
 }
 
-/** The open fd of a sidecar, asking the controller to write it first when it is not there yet. */
+/**
+ * The open fd of a sidecar, asking the controller to write it first when it is not there yet.
+ * A fill that fails (no space left, the source gone) fails the reads that waited for it, and
+ * only those: the next read asks again, so a moment of ENOSPC is not EIO for the life of the
+ * mount.
+ */
 static int sidecar_fd(struct sidecar *sc) {
+  uint32_t waited = 0; // the fill this read asked for or joined
   pthread_mutex_lock(&fill_lock);
   for (;;) {
     if (sc->state == SIDECAR_READY) break;
     if (sc->state == SIDECAR_FAILED) {
-      pthread_mutex_unlock(&fill_lock);
-      errno = sc->err > 0 ? sc->err : EIO;
-      return -1;
+      if (controller_gone || (waited != 0 && sc->fill_id == waited)) {
+        pthread_mutex_unlock(&fill_lock);
+        errno = sc->err > 0 ? sc->err : EIO;
+        return -1;
+      }
+      sc->state = SIDECAR_ABSENT; // failed before this read: try again
+      sc->fill_id = 0;
     }
     if (sc->state == SIDECAR_ABSENT) {
       int fd = open(sc->path, O_RDONLY | O_CLOEXEC);
@@ -921,7 +935,7 @@ static int sidecar_fd(struct sidecar *sc) {
         errno = EIO;
         return -1;
       }
-      if (sc->fill_id != 0) { // filled once and still not there (or the wrong size): give up
+      if (sc->fill_id != 0 && sc->fill_id == waited) { // filled for this read and still not there (or the wrong size)
         sc->state = SIDECAR_FAILED;
         sc->err = EIO;
         logf_("sidecar %s: not written as expected (%llu bytes)", sc->path, (unsigned long long)sc->size);
@@ -929,6 +943,7 @@ static int sidecar_fd(struct sidecar *sc) {
       }
       sc->state = SIDECAR_PENDING;
       sc->fill_id = atomic_fetch_add(&next_fill_id, 1);
+      if (sc->fill_id == 0) sc->fill_id = atomic_fetch_add(&next_fill_id, 1); // 0 means none
       if (npending == pending_cap) {
         pending_cap = pending_cap ? pending_cap * 2 : 16;
         pending = realloc(pending, pending_cap * sizeof *pending);
@@ -936,6 +951,7 @@ static int sidecar_fd(struct sidecar *sc) {
       pending[npending++] = sc;
       send_msg(MSG_FILL, sc->fill_id, 0, sc->path);
     }
+    if (sc->state == SIDECAR_PENDING && waited == 0) waited = sc->fill_id; // joined a fill under way
     if (controller_gone && sc->state == SIDECAR_PENDING) {
       sc->state = SIDECAR_FAILED;
       sc->err = EIO;

@@ -32,6 +32,12 @@ export interface StoreMountOptions {
    * times that where they can, in case an event was lost. 0: never (nor watched).
    */
   rescanMs?: number;
+  /**
+   * If the daemon dies (killed, crashed), mount the store again at the same folder, so paths
+   * handed out (a router's presets) keep working; `exited` then resolves only when that fails
+   * or the mount is closed. Default false: the mount is gone with its daemon.
+   */
+  restart?: boolean;
   /** Stops the first scan of `open` (a store of thousands of models takes a while): open then fails with the abort. */
   signal?: AbortSignal;
   env?: Record<string, string | undefined>;
@@ -74,9 +80,11 @@ export class StoreMount implements ModelPreparer {
   readonly dir: string;
   readonly store: ModelStore;
   readonly layout: ModelsLayout;
-  /** Resolves when the mount is gone (closed, or its daemon died). */
+  /** Resolves when the mount is gone (closed, or its daemon died and was not mounted again). */
   readonly exited: Promise<MountExit>;
-  private readonly mount: FuseMount;
+  private gone!: (exit: MountExit) => void;
+  /** The daemon serving the mount now (another one after a restart). */
+  private mount: FuseMount;
   private readonly opts: StoreMountOptions;
   private readonly env: Record<string, string | undefined>;
   private readonly mounted = new Map<string, MountedModel & { signature: string; paths: string[] }>();
@@ -111,7 +119,7 @@ export class StoreMount implements ModelPreparer {
     this.layout = opts.layout ?? "models-dir";
     this.opts = opts;
     this.env = opts.env ?? process.env;
-    this.exited = mount.exited;
+    this.exited = new Promise((r) => (this.gone = r));
     this.fillViews = new KeptViews(opts.viewsKept ?? 2);
   }
 
@@ -149,12 +157,36 @@ export class StoreMount implements ModelPreparer {
       sm.watching = true;
       sm.rewatch(sm.lastFolders);
     }
-    void mount.exited.then(() => {
-      clearInterval(sm.timer);
-      void sm.fillViews.closeAll();
-      sm.stopWatching();
-    });
+    sm.follow(mount);
     return sm;
+  }
+
+  /** When the daemon exits: the end of the mount, or (restart) the same store mounted again by a new one. */
+  private follow(mount: FuseMount): void {
+    void mount.exited.then(async (exit) => {
+      if (this.mount !== mount) return;
+      if (this.closing.signal.aborted || !this.opts.restart) return this.end(exit);
+      const why = exit.signal ?? `exit ${exit.code}`;
+      try {
+        this.mount = await FuseMount.mount(this.dir, { sidecars: mount.sidecars, env: this.env, allowOther: this.opts.allowOther, onLog: (l) => this.opts.onStatus?.(`mount: ${l}`) });
+      } catch (e) {
+        this.opts.onStatus?.(`mount: the mount daemon stopped (${why}) and could not be started again: ${(e as Error).message}`);
+        return this.end(exit);
+      }
+      // every model is added again to the new daemon, at the same paths
+      this.mounted.clear();
+      this.failed.clear();
+      this.follow(this.mount);
+      await this.rescan().catch(() => undefined);
+      this.opts.onStatus?.(`mount: the mount daemon stopped (${why}); mounted the store again at ${this.dir}, ${this.mounted.size} model${this.mounted.size === 1 ? "" : "s"}`);
+    });
+  }
+
+  private end(exit: MountExit): void {
+    clearInterval(this.timer);
+    void this.fillViews.closeAll();
+    this.stopWatching();
+    this.gone(exit);
   }
 
   /** The models shown now, by name. */
@@ -268,6 +300,7 @@ export class StoreMount implements ModelPreparer {
     await this.syncing.catch(() => undefined);
     const exit = await this.mount.close();
     await this.fillViews.closeAll();
+    this.gone(exit);
     return exit;
   }
 
@@ -583,7 +616,8 @@ export async function serveMount(opts: Omit<StoreMountOptions, "dir">): Promise<
   const dir = await ownedTempDir("ollama-compat-mount-");
   let mount: StoreMount;
   try {
-    mount = await StoreMount.open({ ...opts, dir: join(dir, "models") });
+    // a daemon that dies is started again: the router's presets name paths in this folder
+    mount = await StoreMount.open({ ...opts, dir: join(dir, "models"), restart: true });
   } catch (e) {
     await rm(dir, { recursive: true, force: true }).catch(() => undefined);
     if (e instanceof MountError && (e.code === "MOUNT_FAILED" || e.code === "FUSE_UNAVAILABLE")) return { mount: undefined, reason: e.message };

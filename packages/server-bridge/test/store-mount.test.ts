@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
+import { execFileSync } from "node:child_process";
 import { createReadStream } from "node:fs";
-import { mkdir, readdir, readFile, readlink, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, open as openFile, readdir, readFile, readlink, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { allFixtureVariants, generateFixtureFiles, runMtmdCli } from "@compat/testkit";
@@ -164,6 +165,41 @@ async function manyModels(n: number): Promise<string> {
   }
   return root;
 }
+
+describe("StoreMount when the sidecar folder is full", () => {
+  it("a sidecar that cannot be written for lack of space fails that read with EIO; once space is free the next read succeeds, same mount (as root: a full tmpfs)", async () => {
+    if (process.getuid?.() !== 0) return;
+    const root = await fixtureStore([{ name: "gemma3:4b", arch: "gemma3", variant: "4b-vision" }]);
+    const dir = await temp();
+    const small = join(dir, "small");
+    await mkdir(small);
+    execFileSync("mount", ["-t", "tmpfs", "-o", "size=16m", "tmpfs", small]);
+    let mount: StoreMount | undefined;
+    try {
+      const sidecarDir = join(small, "sidecars");
+      await mkdir(sidecarDir);
+      // every byte of it taken
+      const filler = join(small, "filler");
+      const fh = await openFile(filler, "w");
+      try {
+        for (;;) await fh.write(Buffer.alloc(256 << 10));
+      } catch (e) {
+        expect((e as NodeJS.ErrnoException).code).toBe("ENOSPC");
+      } finally {
+        await fh.close();
+      }
+      mount = await StoreMount.open({ dir: join(dir, "mnt"), sidecarDir, store: root, rescanMs: 0 });
+      const m = mount.models()[0]!;
+      await expect(sha256(m.prepared.mmproj!)).rejects.toMatchObject({ code: "EIO" });
+      await rm(filler);
+      const cached = await prepareModel(m.prepared.resolved, { cache: new TranslationCache({ dir: await temp() }) });
+      expect(await sha256(m.prepared.mmproj!)).toBe(await sha256(cached.mmproj!));
+    } finally {
+      await mount?.close();
+      execFileSync("umount", ["-l", small]);
+    }
+  }, 600_000);
+});
 
 describe("StoreMount on a store of thousands of models", () => {
   it("rescans asked for faster than they run coalesce (one runs, one waits); a new model is seen by the watch of manifests/, not the timer; close() runs no backlog", async () => {
