@@ -6,7 +6,8 @@
 # xfsprogs for the reflink filesystem of the shared-extent tests (scripts/reflink-fs.sh), GNU
 # time, through which `npm run bench` runs every command it measures (peak RSS), curl, with
 # which a test runs the README's curl example against a served model, and libfuse 3 (fuse3 for
-# fusermount3, libfuse3-dev and pkg-config to build @compat/mount's daemon).
+# fusermount3, libfuse3-dev and pkg-config to build @compat/mount's daemon), and docker-registry
+# (CNCF distribution: the real OCI registry the pull tests download from).
 # Installs what is missing; needs root and apt-get.
 set -euo pipefail
 # "command-or-file package" pairs
@@ -26,6 +27,7 @@ needs=(
   "fusermount3 fuse3"
   "/usr/include/fuse3/fuse_lowlevel.h libfuse3-dev"
   "pkg-config pkg-config"
+  "/usr/bin/docker-registry docker-registry"
 )
 missing=()
 for pair in "${needs[@]}"; do

@@ -49,6 +49,7 @@ const commands = {
   inspect: () => import("./commands/inspect"),
   diff: () => import("./commands/diff"),
   ls: () => import("./commands/ls"),
+  pull: () => import("./commands/pull"),
   serve: () => import("./commands/serve"),
   exportModels: () => import("./commands/export"),
   mount: () => import("./commands/mount"),
@@ -201,6 +202,24 @@ function buildProgram(argv: readonly string[], io: CliIo, result: { code: number
     .option("--json", "print machine-readable output")
     .addHelpText("after", footer(["ollama-compat ls", "ollama-compat ls --json"], ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT", "OLLAMA_COMPAT_CACHE"]))
     .action(async (opts) => set(await (await commands.ls()).lsCommand(opts, io)));
+
+  program
+    .command("pull")
+    .description("download a model from Ollama's library (registry.ollama.ai) or any OCI registry into the Ollama store, as `ollama pull` does: resumable, every layer checked against its digest")
+    .argument("<model>", "model[:tag], namespace/model:tag, or host[:port]/namespace/model:tag")
+    .option("--insecure", "plain HTTP to the registry (a local registry without TLS)")
+    .option("--models <dir>", "the Ollama model store to pull into (default: $OLLAMA_MODELS or ~/.ollama/models)")
+    .option("--json", "print Ollama's progress objects ({status, digest, total, completed}), one per line")
+    .option("-q, --quiet", "no progress")
+    .addHelpText(
+      "after",
+      footer(
+        ["ollama-compat pull gemma3:4b", "ollama-compat pull localhost:5000/library/tiny:1 --insecure", "ollama-compat pull gemma3:4b --json"],
+        ["OLLAMA_MODELS"],
+        "Exit codes: 0 pulled, 1 error (no network, no such model, a layer whose digest does not match: nothing of it is kept), 2 usage.\nAn interrupted pull continues where it stopped when run again.",
+      ),
+    )
+    .action(async (model: string, opts) => set(await (await commands.pull()).pullCommand(model, opts, io)));
 
   program
     .command("export")

@@ -101,7 +101,7 @@ describe("conventions", () => {
     expect((await cli(["--version"])).stdout).toMatch(/^\d+\.\d+\.\d+/);
     const top = await cli(["--help"]);
     expect(top.code).toBe(0);
-    for (const c of ["translate", "detect", "inspect", "diff", "serve", "ls", "export", "verify", "demo"]) {
+    for (const c of ["translate", "detect", "inspect", "diff", "serve", "ls", "pull", "export", "verify", "demo"]) {
       expect(top.stdout).toMatch(new RegExp(`^  ${c}\\b`, "m"));
       const h = await cli([c, "--help"]);
       expect(h.code, c).toBe(0);

@@ -10,6 +10,7 @@ import { readGguf, writeGguf } from "@compat/gguf";
 import { TranslationCache } from "@compat/prepare";
 import { buildOllamaStore, isPathLike as bridgeIsPathLike, MediaType } from "@compat/store";
 import { findLlamaTools, generateFixtureFiles, guardSource } from "@compat/testkit";
+import { freePort } from "@compat/server-bridge";
 import { isPathLike } from "../src/commands/resolve";
 import { bin, collect, tsx } from "./helpers";
 
@@ -384,6 +385,28 @@ describe("11. errors in words; one rule for FILE-or-MODEL", () => {
       expect(ro.code).toBe(1);
       expect(ro.stderr).toContain(`${mnt} is on a read-only file system (EROFS)`);
       expect(ro.stderr).not.toMatch(/ENOENT/);
+    } finally {
+      execFileSync("umount", [mnt]);
+    }
+  });
+
+  it("serve --all and mount with a read-only cache (as root): CACHE_UNWRITABLE naming the sidecar folder and EROFS, at start, before any 'ready'", async () => {
+    if (process.getuid?.() !== 0) return;
+    const { root } = await store();
+    const mnt = await sub();
+    execFileSync("mount", ["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", mnt]);
+    try {
+      const sidecars = join(mnt, "cache", "sidecars");
+      const all = await run(["serve", "--all", "--models", root, "--cache-dir", join(mnt, "cache"), "--llama-server", llamaServer], { OLLAMA_HOST: `127.0.0.1:${await freePort()}` });
+      expect(all.code, all.stderr).toBe(1);
+      // a mount of the store (FUSE here), or the translation cache where FUSE cannot be used: either way EROFS, named
+      expect(all.stderr).toMatch(new RegExp(`CACHE_UNWRITABLE: cannot write the (mount's sidecar folder ${sidecars}|translation cache ${join(mnt, "cache", "translated")}): ${mnt} is on a read-only file system \\(EROFS\\)`));
+      expect(all.stderr).not.toMatch(/ENOENT|ready/);
+      const point = join(await sub(), "mnt");
+      const mount = await run(["mount", point, "--models", root, "--cache-dir", join(mnt, "cache")]);
+      expect(mount.code, mount.stderr).toBe(1);
+      if (!/FUSE|fuse/.test(mount.stderr)) expect(mount.stderr).toContain(`CACHE_UNWRITABLE: cannot write the mount's sidecar folder ${sidecars}: ${mnt} is on a read-only file system (EROFS)`);
+      expect(mount.stdout).toBe("");
     } finally {
       execFileSync("umount", [mnt]);
     }

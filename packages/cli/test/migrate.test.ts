@@ -6,7 +6,7 @@
 // for a blob), and real llama-server serves what migrate switched to.
 import { execFileSync, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { cp, mkdir, mkdtemp, readFile, readdir, rm, stat, utimes, writeFile } from "node:fs/promises";
+import { cp, mkdir, mkdtemp, readFile, readdir, rm, stat, truncate, utimes, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { buildOllamaStore } from "@compat/store";
@@ -332,6 +332,67 @@ describe("migrate", () => {
     expect(run.code, run.stderr).toBe(0);
     for (const name of ["gemma4:dense", "gemma3:q4"]) await expectMigrated(root, name, before.get(`registry.ollama.ai/library/${name.replace(":", "/")}`)!);
     await checkStore(root);
+  }, 600_000);
+
+  it("a name whose blob an earlier run already migrated under another name reuses those blobs: nothing translated again", async () => {
+    const root = await freshStore("store-reuse");
+    const env = { OLLAMA_MODELS: root };
+    const before = await manifests(root);
+    expect((await cli(["migrate", "gemma3:4b", "--no-verify"], env)).code).toBe(0);
+    const dry = JSON.parse((await cli(["migrate", "gemma3:alias", "--dry-run", "--json"], env)).stdout).plan;
+    expect(dry.models).toEqual([expect.objectContaining({ name: "gemma3:alias", reused: true, bytes: 0 })]);
+    const r = await cli(["migrate", "gemma3:alias", "--no-verify"], env);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toMatch(/reusing the blobs/);
+    await expectMigrated(root, "gemma3:alias", before.get("registry.ollama.ai/library/gemma3/alias")!);
+    await checkStore(root);
+  }, 300_000);
+
+  it("two migrations at once: one holds the store, the other waits or says who holds it; the store ends migrated and whole", async () => {
+    const root = await freshStore("store-race");
+    const env = { OLLAMA_MODELS: root };
+    const before = await manifests(root);
+    const runs = await Promise.all([cli(["migrate", "--all", "--no-verify"], env), cli(["migrate", "--all", "--no-verify"], env)]);
+    for (const r of runs) {
+      if (r.code !== 0) expect(r.stderr).toMatch(/another migrate is running\) is still locked by/);
+    }
+    expect(runs.some((r) => r.code === 0)).toBe(true);
+    await checkStore(root);
+    for (const name of MODELS) await expectMigrated(root, name, before.get(`registry.ollama.ai/library/${name.replace(":", "/")}`)!);
+  }, 300_000);
+
+  it("on XFS with reflinks, the new blobs share the old ones' extents: the disk added is a fraction of the bytes written", async (ctx) => {
+    const img = join(dir, "xfs.img");
+    const mnt = join(dir, "xfs");
+    await mkdir(mnt, { recursive: true });
+    try {
+      await writeFile(img, "");
+      await truncate(img, 400 << 20);
+      execFileSync("mkfs.xfs", ["-q", "-m", "reflink=1", img]);
+      execFileSync("mount", ["-o", "loop", img, mnt]);
+    } catch {
+      ctx.skip(); // no mkfs.xfs or no loop mounts here
+    }
+    try {
+      const root = join(mnt, "store");
+      await cp(pristine, root, { recursive: true });
+      const used = () => {
+        execFileSync("sync");
+        return Number(execFileSync("df", ["-B1", "--output=used", mnt], { encoding: "utf8" }).trim().split("\n").pop());
+      };
+      const before = used();
+      const r = await cli(["migrate", "--all", "--no-verify", "--json"], { OLLAMA_MODELS: root });
+      expect(r.code, r.stderr).toBe(0);
+      const { plan, migrated } = JSON.parse(r.stdout);
+      expect(plan.reflinks).toBe("yes");
+      expect(migrated).toHaveLength(MODELS.length);
+      const added = used() - before;
+      // the text GGUFs keep every copied range block-aligned with the source (ollama_compat.padding)
+      expect(added).toBeLessThan(plan.bytesNeeded / 2);
+      await checkStore(root);
+    } finally {
+      execFileSync("umount", [mnt]);
+    }
   }, 600_000);
 
   it("verifies in real llama-server before switching; llama-mtmd-cli answers an image with the migrated pair", async (ctx) => {

@@ -1,6 +1,6 @@
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdtemp, readdir, readFile, readlink, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, readlink, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -136,6 +136,30 @@ describe("ollama-compat mount", () => {
     expect((await exited(again)).code).toBe(0);
   });
 
+  it("SIGTERM while a store of 2,000 models is being mounted stops at once: exit 0, unmounted, not every model mounted", async () => {
+    const { dir, store } = await storeDir();
+    // 2,000 tags of the native model: each is a manifest to read and a file to mount
+    const manifest = await readFile(join(store, "manifests/registry.ollama.ai/library/tinyllama/native"));
+    for (let i = 0; i < 2000; i++) {
+      const d = join(store, "manifests/registry.ollama.ai/library", `many${i}`);
+      await mkdir(d, { recursive: true });
+      await writeFile(join(d, "latest"), manifest);
+    }
+    const point = join(dir, "mnt");
+    const child = cli(["mount", point, "--models", store]);
+    const stderr = collect(child.stderr);
+    const stdout = collect(child.stdout);
+    const shown = () => stderr().split("\n").filter((l) => l.includes(" -> ")).length;
+    for (let i = 0; i < 6000 && shown() === 0 && child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 50));
+    expect(shown(), stderr()).toBeGreaterThan(0);
+    child.kill("SIGTERM");
+    expect((await exited(child)).code, stderr()).toBe(0);
+    expect(stderr()).toContain(`SIGTERM: stopped before every model was mounted, unmounted ${point}`);
+    expect(shown()).toBeLessThan(2003);
+    expect(stdout()).toBe("");
+    expect(inMountinfo(point)).toBe(false);
+  }, 600_000);
+
   it("says why, in one line, when FUSE cannot be used", async () => {
     const { dir, store } = await storeDir();
     const run = await runToEnd(cli(["mount", join(dir, "mnt"), "--models", store], { OLLAMA_COMPAT_MOUNTD: join(dir, "no-such-daemon") }));
@@ -152,6 +176,22 @@ describe("ollama-compat serve on a mount of its own", () => {
     const url = await mounted(child);
     return { child, err, url };
   }
+
+  it("serve --all whose mount daemon is killed (SIGKILL): says so in one line, mounts the store again, and serves a model not loaded before", async () => {
+    const { dir, store } = await storeDir();
+    const { server } = await findLlamaTools();
+    const all = await serveUntilReady(["serve", "--all", "--models", store, "--cache-dir", join(dir, "cache"), "--llama-server", server, "--", "--threads", "2", "--no-warmup"], { OLLAMA_HOST: `127.0.0.1:${await freePort()}` });
+    await chatOk(all.url, "gemma3:4b");
+    const daemon = Number(execFileSync("pgrep", ["-P", String(all.child.pid), "-f", "ollama-compat-mountd"], { encoding: "utf8" }).trim());
+    process.kill(daemon, "SIGKILL");
+    const again = /ollama-compat: mount: the mount daemon stopped \(SIGKILL\); mounted the store again at .+, 3 models\n/;
+    for (let i = 0; i < 1200 && !again.test(all.err()) && all.child.exitCode === null; i++) await new Promise((r) => setTimeout(r, 100));
+    expect(all.err()).toMatch(again);
+    // a model never loaded: llama-server reads it from the new daemon, at the same path
+    await chatOk(all.url, "llama3.2:1b");
+    all.child.kill("SIGTERM");
+    expect((await exited(all.child)).code).toBe(143);
+  });
 
   it("serve MODEL and serve --all read from a mount (nothing written to the cache); --no-mount uses the cache", async () => {
     const { dir, store } = await storeDir();

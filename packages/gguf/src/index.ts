@@ -20,7 +20,7 @@ export { bufferSource, blobSource } from "./sources";
 export { fileSource } from "./node-lazy";
 export { GgufModel, type CreateModelOptions, type GgufModelInit } from "./model";
 export { readGguf, parseGguf, type ReadOptions, type ParseOptions, type GgufInput } from "./read";
-export { layoutGguf, PADDING_KEY, SHARE_BLOCK, type GgufLayout, type LayoutOptions } from "./layout";
+export { layoutGguf, extentsCovering, PADDING_KEY, SHARE_BLOCK, type GgufLayout, type LayoutExtent, type LayoutOptions } from "./layout";
 export { writeGguf, serializeGguf, type WriteTarget, type WriteOptions, type WriteResult, type GgufSink } from "./writer";
 export { readTensorData } from "./tensor-data";
 export { summarize, type GgufSummary } from "./summary";

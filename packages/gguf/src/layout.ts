@@ -5,6 +5,20 @@ import { GgufValueType } from "./types";
 import { checkTensor } from "./model";
 import { alignUp } from "./parse";
 
+/**
+ * One piece of a laid-out file at its absolute offset `at`. In file order the extents cover the
+ * file exactly: the header (with its alignment padding), then per tensor its bytes and, when it
+ * does not end on the alignment, zero padding. A tensor of no bytes has an extent of length 0.
+ */
+export type LayoutExtent =
+  | { readonly kind: "header"; readonly at: number; readonly length: number }
+  | { readonly kind: "tensor"; readonly at: number; readonly length: number; /** Its index in model.tensors. */ readonly index: number }
+  | { readonly kind: "padding"; readonly at: number; readonly length: number };
+
+/**
+ * Where everything of a GGUF file sits: the one description its writer (writeGguf), lazy reads
+ * (@compat/handlers' TranslatedView.read) and mount plans (@compat/mount's planView) all walk.
+ */
 export interface GgufLayout {
   /** Magic through tensor infos, zero-padded to the alignment. */
   header: Uint8Array;
@@ -17,6 +31,40 @@ export interface GgufLayout {
   alignment: number;
   /** Size of the whole file. */
   totalSize: number;
+  /** The file as header, tensor and padding extents, in order (see extentsCovering for a range of it). */
+  extents: readonly LayoutExtent[];
+}
+
+/**
+ * The extents that hold bytes of [start, end) of the file, in order, found by binary search
+ * (tensors of no bytes inside the range are included; they hold nothing).
+ */
+export function extentsCovering(layout: Pick<GgufLayout, "extents">, start: number, end: number): readonly LayoutExtent[] {
+  const ex = layout.extents;
+  let lo = 0;
+  let hi = ex.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (ex[mid]!.at + ex[mid]!.length <= start) lo = mid + 1;
+    else hi = mid;
+  }
+  let last = lo;
+  while (last < ex.length && ex[last]!.at < end) last++;
+  return ex.slice(lo, last);
+}
+
+/** The header, tensor and padding extents of a file laid out with these parts. */
+function extentsOf(headerLength: number, tensorOffsets: readonly number[], tensorSizes: readonly number[], totalSize: number): LayoutExtent[] {
+  const out: LayoutExtent[] = [{ kind: "header", at: 0, length: headerLength }];
+  let at = headerLength;
+  tensorOffsets.forEach((offset, index) => {
+    const start = headerLength + offset;
+    if (start > at) out.push({ kind: "padding", at, length: start - at });
+    out.push({ kind: "tensor", at: start, length: tensorSizes[index]!, index });
+    at = start + tensorSizes[index]!;
+  });
+  if (totalSize > at) out.push({ kind: "padding", at, length: totalSize - at });
+  return out;
 }
 
 /**
@@ -113,7 +161,9 @@ export function layoutGguf(model: GgufModel, opts: LayoutOptions = {}): GgufLayo
   w.bytes(infos.buf.subarray(0, infos.pos));
   if (padded) w.padTo(alignment);
   const header = w.result();
-  return { header, dataOffset: header.length, tensorOffsets, tensorSizes, alignment, totalSize: header.length + next };
+  const totalSize = header.length + next;
+  const extents = extentsOf(header.length, tensorOffsets, tensorSizes, totalSize);
+  return { header, dataOffset: header.length, tensorOffsets, tensorSizes, alignment, totalSize, extents };
 }
 
 /**

@@ -1,6 +1,6 @@
 import { GgufError } from "./errors";
 import { tensorDataLength } from "./model";
-import type { GgufTensor } from "./types";
+import type { BytesData, GgufTensor, RangeData } from "./types";
 
 /** Chunk size for copying large source ranges (bounded memory while writing). */
 export const COPY_CHUNK = 4 * 1024 * 1024;
@@ -9,6 +9,16 @@ function checkLength(name: string, got: number, want: number): void {
   if (got !== want) {
     throw new GgufError("DATA_LENGTH", `tensor "${name}" data produced ${got} bytes`, { expected: `${want} bytes` });
   }
+}
+
+/** Bytes of a join's pieces (ComputedData.parts) together. */
+export function partsLength(parts: readonly (RangeData | BytesData)[]): number {
+  return parts.reduce((n, p) => n + (p.kind === "range" ? p.length : p.bytes.length), 0);
+}
+
+/** Checks that a join's pieces hold exactly the tensor's bytes (DATA_LENGTH when not). */
+export function checkPartsLength(name: string, parts: readonly (RangeData | BytesData)[], want: number): void {
+  checkLength(name, partsLength(parts), want);
 }
 
 /** All bytes of one tensor, in memory (the one reader of tensor bytes; `name` is for errors). */
@@ -53,6 +63,12 @@ export async function streamTensorData(
 ): Promise<void> {
   const d = t.data;
   checkLength(t.name, tensorDataLength(t), expected);
+  if (d.kind === "computed" && d.parts !== undefined) {
+    // an op that only joins bytes: its pieces, each copied as a range or bytes would be
+    checkLength(t.name, partsLength(d.parts), expected);
+    for (const part of d.parts) await streamTensorData({ ...t, data: part }, partsLength([part]), emit, buffers);
+    return;
+  }
   if (d.kind === "range" && buffers !== undefined && d.source.readInto !== undefined && d.length > 0) {
     await copyDoubleBuffered(d.source.readInto.bind(d.source), d.offset, d.length, emit, buffers.get());
     return;

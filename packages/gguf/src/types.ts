@@ -53,14 +53,37 @@ export interface ByteSource {
 
 export type { RangeCopier } from "@compat/files";
 
+/** An untouched byte range of a source (e.g. the original file). */
+export interface RangeData {
+  readonly kind: "range";
+  readonly source: ByteSource;
+  readonly offset: number;
+  readonly length: number;
+}
+
+/** Bytes already in memory. */
+export interface BytesData {
+  readonly kind: "bytes";
+  readonly bytes: Uint8Array;
+}
+
+/** Bytes produced on demand (e.g. a conversion over source ranges). `length` is exact. */
+export interface ComputedData {
+  readonly kind: "computed";
+  readonly length: number;
+  readonly label: string;
+  produce(): Promise<Uint8Array>;
+  /**
+   * When the output only places bytes side by side (a concat along the slowest axis, a stack
+   * of one type): the same bytes as produce()'s, as pieces in order. Readers may take them
+   * instead: the writer copies them (in the kernel where it can), a lazy read reads only the
+   * pieces it needs, a mount serves them as ranges of the source with nothing computed.
+   */
+  readonly parts?: readonly (RangeData | BytesData)[];
+}
+
 /** Where a tensor's bytes come from. */
-export type TensorData =
-  /** An untouched byte range of a source (e.g. the original file). */
-  | { readonly kind: "range"; readonly source: ByteSource; readonly offset: number; readonly length: number }
-  /** Bytes already in memory. */
-  | { readonly kind: "bytes"; readonly bytes: Uint8Array }
-  /** Bytes produced on demand (e.g. a conversion over source ranges). `length` is exact. */
-  | { readonly kind: "computed"; readonly length: number; readonly label: string; produce(): Promise<Uint8Array> };
+export type TensorData = RangeData | BytesData | ComputedData;
 
 export interface GgufTensor {
   name: string;

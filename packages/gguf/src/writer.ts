@@ -2,8 +2,8 @@ import { FilesError, writeFileAtomic } from "@compat/files";
 import { GgufError } from "./errors";
 import { layoutGguf, type GgufLayout } from "./layout";
 import type { GgufModel } from "./model";
-import type { GgufTensor, RangeCopier } from "./types";
-import { CopyBuffers, streamTensorData } from "./tensor-data";
+import type { RangeCopier, RangeData } from "./types";
+import { checkPartsLength, CopyBuffers, partsLength, streamTensorData } from "./tensor-data";
 
 /** Anything with a write(chunk) method; a returned promise is awaited. */
 export interface GgufSink {
@@ -40,8 +40,8 @@ export interface WriteResult {
 }
 
 type Emit = (chunk: Uint8Array) => Promise<void>;
-/** Appends `length` bytes of the source starting at a range tensor's bytes without reading them into JS; false when it cannot. */
-type DirectCopy = (t: GgufTensor, length: number) => Promise<boolean>;
+/** Appends `length` bytes of the source from a range's start without reading them into JS; false when it cannot. */
+type DirectCopy = (d: RangeData, length: number) => Promise<boolean>;
 
 /**
  * Index of the last tensor of the run starting at `first` whose bytes, with the output's
@@ -66,6 +66,7 @@ async function sourceRunEnd(model: GgufModel, layout: GgufLayout, first: number)
   return last;
 }
 
+/** Emits the model's bytes by walking its layout's extents: the header, each tensor's data, zero padding. */
 async function emitModel(model: GgufModel, layout: GgufLayout, emit: Emit, opts: WriteOptions, buffers?: CopyBuffers, direct?: DirectCopy): Promise<number> {
   let written = 0;
   const out = async (chunk: Uint8Array): Promise<void> => {
@@ -74,37 +75,56 @@ async function emitModel(model: GgufModel, layout: GgufLayout, emit: Emit, opts:
     written += chunk.length;
     opts.onProgress?.(written, layout.totalSize);
   };
-  await out(layout.header);
   let zeros = new Uint8Array(0);
-  const pad = async (size: number): Promise<void> => {
-    const n = (layout.alignment - (size % layout.alignment)) % layout.alignment;
-    if (n === 0) return;
-    if (zeros.length < n) zeros = new Uint8Array(Math.min(n, 1 << 20));
-    for (let left = n; left > 0; left -= zeros.length) await out(zeros.subarray(0, Math.min(left, zeros.length)));
-  };
-  for (let i = 0; i < model.tensors.length; ) {
-    const t = model.tensors[i]!;
-    const size = layout.tensorSizes[i]!;
-    const expectedAt = layout.dataOffset + layout.tensorOffsets[i]!;
-    if (written !== expectedAt) throw new GgufError("DATA_LENGTH", `internal: tensor "${t.name}" would start at ${written}`, { expected: `${expectedAt}` });
-    if (direct !== undefined && size > 0 && t.data.kind === "range" && t.data.source.fd !== undefined) {
+  const extents = layout.extents;
+  for (let e = 0; e < extents.length; e++) {
+    const x = extents[e]!;
+    if (written !== x.at) throw new GgufError("DATA_LENGTH", `internal: ${x.kind} extent ${e} would start at ${written}`, { expected: `${x.at}` });
+    if (x.kind === "header") {
+      await out(layout.header);
+      continue;
+    }
+    if (x.kind === "padding") {
+      if (zeros.length < x.length) zeros = new Uint8Array(Math.min(x.length, 1 << 20));
+      for (let left = x.length; left > 0; left -= zeros.length) await out(zeros.subarray(0, Math.min(left, zeros.length)));
+      continue;
+    }
+    const t = model.tensors[x.index]!;
+    const d = t.data;
+    if (direct !== undefined && d.kind === "computed" && d.parts !== undefined) {
+      // an op that only joins bytes: each piece that is a range of a local file copied in the kernel
+      checkPartsLength(t.name, d.parts, x.length);
+      for (const part of d.parts) {
+        if (direct !== undefined && part.kind === "range" && part.length > 0 && part.source.fd !== undefined) {
+          opts.signal?.throwIfAborted();
+          if (await direct(part, part.length)) {
+            written += part.length;
+            opts.onProgress?.(written, layout.totalSize);
+            continue;
+          }
+          direct = undefined;
+        }
+        await streamTensorData({ ...t, data: part }, partsLength([part]), out, buffers);
+      }
+      continue;
+    }
+    if (direct !== undefined && x.length > 0 && d.kind === "range" && d.source.fd !== undefined) {
       // One kernel copy for a run of tensors that lie back to back in the source exactly as in
       // the output (zero padding included): fewer calls, and extents shared across tensor bounds.
-      const last = await sourceRunEnd(model, layout, i);
-      const span = layout.tensorOffsets[last]! + layout.tensorSizes[last]! - layout.tensorOffsets[i]!;
+      const last = await sourceRunEnd(model, layout, x.index);
+      let end = e;
+      while (!(extents[end]!.kind === "tensor" && (extents[end] as { index: number }).index === last)) end++;
+      const span = extents[end]!.at + extents[end]!.length - x.at;
       opts.signal?.throwIfAborted();
-      if (await direct(t, span)) {
+      if (await direct(d, span)) {
         written += span;
         opts.onProgress?.(written, layout.totalSize);
-        await pad(layout.tensorSizes[last]!);
-        i = last + 1;
+        e = end; // the padding after the run's last tensor is the next extent
         continue;
       }
       direct = undefined; // declined (another filesystem, no kernel support): read/write from here on
     }
-    await streamTensorData(t, size, out, buffers);
-    await pad(size);
-    i++;
+    await streamTensorData(t, x.length, out, buffers);
   }
   if (written !== layout.totalSize) {
     throw new GgufError("DATA_LENGTH", `wrote ${written} bytes`, { expected: `${layout.totalSize} bytes` });
@@ -136,9 +156,8 @@ export async function writeGguf(model: GgufModel, target: WriteTarget, opts: Wri
       const direct: DirectCopy | undefined =
         copier === undefined
           ? undefined
-          : async (t, length) => {
-              const d = t.data;
-              if (!usable || d.kind !== "range" || d.source.fd === undefined) return false;
+          : async (d, length) => {
+              if (!usable || d.source.fd === undefined) return false;
               if (d.offset + length > d.source.size) return false; // let the read path report the truncation
               try {
                 usable = await copyRange(copier, d.source.fd, d.offset, length);

@@ -5,7 +5,7 @@
  * handler's file, written with t.op directly.
  */
 import { GgmlType, tensorByteSize, type TensorData } from "@compat/gguf";
-import { concat, permuteQK, split, toF32 } from "@compat/tensor-ops";
+import { concat, concatPieces, permuteQK, split, toF32 } from "@compat/tensor-ops";
 import { TranslationError } from "./errors";
 import type { Translation } from "./translation";
 
@@ -77,8 +77,9 @@ export function rowAsF32Tensor(t: Translation, dest: string, source: string, row
 
 /**
  * `dest` (created or replaced) = `parts` joined along `axis` (an op labelled "concat <what>";
- * no-op when a part is missing). Same types: the bytes are joined as they are; mixed types
- * cannot be, so every part is widened to F32 first (label "… (mixed types -> F32)").
+ * no-op when a part is missing). Same types: the bytes are joined as they are (a join: pieces
+ * of the parts, no arithmetic); mixed types cannot be, so every part is widened to F32 first
+ * (label "… (mixed types -> F32)").
  */
 export function concatTensors(t: Translation, dest: string, parts: readonly string[], axis: number, what: string): void {
   const tensors = parts.map((n) => t.draft.findTensor(n));
@@ -87,17 +88,30 @@ export function concatTensors(t: Translation, dest: string, parts: readonly stri
   const shape = first.shape.slice();
   shape[axis] = tensors.reduce((n, x) => n + x!.shape[axis]!, 0);
   const sameType = tensors.every((x) => x!.type === first.type);
+  if (sameType) {
+    // the bytes side by side: said as pieces (served from the source as they are), unless a join
+    // along a fast axis would cut them into too many
+    const pieces = concatPieces(tensors.map((x) => x!.shape), first.type, axis, MAX_JOIN_PIECES);
+    const spec = { label: `concat ${what}`, inputs: parts, type: first.type, shape };
+    if (pieces !== undefined) t.op(dest, { ...spec, join: pieces.pieces });
+    else t.op(dest, { ...spec, compute: (xs) => concat(xs.map((x) => ({ data: x.bytes, shape: x.shape })), first.type, axis).data });
+    return;
+  }
   t.op(dest, {
-    label: sameType ? `concat ${what}` : `concat ${what} (mixed types -> F32)`,
+    label: `concat ${what} (mixed types -> F32)`,
     inputs: parts,
-    type: sameType ? first.type : GgmlType.F32,
+    type: GgmlType.F32,
     shape,
-    compute: (xs) =>
-      sameType
-        ? concat(xs.map((x) => ({ data: x.bytes, shape: x.shape })), first.type, axis).data
-        : concat(xs.map((x) => ({ data: bytesOf(toF32(x.type, x.bytes, elementCount(x.shape))), shape: x.shape })), GgmlType.F32, axis).data,
+    compute: (xs) => concat(xs.map((x) => ({ data: bytesOf(toF32(x.type, x.bytes, elementCount(x.shape))), shape: x.shape })), GgmlType.F32, axis).data,
   });
 }
+
+/**
+ * The most pieces a join is said as (one extent each in a mount's plan). A join along the
+ * slowest axis is one piece per part; along a faster one, one per part and row (or slab), and
+ * past this it is computed instead.
+ */
+export const MAX_JOIN_PIECES = 4096;
 
 /**
  * The one QKV join: `<prefix>attn_qkv.{weight,bias}` = q ‖ k ‖ v along the rows (the last ggml

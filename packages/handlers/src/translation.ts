@@ -1,4 +1,5 @@
-import { GgmlType, GgufKeys, GgufValueType, ggmlTypeInfo, readTensorData, tensorByteSize, type GgufModel, type GgufTensor, type GgufValue, type TensorData } from "@compat/gguf";
+import { GgmlType, GgufKeys, GgufValueType, ggmlTypeInfo, readTensorData, tensorByteSize, type BytesData, type GgufModel, type GgufTensor, type GgufValue, type RangeData, type TensorData } from "@compat/gguf";
+import type { JoinPiece } from "@compat/tensor-ops";
 import { TranslationError } from "./errors";
 import { tensorNames } from "./reads";
 
@@ -10,7 +11,7 @@ export interface OpInput {
   readonly bytes: Uint8Array;
 }
 
-export interface OpSpec {
+interface OpSpecBase {
   /** What the op does, for reports and errors ("F16->F32 promote", "concat gate+up"). */
   readonly label: string;
   /** Source tensors whose bytes the op reads, by their name at registration time. */
@@ -20,9 +21,28 @@ export interface OpSpec {
   /** Output type and shape; default: the destination's current ones. */
   readonly type?: number;
   readonly shape?: readonly number[];
-  /** Produces exactly tensorByteSize(type, shape) bytes. */
-  compute(inputs: OpInput[]): Uint8Array | Promise<Uint8Array>;
 }
+
+/**
+ * A load op: its output is computed from its inputs' bytes (`compute`), or, for an op that only
+ * places bytes side by side (a concat along the slowest axis, a stack, a per-expert interleave,
+ * each of one type), said as the pieces of its inputs it lays side by side (`join`, e.g. from
+ * @compat/tensor-ops' concatPieces or stackPieces). A join's pieces that are ranges of a file
+ * are copied by the writer and served by a mount as they are: nothing computed, nothing stored.
+ */
+export type OpSpec = OpSpecBase &
+  (
+    | {
+        /** Produces exactly tensorByteSize(type, shape) bytes. */
+        compute(inputs: OpInput[]): Uint8Array | Promise<Uint8Array>;
+        readonly join?: undefined;
+      }
+    | {
+        /** The output: these pieces of the inputs (`part` indexes `inputs`), in order. */
+        readonly join: readonly JoinPiece[];
+        readonly compute?: undefined;
+      }
+  );
 
 /** A registered op, as the report lists it. */
 export interface OpRecord {
@@ -319,16 +339,20 @@ export class Translation {
     const length = tensorByteSize(type, shape);
     const label = spec.label;
     const handler = this.handler;
+    const join = spec.join;
+    if (join !== undefined) this.checkJoin(dest, label, join, captured, length);
+    const parts = join !== undefined ? joinParts(join, captured) : undefined;
     const data: TensorData = {
       kind: "computed",
       length,
       label,
+      ...(parts !== undefined ? { parts } : {}),
       async produce() {
         const inputs: OpInput[] = [];
         for (const c of captured) inputs.push({ name: c.name, type: c.type, shape: c.shape, bytes: await readTensorData(c) });
         let out: Uint8Array;
         try {
-          out = await spec.compute(inputs);
+          out = join !== undefined ? joinBytes(join, inputs, length) : await spec.compute(inputs);
         } catch (cause) {
           if (cause instanceof TranslationError) throw cause;
           const given = captured.map((c) => `${c.name} (${ggmlTypeName(c.type)} [${c.shape.join(", ")}])`).join(", ");
@@ -419,6 +443,20 @@ export class Translation {
     return this.handler !== undefined ? { handler: this.handler, tensor } : { tensor };
   }
 
+  /** A join's pieces must lie within their inputs and add up to the output (OP_LENGTH when not). */
+  private checkJoin(dest: string, label: string, join: readonly JoinPiece[], inputs: readonly { name: string; type: number; shape: readonly number[] }[], length: number): void {
+    let total = 0;
+    for (const p of join) {
+      const input = inputs[p.part];
+      const size = input !== undefined ? tensorByteSize(input.type, input.shape) : 0;
+      if (input === undefined || p.offset < 0 || p.length < 0 || p.offset + p.length > size) {
+        throw new TranslationError("OP_LENGTH", `op "${label}" for "${dest}" joins bytes [${p.offset}, +${p.length}) of input ${p.part}, which has ${size}`, this.errorContext(dest));
+      }
+      total += p.length;
+    }
+    if (total !== length) throw new TranslationError("OP_LENGTH", `op "${label}" joins ${total} bytes for "${dest}", expected ${length}`, this.errorContext(dest));
+  }
+
   /** A tensor of `type` may take `shape` only with rows of whole blocks (ggml's row layout). */
   private checkWholeBlocks(name: string, type: number, shape: readonly number[]): void {
     const block = ggmlTypeInfo(type).blockSize;
@@ -434,4 +472,30 @@ export class Translation {
 
 function ggmlTypeName(type: number): string {
   return GgmlType[type] ?? `type ${type}`;
+}
+
+/**
+ * A join's pieces as ranges of files and bytes in memory, when every input it takes from is one
+ * (an input that is itself computed exists only whole: then the join is computed, undefined).
+ */
+function joinParts(join: readonly JoinPiece[], inputs: readonly { data: TensorData }[]): (RangeData | BytesData)[] | undefined {
+  const parts: (RangeData | BytesData)[] = [];
+  for (const p of join) {
+    const d = inputs[p.part]!.data;
+    if (d.kind === "range" && p.offset + p.length <= d.length) parts.push({ kind: "range", source: d.source, offset: d.offset + p.offset, length: p.length });
+    else if (d.kind === "bytes" && p.offset + p.length <= d.bytes.length) parts.push({ kind: "bytes", bytes: d.bytes.subarray(p.offset, p.offset + p.length) });
+    else return undefined;
+  }
+  return parts;
+}
+
+/** A join's output in memory: its pieces of the inputs' bytes, side by side. */
+function joinBytes(join: readonly JoinPiece[], inputs: readonly OpInput[], length: number): Uint8Array {
+  const out = new Uint8Array(length);
+  let at = 0;
+  for (const p of join) {
+    out.set(inputs[p.part]!.bytes.subarray(p.offset, p.offset + p.length), at);
+    at += p.length;
+  }
+  return out;
 }

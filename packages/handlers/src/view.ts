@@ -1,4 +1,4 @@
-import { layoutGguf, readTensorData, writeGguf, type GgufLayout, type GgufModel, type GgufTensor, type WriteOptions } from "@compat/gguf";
+import { extentsCovering, layoutGguf, readTensorData, writeGguf, type BytesData, type GgufLayout, type GgufModel, type GgufTensor, type RangeData, type WriteOptions } from "@compat/gguf";
 import { kernelRangeCopier } from "@compat/tensor-ops";
 import type { TranslationReport } from "./report";
 
@@ -36,29 +36,18 @@ export class TranslatedView {
 
   /** Any byte range of the virtual output file (clamped to its end). */
   async read(offset: number, length: number): Promise<Uint8Array> {
-    const { header, dataOffset, tensorOffsets, tensorSizes, totalSize } = this.layout;
     if (!Number.isInteger(offset) || !Number.isInteger(length) || offset < 0 || length < 0) {
       throw new RangeError(`read(${offset}, ${length}): offset and length must be non-negative integers`);
     }
-    const end = Math.min(offset + length, totalSize);
+    const layout = this.layout;
+    const end = Math.min(offset + length, layout.totalSize);
     const out = new Uint8Array(Math.max(0, end - offset));
     if (out.length === 0) return out;
-
-    // Header (including its alignment padding): copy what overlaps.
-    if (offset < header.length) out.set(header.subarray(offset, Math.min(end, header.length)), 0);
-
-    // Tensors overlapping [offset, end); gaps between them are zero padding.
-    const tensors = this.model.tensors;
-    let i = firstTensorEndingAfter(this.layout, offset);
-    for (; i < tensors.length; i++) {
-      const t = tensors[i]!;
-      const start = dataOffset + tensorOffsets[i]!;
-      if (start >= end) break;
-      const size = tensorSizes[i]!;
-      const from = Math.max(offset, start);
-      const to = Math.min(end, start + size);
-      if (to <= from) continue;
-      const part = await this.tensorSlice(t, from - start, to - from);
+    for (const x of extentsCovering(layout, offset, end)) {
+      const from = Math.max(offset, x.at);
+      const to = Math.min(end, x.at + x.length);
+      if (to <= from || x.kind === "padding") continue; // padding: the zeros `out` starts with
+      const part = x.kind === "header" ? layout.header.subarray(from, to) : await this.tensorSlice(this.model.tensors[x.index]!, from - x.at, to - from);
       out.set(part, from - offset);
     }
     return out;
@@ -83,6 +72,7 @@ export class TranslatedView {
     const d = t.data;
     if (d.kind === "range") return d.source.read(d.offset + at, length);
     if (d.kind === "bytes") return d.bytes.subarray(at, at + length);
+    if (d.parts !== undefined) return readParts(d.parts, at, length); // a join: only the pieces asked for
     if (this.slot?.tensor !== t) {
       this.slot = undefined; // release the previous output before computing the next
       this.slot = { tensor: t, bytes: await readTensorData(t) };
@@ -91,14 +81,17 @@ export class TranslatedView {
   }
 }
 
-/** Binary search: index of the first tensor whose bytes end after `offset`. */
-function firstTensorEndingAfter({ dataOffset, tensorOffsets, tensorSizes }: GgufLayout, offset: number): number {
-  let lo = 0;
-  let hi = tensorOffsets.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (dataOffset + tensorOffsets[mid]! + tensorSizes[mid]! <= offset) lo = mid + 1;
-    else hi = mid;
+/** Bytes [at, at + length) of the pieces of a join laid side by side. */
+async function readParts(parts: readonly (RangeData | BytesData)[], at: number, length: number): Promise<Uint8Array> {
+  const out = new Uint8Array(length);
+  let pos = 0;
+  for (const part of parts) {
+    const size = part.kind === "range" ? part.length : part.bytes.length;
+    const from = Math.max(at, pos);
+    const to = Math.min(at + length, pos + size);
+    if (to > from) out.set(part.kind === "range" ? await part.source.read(part.offset + from - pos, to - from) : part.bytes.subarray(from - pos, to - pos), from - at);
+    pos += size;
+    if (pos >= at + length) break;
   }
-  return lo;
+  return out;
 }

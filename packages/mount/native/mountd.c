@@ -9,13 +9,15 @@
 // written yet, which asks the controller to write it and waits.
 //
 // A source is opened when its file is added and identified by (dev, inode, size, mtime), as
-// the controller saw it when it planned the file. Every read that touches a source checks the
+// the controller saw it when it planned the file, and by the ctime it had when we opened it
+// (a write whose mtime is set back still moves it). Every read that touches a source checks the
 // path still names that same file, and an inotify watch on the sources' folders invalidates
 // the kernel's cache of every file that uses a source that changed or went away: a changed or
 // removed source gives EIO, never stale bytes.
 //
 // Protocol (little-endian): each message is u32 length (of what follows), u8 type, u32 id,
-// then the payload. Strings are u32 length + bytes. See src/protocol.ts for the other side.
+// then the payload. A file's extents carry their offsets in it: the layout is the controller's
+// (@compat/gguf's layoutGguf), checked here, never worked out again. Strings are u32 length + bytes. See src/protocol.ts for the other side.
 // The controller closing stdin (it stopped or died) unmounts and ends this process.
 
 #define FUSE_USE_VERSION 312
@@ -34,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -67,6 +70,7 @@ struct source {
   ino_t ino;
   off_t size;
   int64_t mtime_ns;
+  int64_t ctime_ns; // as the daemon opened it: a write with its mtime set back still moves the ctime
   int fd;
   atomic_int bad;         // set once: the path no longer names the file we opened
   atomic_int invalidated; // the kernel was told to drop the pages of files using it
@@ -79,6 +83,7 @@ static struct source *sources;
 static int inotify_fd = -1;
 
 static int64_t mtime_ns_of(const struct stat *st) { return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec; }
+static int64_t ctime_ns_of(const struct stat *st) { return (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec; }
 
 static int same_file(const struct source *s, const struct stat *st) {
   return st->st_dev == s->dev && st->st_ino == s->ino && st->st_size == s->size && mtime_ns_of(st) == s->mtime_ns;
@@ -88,7 +93,7 @@ static int same_file(const struct source *s, const struct stat *st) {
 static int source_ok(struct source *s) {
   if (atomic_load(&s->bad)) return 0;
   struct stat st;
-  if (stat(s->path, &st) != 0 || !same_file(s, &st)) {
+  if (stat(s->path, &st) != 0 || !same_file(s, &st) || ctime_ns_of(&st) != s->ctime_ns) {
     if (!atomic_exchange(&s->bad, 1)) logf_("source changed or removed: %s (reads of files using it now fail with EIO)", s->path);
     return 0;
   }
@@ -124,6 +129,7 @@ static struct source *source_get(const char *path, dev_t dev, ino_t ino, off_t s
   s->ino = ino;
   s->size = size;
   s->mtime_ns = mtime_ns;
+  s->ctime_ns = ctime_ns_of(&st);
   s->fd = fd;
   s->refs = 1;
   s->wd = -1;
@@ -484,16 +490,24 @@ static struct vfile *parse_file(struct reader *r, char **why, int *err) {
   f->nextents = (uint32_t)rd(r, 4);
   if (r->bad || f->nextents > 1u << 24) goto malformed;
   f->extents = calloc(f->nextents ? f->nextents : 1, sizeof *f->extents);
+  // The extents come with their offsets in the file (the controller's layout): they are taken
+  // as they are, and checked to tile the file, each starting where the one before ends.
   uint64_t at = 0;
   for (uint32_t i = 0; i < f->nextents; i++) {
     struct extent *e = &f->extents[i];
-    e->at = at;
+    e->at = rd(r, 8);
     e->kind = (uint8_t)rd(r, 1);
     e->index = (uint32_t)rd(r, 4);
     e->offset = rd(r, 8);
     e->length = rd(r, 8);
-    at += e->length;
     if (r->bad) goto malformed;
+    if (e->at != at || e->length > UINT64_MAX - at) {
+      snprintf(msg, sizeof msg, "extent %u starts at %llu, where the one before ends at %llu", i, (unsigned long long)e->at, (unsigned long long)at);
+      *why = msg;
+      vfile_put(f);
+      return NULL;
+    }
+    at += e->length;
   }
   f->memory_size = rd(r, 8);
   if (r->bad || (uint64_t)(r->end - r->p) != f->memory_size) goto malformed;
@@ -887,15 +901,25 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
   fuse_reply_err(req, 0);
 }
 
-/** The open fd of a sidecar, asking the controller to write it first when it is not there yet. */
+/**
+ * The open fd of a sidecar, asking the controller to write it first when it is not there yet.
+ * A fill that fails (no space left, the source gone) fails the reads that waited for it, and
+ * only those: the next read asks again, so a moment of ENOSPC is not EIO for the life of the
+ * mount.
+ */
 static int sidecar_fd(struct sidecar *sc) {
+  uint32_t waited = 0; // the fill this read asked for or joined
   pthread_mutex_lock(&fill_lock);
   for (;;) {
     if (sc->state == SIDECAR_READY) break;
     if (sc->state == SIDECAR_FAILED) {
-      pthread_mutex_unlock(&fill_lock);
-      errno = sc->err > 0 ? sc->err : EIO;
-      return -1;
+      if (controller_gone || (waited != 0 && sc->fill_id == waited)) {
+        pthread_mutex_unlock(&fill_lock);
+        errno = sc->err > 0 ? sc->err : EIO;
+        return -1;
+      }
+      sc->state = SIDECAR_ABSENT; // failed before this read: try again
+      sc->fill_id = 0;
     }
     if (sc->state == SIDECAR_ABSENT) {
       int fd = open(sc->path, O_RDONLY | O_CLOEXEC);
@@ -911,7 +935,7 @@ static int sidecar_fd(struct sidecar *sc) {
         errno = EIO;
         return -1;
       }
-      if (sc->fill_id != 0) { // filled once and still not there (or the wrong size): give up
+      if (sc->fill_id != 0 && sc->fill_id == waited) { // filled for this read and still not there (or the wrong size)
         sc->state = SIDECAR_FAILED;
         sc->err = EIO;
         logf_("sidecar %s: not written as expected (%llu bytes)", sc->path, (unsigned long long)sc->size);
@@ -919,6 +943,7 @@ static int sidecar_fd(struct sidecar *sc) {
       }
       sc->state = SIDECAR_PENDING;
       sc->fill_id = atomic_fetch_add(&next_fill_id, 1);
+      if (sc->fill_id == 0) sc->fill_id = atomic_fetch_add(&next_fill_id, 1); // 0 means none
       if (npending == pending_cap) {
         pending_cap = pending_cap ? pending_cap * 2 : 16;
         pending = realloc(pending, pending_cap * sizeof *pending);
@@ -926,6 +951,7 @@ static int sidecar_fd(struct sidecar *sc) {
       pending[npending++] = sc;
       send_msg(MSG_FILL, sc->fill_id, 0, sc->path);
     }
+    if (sc->state == SIDECAR_PENDING && waited == 0) waited = sc->fill_id; // joined a fill under way
     if (controller_gone && sc->state == SIDECAR_PENDING) {
       sc->state = SIDECAR_FAILED;
       sc->err = EIO;
@@ -954,7 +980,30 @@ static int pread_all(int fd, uint8_t *out, uint64_t length, uint64_t offset) {
   return 0;
 }
 
-static __thread uint8_t *read_buf;
+// Each worker thread's read buffer (MAX_READ bytes), mapped on its first read and unmapped when
+// the thread exits: libfuse starts workers as reads queue up and retires the idle ones beyond
+// its idle count, so a buffer kept past its thread (a __thread pointer to malloc'd memory) was
+// lost with every retired worker, about 1 MiB each. A mapping, not malloc: its pages go back to
+// the kernel at munmap, not into an arena of the thread that is gone.
+static pthread_key_t read_buf_key;
+static pthread_once_t read_buf_once = PTHREAD_ONCE_INIT;
+
+static void read_buf_free(void *buf) { munmap(buf, MAX_READ); }
+static void read_buf_key_make(void) { pthread_key_create(&read_buf_key, read_buf_free); }
+
+/** This thread's read buffer; NULL when it cannot be mapped. */
+static uint8_t *read_buf(void) {
+  pthread_once(&read_buf_once, read_buf_key_make);
+  uint8_t *buf = pthread_getspecific(read_buf_key);
+  if (buf) return buf;
+  buf = mmap(NULL, MAX_READ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (buf == MAP_FAILED) return NULL;
+  if (pthread_setspecific(read_buf_key, buf) != 0) {
+    munmap(buf, MAX_READ);
+    return NULL;
+  }
+  return buf;
+}
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
   (void)ino;
@@ -965,7 +1014,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
   }
   if (size > f->size - (uint64_t)off) size = f->size - (uint64_t)off;
   if (size > MAX_READ) size = MAX_READ;
-  if (!read_buf) read_buf = malloc(MAX_READ);
+  uint8_t *buf = read_buf();
+  if (!buf) {
+    fuse_reply_err(req, ENOMEM);
+    return;
+  }
   uint64_t start = (uint64_t)off, end = start + size;
   // the first extent that ends after `start`
   uint32_t lo = 0, hi = f->nextents;
@@ -978,7 +1031,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
     const struct extent *e = &f->extents[i];
     uint64_t from = e->at > start ? e->at : start;
     uint64_t to = e->at + e->length < end ? e->at + e->length : end;
-    uint8_t *dst = read_buf + (from - start);
+    uint8_t *dst = buf + (from - start);
     uint64_t n = to - from, at = e->offset + (from - e->at);
     switch (e->kind) {
       case EXT_ZERO:
@@ -1016,7 +1069,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
       return;
     }
   }
-  fuse_reply_buf(req, (const char *)read_buf, size);
+  fuse_reply_buf(req, (const char *)buf, size);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off, struct fuse_file_info *fi) {

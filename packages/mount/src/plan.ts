@@ -1,6 +1,6 @@
 import { fstat } from "node:fs";
 import { promisify } from "node:util";
-import type { ByteSource, GgufLayout, GgufModel, GgufTensor } from "@compat/gguf";
+import type { ByteSource, BytesData, GgufLayout, GgufModel, GgufTensor, RangeData } from "@compat/gguf";
 import { MountError } from "./errors";
 
 /** A file the daemon reads ranges of, as it was when the plan was made (a read checks it still is). */
@@ -18,13 +18,16 @@ export interface Sidecar {
   length: number;
 }
 
-/** One piece of a virtual file, in file order; together they cover it exactly. */
+/**
+ * One piece of a virtual file at its offset `at` in it, in file order; together they cover it
+ * exactly (the daemon checks they tile the file and serves them as they are).
+ */
 export type Extent =
-  | { kind: "zero"; length: number }
+  | { kind: "zero"; at: number; length: number }
   /** Bytes of the plan's `memory` (the header, small in-memory tensors). */
-  | { kind: "memory"; offset: number; length: number }
-  | { kind: "source"; source: number; offset: number; length: number }
-  | { kind: "sidecar"; sidecar: number; offset: number; length: number };
+  | { kind: "memory"; at: number; offset: number; length: number }
+  | { kind: "source"; at: number; source: number; offset: number; length: number }
+  | { kind: "sidecar"; at: number; sidecar: number; offset: number; length: number };
 
 /** A virtual file as the daemon serves it. */
 export interface FilePlan {
@@ -67,13 +70,13 @@ async function sourceFile(src: ByteSource): Promise<SourceFile> {
 }
 
 /**
- * The plan of a translated view: its header from memory, every untouched tensor as a range of
- * its source file (adjacent ranges merged), padding as zeros, and each computed tensor as a
- * sidecar file (`computed` says how to write it). The bytes it describes are exactly
- * `view.read()`'s, i.e. `writeTo()`'s.
+ * The plan of a translated view, one extent of the mount per extent of its layout: the header
+ * from memory, every untouched tensor as a range of its source file (adjacent ranges merged),
+ * padding as zeros, an op that only joins bytes as the ranges it joins, and each other
+ * computed tensor as a sidecar file (`computed` says how to write it). The bytes it describes are exactly `view.read()`'s, i.e. `writeTo()`'s.
  */
 export async function planView(view: PlannableView, opts: PlanOptions): Promise<{ plan: FilePlan; computed: ComputedPart[] }> {
-  const { header, dataOffset, tensorOffsets, tensorSizes, totalSize } = view.layout;
+  const { header, totalSize, extents: layout } = view.layout;
   const sources: SourceFile[] = [];
   const sourceIndex = new Map<ByteSource, number>();
   const sidecars: Sidecar[] = [];
@@ -84,6 +87,7 @@ export async function planView(view: PlannableView, opts: PlanOptions): Promise<
   let at = 0;
 
   const push = (x: Extent) => {
+    if (x.at !== at) throw new MountError("BAD_PLAN", `internal: an extent at ${x.at} follows one that ends at ${at}`);
     const last = extents[extents.length - 1];
     if (last?.kind === "zero" && x.kind === "zero") last.length += x.length;
     else if (last?.kind === "memory" && x.kind === "memory" && last.offset + last.length === x.offset) last.length += x.length;
@@ -91,38 +95,50 @@ export async function planView(view: PlannableView, opts: PlanOptions): Promise<
     else extents.push(x);
     at += x.length;
   };
-  push({ kind: "memory", offset: 0, length: header.length });
 
-  const tensors = view.model.tensors;
-  for (let i = 0; i < tensors.length; i++) {
-    const t = tensors[i]!;
-    const start = dataOffset + tensorOffsets[i]!;
-    if (start > at) push({ kind: "zero", length: start - at });
-    const size = tensorSizes[i]!;
-    const d = t.data;
-    if (size === 0) continue;
-    if (d.kind === "range") {
-      let s = sourceIndex.get(d.source);
-      if (s === undefined) {
-        s = sources.push(await sourceFile(d.source)) - 1;
-        sourceIndex.set(d.source, s);
-      }
-      if (d.offset + size > sources[s]!.size) {
-        throw new MountError("BAD_PLAN", `tensor "${t.name}" reads [${d.offset}, +${size}) of ${d.source.name}, which has ${sources[s]!.size} bytes`, { source: d.source.name, tensor: t.name });
-      }
-      push({ kind: "source", source: s, offset: d.offset, length: size });
-    } else if (d.kind === "bytes") {
+  /** A range of a source file, or bytes kept in memory, at `at` in the file. */
+  const place = async (d: RangeData | BytesData, at: number, tensor: string) => {
+    if (d.kind === "bytes") {
       memoryParts.push(d.bytes);
-      push({ kind: "memory", offset: memorySize, length: size });
-      memorySize += size;
-    } else {
-      const path = opts.sidecarPath(t, i);
-      const sidecar = sidecars.push({ path, length: size }) - 1;
-      computed.push({ path, length: size, tensor: { index: i, name: t.name }, label: `${t.name} (${d.label})`, produce: () => d.produce() });
-      push({ kind: "sidecar", sidecar, offset: 0, length: size });
+      push({ kind: "memory", at, offset: memorySize, length: d.bytes.length });
+      memorySize += d.bytes.length;
+      return;
+    }
+    let s = sourceIndex.get(d.source);
+    if (s === undefined) {
+      s = sources.push(await sourceFile(d.source)) - 1;
+      sourceIndex.set(d.source, s);
+    }
+    if (d.offset + d.length > sources[s]!.size) {
+      throw new MountError("BAD_PLAN", `tensor "${tensor}" reads [${d.offset}, +${d.length}) of ${d.source.name}, which has ${sources[s]!.size} bytes`, { source: d.source.name, tensor });
+    }
+    push({ kind: "source", at, source: s, offset: d.offset, length: d.length });
+  };
+
+  for (const x of layout) {
+    if (x.kind === "header") push({ kind: "memory", at: x.at, offset: 0, length: x.length });
+    else if (x.kind === "padding") push({ kind: "zero", at: x.at, length: x.length });
+    else if (x.length > 0) {
+      const t = view.model.tensors[x.index]!;
+      const d = t.data;
+      if (d.kind === "range") await place({ ...d, length: x.length }, x.at, t.name);
+      else if (d.kind === "bytes") await place({ kind: "bytes", bytes: d.bytes.subarray(0, x.length) }, x.at, t.name);
+      else if (d.parts !== undefined) {
+        // an op that only joins bytes: its pieces, served from where they are (nothing computed)
+        let pos = x.at;
+        for (const part of d.parts) {
+          await place(part, pos, t.name);
+          pos += part.kind === "range" ? part.length : part.bytes.length;
+        }
+        if (pos !== x.at + x.length) throw new MountError("BAD_PLAN", `tensor "${t.name}": its pieces hold ${pos - x.at} bytes, the tensor ${x.length}`, { tensor: t.name });
+      } else {
+        const path = opts.sidecarPath(t, x.index);
+        const sidecar = sidecars.push({ path, length: x.length }) - 1;
+        computed.push({ path, length: x.length, tensor: { index: x.index, name: t.name }, label: `${t.name} (${d.label})`, produce: () => d.produce() });
+        push({ kind: "sidecar", at: x.at, sidecar, offset: 0, length: x.length });
+      }
     }
   }
-  if (totalSize > at) push({ kind: "zero", length: totalSize - at });
   if (at !== totalSize) throw new MountError("BAD_PLAN", `the plan covers ${at} bytes of a ${totalSize}-byte file`);
   const memory = memoryParts.length === 1 ? header : Buffer.concat(memoryParts);
   const mtimeNs = sources.reduce((m, s) => (s.mtimeNs > m ? s.mtimeNs : m), 0n);

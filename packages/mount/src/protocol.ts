@@ -84,7 +84,7 @@ export function addFileMessage(id: number, path: string, plan: FilePlan): Buffer
   for (const s of plan.sidecars) e.str(s.path).u64(s.length);
   e.u32(plan.extents.length);
   for (const x of plan.extents) {
-    e.u8(EXTENT_KIND[x.kind]);
+    e.u64(x.at).u8(EXTENT_KIND[x.kind]);
     e.u32(x.kind === "source" ? x.source : x.kind === "sidecar" ? x.sidecar : 0);
     e.u64(x.kind === "zero" ? 0 : x.offset);
     e.u64(x.length);

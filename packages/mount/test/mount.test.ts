@@ -117,6 +117,23 @@ describe("bytes through the mount", () => {
     expect(await Promise.all(written.map(async (p) => (await stat(p)).mtimeMs))).toEqual(mtimes);
   });
 
+  it("serves ops that only join bytes from the source: glmocr's gate+up concat writes no sidecar", async () => {
+    const dir = await t.dir();
+    const src = await generateFixtureFiles("glmocr", { seed: 5, layout: "ollama" }, join(dir, "src"));
+    const { text } = await viewsOf(src.text);
+    const joins = text!.model.tensors.filter((x) => x.data.kind === "computed" && x.data.label === "concat ffn_gate+ffn_up");
+    expect(joins.length).toBeGreaterThan(0);
+    await text!.writeTo(join(dir, "text.gguf"));
+    const { plan, computed } = await planView(text!, { sidecarPath: (tn, i) => join(dir, "sidecars", `${i}.bin`) });
+    expect(computed).toEqual([]); // nothing to compute: every op of this model only joins bytes
+    expect(plan.sidecars).toEqual([]);
+    const mount = await t.mount(dir);
+    await addView(mount, "glmocr.gguf", text!, "glmocr");
+    expect(await sha256(join(mount.dir, "glmocr.gguf"))).toBe(await sha256(join(dir, "text.gguf")));
+    expect(await readdir(join(dir, "sidecars")).catch(() => [])).toEqual([]);
+    await text!.close();
+  });
+
   it("a mount sweeps the temp files of sidecar writers that died", async () => {
     const dir = await t.dir();
     const stale = join(dir, "sidecars/ab/cdef.bin.999999999.0123abcd.tmp");
@@ -167,7 +184,7 @@ describe("faults", () => {
     expect(await sha256(f)).toBe(await sha256(join(dir, "text.gguf")));
   });
 
-  for (const how of ["removed", "replaced", "written in place", "truncated"] as const) {
+  for (const how of ["removed", "replaced", "written in place", "written through mmap (its mtime set back)", "truncated"] as const) {
     it(`a source ${how} under the mount gives EIO, also for pages read before`, async () => {
       const dir = await t.dir();
       const g = await gemma3(dir);
@@ -185,6 +202,20 @@ describe("faults", () => {
         const w = await open(source, "r+");
         await w.write(Buffer.from([1, 2, 3, 4]), 0, 4, (await stat(source)).size - 4);
         await w.close();
+      } else if (how === "written through mmap (its mtime set back)") {
+        // a write through a shared mapping makes no inotify event; setting the mtime back makes
+        // size and mtime what was planned: only the ctime, which nothing sets back, still tells
+        const mmapWrite = `import mmap, os, sys
+p = sys.argv[1]
+st = os.stat(p)
+with open(p, "r+b") as f:
+    m = mmap.mmap(f.fileno(), 0)
+    m[st.st_size - 4:st.st_size] = bytes([1, 2, 3, 4])
+    m.flush()
+    m.close()
+os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+assert os.stat(p).st_mtime_ns == st.st_mtime_ns`;
+        execFileSync("python3", ["-c", mmapWrite, source]);
       } else await truncate(source, (await stat(source)).size - 4096);
       // the watch invalidates the cached pages; a read that still raced it checks the source itself
       await new Promise((r) => setTimeout(r, 200));

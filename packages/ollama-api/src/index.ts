@@ -1,5 +1,6 @@
+import { randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
-import { asStore, BridgeError, checkPortFree, isLoopback, startRouter, type ExitInfo, type RouterModel, type RouterServer, type StartRouterOptions } from "@compat/server-bridge";
+import { asStore, BridgeError, checkPortFree, isLoopback, preparerFor, presetSection, startRouter, withoutStopWords, type ExitInfo, type RouterModel, type RouterServer, type StartRouterOptions } from "@compat/server-bridge";
 import { allowedOrigins, checkAccess, originMatchers } from "./access";
 import { parseKeepAlive } from "./duration";
 import { LoadConfigs } from "./load-config";
@@ -38,6 +39,11 @@ export interface ServeOllamaOptions extends Omit<StartRouterOptions, "modelsMax"
   keepAlive?: string | number;
   /** Largest request body accepted (default 256 MiB: images travel base64 inside JSON). */
   maxBodyBytes?: number;
+  /**
+   * Request-body bytes held at once across all connections (default 512 MiB, at least
+   * maxBodyBytes): a request that would go beyond it is refused with 503.
+   */
+  maxHeldBodyBytes?: number;
 }
 
 export interface OllamaServer {
@@ -47,9 +53,13 @@ export interface OllamaServer {
   port: number;
   /** The llama-server router behind it. */
   router: RouterServer;
+  /** The key the router answers to (`Authorization: Bearer KEY`), made at start, for a caller that asks the router itself; never printed. */
+  routerKey: string;
   models: RouterModel[];
   /** Resolves when the router exits (the API stops with it). */
   exited: Promise<ExitInfo>;
+  /** Request-body bytes the API holds now, across all connections (never above maxHeldBodyBytes). */
+  heldBodyBytes(): number;
   stop(graceMs?: number): Promise<ExitInfo>;
 }
 
@@ -57,7 +67,9 @@ export interface OllamaServer {
  * Ollama's REST API on Ollama's address, in front of a llama-server router over the store:
  * what an Ollama user's clients call, answered by stock llama-server. The router listens on a
  * private loopback port; this API is the only way in, so model loads are decided by one
- * scheduler (see ModelScheduler) and names are Ollama's on every route.
+ * scheduler (see ModelScheduler) and names are Ollama's on every route. The router and the
+ * model instances it starts answer only requests that carry a key this process made up
+ * (web pages and other local users get 401), and allow no other origin (see ROUTER_CORS).
  */
 export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServer> {
   const env = opts.env ?? process.env;
@@ -80,13 +92,27 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
     instances.onLog(line);
     opts.onLog?.(line);
   };
-  const router = await startRouter({ ...opts, onLog, host: "127.0.0.1", port: undefined, insecure: false, modelsMax: 0, stopWordsPerRequest: true });
-  const upstream = new Upstream(router.url, opts.apiKey);
+  const args = routerArgs(opts.args ?? []);
+  // the key travels to llama-server by environment (LLAMA_API_KEY), which the router's model
+  // instances inherit: they check it too (the router passes the Authorization header on)
+  const routerKey = randomBytes(32).toString("base64url");
+  const router = await startRouter({ ...opts, args, onLog, host: "127.0.0.1", port: undefined, apiKey: routerKey, insecure: false, modelsMax: 0, stopWordsPerRequest: true });
+  const upstream = new Upstream(router.url, routerKey);
   const configs = new LoadConfigs(router.presetPath, upstream);
   const io = new RouterModels(upstream, { define: (c, keep) => configs.define(c, keep), errorOf: (n) => instances.errorOf(n) });
   const scheduler = new ModelScheduler(io, { maxLoaded: modelsMax, keepAliveMs, maxQueue, onStatus: opts.onStatus });
   const served: ApiModel[] = router.models.filter((m) => m.model).map((m) => apiModel(m.name, m.model!));
-  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, instances, storeRoot: asStore(opts.store, env).root, maxBodyBytes: opts.maxBodyBytes ?? 256 * 2 ** 20 });
+  const store = asStore(opts.store, env);
+  // a model pulled while serving: prepared as the others were, then a section of the router's preset
+  const addModel = async (name: string): Promise<ApiModel> => {
+    const resolved = await store.resolve(name);
+    const prepared = await preparerFor(opts).prepare(resolved);
+    await configs.addModel(resolved.name, presetSection(resolved.name, withoutStopWords(prepared), (m) => opts.onStatus?.(`warning: ${m}`)));
+    return apiModel(resolved.name, prepared);
+  };
+  const maxBodyBytes = opts.maxBodyBytes ?? 256 * 2 ** 20;
+  const maxHeldBodyBytes = opts.maxHeldBodyBytes ?? Math.max(512 * 2 ** 20, maxBodyBytes);
+  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, instances, storeRoot: store.root, maxBodyBytes, maxHeldBodyBytes, addModel });
   const access = { origins: allowedOrigins(env), listenHost: host, apiKey: opts.apiKey };
   const matchers = originMatchers(access.origins);
   const http = createServer({ noDelay: true, keepAliveTimeout: 65_000 }, (req, res) => {
@@ -114,13 +140,34 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
     host,
     port: boundPort,
     router,
+    routerKey,
     models: router.models,
     exited: router.exited,
+    heldBodyBytes: () => routes.heldBodyBytes(),
     stop: async (graceMs) => {
       shutdown();
       return router.stop(graceMs);
     },
   };
+}
+
+/**
+ * CORS on the router and its model instances: one allowed origin that no page can have (.invalid
+ * never resolves, RFC 6761) and no credentials, so a browser lets no page read an answer.
+ * llama-server's default is `*` with credentials, which echoes any Origin.
+ */
+const ROUTER_CORS = ["--cors-origins", "http://ollama-compat-router.invalid", "--no-cors-credentials"];
+
+/** llama-server arguments that would move the router, unlock it or open it to pages: the API decides those. */
+const ROUTER_OWN = new Set(["--host", "--port", "--api-key", "--api-key-file", "--api-prefix", "--cors-origins", "--cors-credentials", "--no-cors-credentials", "--cors-methods", "--cors-headers"]);
+
+/** The router's arguments: ROUTER_CORS, then the pass-through ones (none of ROUTER_OWN, so nothing undoes it). */
+function routerArgs(args: readonly string[]): string[] {
+  for (const a of args) {
+    if (!ROUTER_OWN.has(a.startsWith("--") ? a.replace(/_/g, "-") : a)) continue;
+    throw new BridgeError("BAD_ARGUMENT", `llama-server argument ${a}: the Ollama API's router listens on a private loopback port with a key of its own; give the API's address with --host/--port (OLLAMA_HOST) and its key with --api-key-file`, { arg: a });
+  }
+  return [...ROUTER_CORS, ...args];
 }
 
 function parseKeepAliveOption(v: string | number): number {

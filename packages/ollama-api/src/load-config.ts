@@ -84,8 +84,13 @@ export class LoadConfigs {
     private readonly upstream: Upstream,
   ) {}
 
-  /** The configuration a request with `requestOptions` needs (a 400 for an option of the wrong type). */
-  want(m: ApiModel, requestOptions: unknown, trainCtx: number): LoadWant {
+  /**
+   * The configuration a request with `requestOptions` needs (a 400 for an option of the wrong
+   * type). `embed`: the request embeds with a model that is not an embedding model, which
+   * llama-server does only in a configuration of its own (`--embedding`, which refuses
+   * completions, with the last token's state as the input's: `--pooling last`).
+   */
+  want(m: ApiModel, requestOptions: unknown, trainCtx: number, embed = false): LoadWant {
     const params = m.prepared.resolved.params;
     const base = effective(params, undefined, trainCtx);
     const asked = requestOptions && typeof requestOptions === "object" && !Array.isArray(requestOptions) ? (requestOptions as Record<string, unknown>) : {};
@@ -93,13 +98,16 @@ export class LoadConfigs {
     const differs = LOAD_OPTIONS.filter(([o]) => wanted[o] !== base[o]);
     const defaultConfig: LoadConfig = { routerName: m.name, numCtx: base.num_ctx as number };
     const flexible = !LOAD_OPTIONS.some(([o]) => asked[o] !== undefined && asked[o] !== null);
-    if (differs.length === 0) return { config: defaultConfig, flexible };
-    const routerName = `${m.name}~${differs.map(([o, kind, tag]) => `${tag}${kind === "bool" ? Number(wanted[o]) : wanted[o]}`).join("-")}`;
+    const asEmbedder = embed && !m.prepared.embedding;
+    if (differs.length === 0 && !asEmbedder) return { config: defaultConfig, flexible };
+    const tags = differs.map(([o, kind, tag]) => `${tag}${kind === "bool" ? Number(wanted[o]) : wanted[o]}`);
+    const routerName = `${m.name}~${[...tags, ...(asEmbedder ? ["embed"] : [])].join("-")}`;
     let v = this.variants.get(routerName);
     if (!v) {
       const overrides: Record<string, unknown> = {};
       for (const [o] of differs) overrides[o] = wanted[o];
-      v = { config: { routerName, numCtx: wanted.num_ctx as number }, section: variantSection(routerName, m.prepared, overrides), lastUsed: 0 };
+      const section = asEmbedder ? `${variantSection(routerName, { ...m.prepared, embedding: true }, overrides)}\npooling = last` : variantSection(routerName, m.prepared, overrides);
+      v = { config: { routerName, numCtx: wanted.num_ctx as number }, section, lastUsed: 0 };
       this.variants.set(routerName, v);
     }
     v.lastUsed = performance.now();
@@ -122,20 +130,44 @@ export class LoadConfigs {
         this.variants.delete(name);
         this.known.delete(name);
       }
-      this.basePreset ??= readFile(this.presetPath, "utf8");
-      const text = [await this.basePreset, ...[...this.variants.values()].map((x) => x.section + "\n")].join("\n");
-      // llama-server re-reads the preset on the reload below: it sees the old one or the new one, never half
-      await writeFileAtomic(this.presetPath, text);
-      const { status, text: body } = await this.upstream.call("GET", "/models?reload=1");
-      if (status !== 200) throw new ApiError(500, `llama-server could not re-read its preset for ${config.routerName}: ${upstreamMessage(body)}`);
-      const listed = new Set<string>();
-      for (const m of (JSON.parse(body) as { data?: Array<{ id: string; aliases?: string[] }> }).data ?? []) for (const n of [m.id, ...(m.aliases ?? [])]) listed.add(n);
+      const listed = await this.rewrite(config.routerName);
       this.known = new Set([...this.variants.keys()].filter((n) => listed.has(n)));
       if (!this.known.has(config.routerName)) throw new ApiError(500, `llama-server did not take the preset section of ${config.routerName}`);
     };
+    return this.serially(job);
+  }
+
+  /** Adds a model's own section (one pulled while serving) to the preset, and has the router take it. */
+  addModel(routerName: string, section: string): Promise<void> {
+    return this.serially(async () => {
+      const base = await (this.basePreset ??= readFile(this.presetPath, "utf8"));
+      // a model deleted and pulled again replaces its old section (a preset holds a name once)
+      const header = section.slice(0, section.indexOf("\n") + 1);
+      const at = base.startsWith(header) ? 0 : base.indexOf(`\n${header}`) + 1 || -1;
+      const kept = at < 0 ? base : base.slice(0, at) + base.slice(base.indexOf("\n[", at + header.length) + 1 || base.length);
+      this.basePreset = Promise.resolve(`${kept.trimEnd()}\n\n${section}\n`);
+      const listed = await this.rewrite(routerName);
+      if (!listed.has(routerName)) throw new ApiError(500, `llama-server did not take the preset section of ${routerName}`);
+    });
+  }
+
+  private serially(job: () => Promise<void>): Promise<void> {
     const run = this.writing.then(job, job);
     this.writing = run.catch(() => undefined);
     return run;
+  }
+
+  /** Writes the preset (the base, then the variants), has the router re-read it; the names it lists. */
+  private async rewrite(forName: string): Promise<Set<string>> {
+    this.basePreset ??= readFile(this.presetPath, "utf8");
+    const text = [await this.basePreset, ...[...this.variants.values()].map((x) => x.section + "\n")].join("\n");
+    // llama-server re-reads the preset on the reload: it sees the old one or the new one, never half
+    await writeFileAtomic(this.presetPath, text);
+    const { status, text: body } = await this.upstream.call("GET", "/models?reload=1");
+    if (status !== 200) throw new ApiError(500, `llama-server could not re-read its preset for ${forName}: ${upstreamMessage(body)}`);
+    const listed = new Set<string>();
+    for (const m of (JSON.parse(body) as { data?: Array<{ id: string; aliases?: string[] }> }).data ?? []) for (const n of [m.id, ...(m.aliases ?? [])]) listed.add(n);
+    return listed;
   }
 }
 

@@ -1,15 +1,16 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { displayName, parseModelName } from "@compat/store";
-import { chatRequest, generateRequest, isHousekeeping, jsonBody, type Housekeeping } from "./chat";
+import { copyModel, deleteModel, displayName, parseModelName, pullModel, StoreError, type PullProgress } from "@compat/store";
+import { BodyBudget, discard, readUpTo } from "./body";
+import { chatRequest, generateRequest, isHousekeeping, jsonBody, parseJson } from "./chat";
 import { embed, embeddings } from "./embed";
 import type { LoadConfigs, LoadWant } from "./load-config";
 import { ApiError, badRequest, modelNotFound } from "./errors";
 import { modelfileText, parametersText, tensorList, type ApiModel } from "./models";
 import { stopWords } from "./options";
 import { modelRenamer } from "./stream";
-import { answer, sendError, sendJson, type AnswerRequest } from "./respond";
+import { answer, sendError, sendJson } from "./respond";
 import type { Lease, ModelScheduler } from "./scheduler";
 import type { Upstream } from "./upstream";
 import type { InstanceLog } from "./instance-log";
@@ -18,7 +19,7 @@ import type { InstanceLog } from "./instance-log";
 export const OLLAMA_API_VERSION = "0.32.15";
 
 const STORE_READ_ONLY =
-  "ollama-compat serves the Ollama model store read-only: pull, create, copy, push and delete models with the ollama command, then restart ollama-compat serve --all";
+  "ollama-compat serve --all cannot create or push models yet: do it with the ollama command, then restart ollama-compat serve --all";
 
 type Json = Record<string, unknown>;
 
@@ -33,6 +34,10 @@ export interface RoutesOptions {
   storeRoot: string;
   /** Largest request body accepted (bytes). */
   maxBodyBytes: number;
+  /** Request-body bytes held at once across all requests (see BodyBudget). */
+  maxHeldBodyBytes: number;
+  /** Makes a model just written to the store servable (prepared, in the router's preset); /api/pull calls it. */
+  addModel?: (name: string) => Promise<ApiModel>;
 }
 
 /**
@@ -41,9 +46,16 @@ export interface RoutesOptions {
  */
 export class OllamaRoutes {
   private readonly byName = new Map<string, ApiModel>();
+  private readonly bodies: BodyBudget;
 
   constructor(private readonly o: RoutesOptions) {
     for (const m of o.models) this.byName.set(m.name.toLowerCase(), m);
+    this.bodies = new BodyBudget(o.maxBodyBytes, o.maxHeldBodyBytes);
+  }
+
+  /** Request-body bytes held now, across all requests. */
+  heldBodyBytes(): number {
+    return this.bodies.held;
   }
 
   /** A model as a client names it: `gemma3` is `gemma3:latest`, full names and any case resolve too. */
@@ -57,7 +69,7 @@ export class OllamaRoutes {
     const path = (req.url ?? "/").split("?")[0]!;
     const method = req.method ?? "GET";
     try {
-      if (path.startsWith("/v1/")) return await this.passthrough(req, res, path);
+      if (path.startsWith("/v1/")) return await this.openAi(req, res, path);
       const route = ROUTES[path] ?? (path.startsWith("/api/blobs/") ? ROUTES["/api/blobs/:digest"] : undefined);
       if (!route) return void res.writeHead(404, { "content-type": "text/plain" }).end("404 page not found");
       const handler = route[method === "HEAD" && !route.HEAD ? "GET" : method];
@@ -69,8 +81,8 @@ export class OllamaRoutes {
     }
   }
 
-  private async body(req: IncomingMessage): Promise<Json> {
-    return jsonBody(await readBody(req, this.o.maxBodyBytes));
+  private async body(req: IncomingMessage, res: ServerResponse): Promise<Json> {
+    return jsonBody((await this.bodies.read(req, res)).toString("utf8"));
   }
 
   /** The model a request body names (`model`, or the older `name`); 400 without one, 404 when it is not installed. */
@@ -98,7 +110,7 @@ export class OllamaRoutes {
   }
 
   async show(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const body = await this.body(req);
+    const body = await this.body(req, res);
     const m = this.model(body);
     const f = await m.facts;
     const r = m.prepared.resolved;
@@ -145,22 +157,10 @@ export class OllamaRoutes {
     sendJson(res, 200, { models });
   }
 
-  /** POST /api/chat. */
-  async chat(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const body = await this.body(req);
+  async generate(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const body = await this.body(req, res);
     const m = this.model(body);
-    await this.complete(res, m, body, await chatRequest(m, body));
-  }
-
-  /** POST /api/generate. */
-  async generate(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const body = await this.body(req);
-    const m = this.model(body);
-    await this.complete(res, m, body, await generateRequest(m, body));
-  }
-
-  /** A chat or generate request: answered by the model, or housekeeping (load, unload) done by the scheduler. */
-  private async complete(res: ServerResponse, m: ApiModel, body: Json, r: AnswerRequest | Housekeeping): Promise<void> {
+    const r = path === "/api/chat" ? await chatRequest(m, body) : await generateRequest(m, body);
     const want = await this.want(m, body.options);
     if (!isHousekeeping(r)) return answer(this.o.scheduler, this.o.upstream, res, r, want);
     if (r.kind === "unload") await this.o.scheduler.unload(m.name);
@@ -169,33 +169,140 @@ export class OllamaRoutes {
   }
 
   async embed(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
-    const body = await this.body(req);
+    const body = await this.body(req, res);
     const m = this.model(body);
     const run = path === "/api/embed" ? embed : embeddings;
-    sendJson(res, 200, await run(this.o.scheduler, this.o.upstream, m, body, await this.want(m, body.options)));
+    // Ollama embeds with any model; one that is not an embedding model is loaded as one for it
+    const f = await m.facts;
+    const want = this.o.configs.want(m, body.options, f.contextLength, !f.capabilities.includes("embedding"));
+    sendJson(res, 200, await run(this.o.scheduler, this.o.upstream, m, body, want));
+  }
+
+  /**
+   * POST /api/pull: the model from its registry into the store (pullModel), Ollama's progress
+   * objects streamed as NDJSON (`stream: false`: the last one alone), then served by the running
+   * router. A failure after the stream began is a last `{"error": …}` line, as Ollama sends it.
+   */
+  async pull(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.body(req, res);
+    const ref = typeof body.model === "string" && body.model !== "" ? body.model : body.name;
+    if (typeof ref !== "string" || !parseModelName(ref)) throw badRequest("invalid model name");
+    const stream = body.stream !== false;
+    const abort = new AbortController();
+    res.on("close", () => {
+      if (!res.writableFinished) abort.abort(new Error("the client went away"));
+    });
+    const send = (p: PullProgress | { error: string }) => {
+      if (!res.headersSent) res.writeHead(200, { "content-type": "application/x-ndjson" });
+      res.write(JSON.stringify(p) + "\n");
+    };
+    try {
+      const pulled = await pullModel(ref, {
+        root: this.o.storeRoot,
+        insecure: body.insecure === true,
+        signal: abort.signal,
+        onProgress: (p) => {
+          // "success" is said once the model is served too
+          if (stream && p.status !== "success") send(p);
+        },
+      });
+      const name = displayName(pulled.name);
+      if (!this.find(name) && this.o.addModel) this.serve(await this.o.addModel(name));
+      if (!stream) return sendJson(res, 200, { status: "success" });
+      send({ status: "success" });
+      res.end();
+    } catch (e) {
+      if (abort.signal.aborted) return;
+      const message = e instanceof Error ? e.message : String(e);
+      if (res.headersSent) {
+        send({ error: message });
+        res.end();
+      } else sendJson(res, e instanceof ApiError ? e.status : 500, { error: message });
+    }
+  }
+
+  /** POST /api/copy `{source, destination}`: the manifest under a second name (Ollama's CopyModel), served at once. */
+  async copy(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.body(req, res);
+    const source = typeof body.source === "string" ? parseModelName(body.source) : null;
+    const destination = typeof body.destination === "string" ? parseModelName(body.destination) : null;
+    if (!source || !destination) throw badRequest(`invalid model name: ${JSON.stringify(!source ? body.source : body.destination)}`);
+    try {
+      await copyModel(this.o.storeRoot, source, destination);
+    } catch (e) {
+      if (e instanceof StoreError && e.code === "UNKNOWN_MODEL") throw modelNotFound(String(body.source));
+      throw e;
+    }
+    const name = displayName(destination);
+    if (!this.find(name) && this.o.addModel) this.serve(await this.o.addModel(name));
+    res.writeHead(200).end();
+  }
+
+  /**
+   * DELETE /api/delete `{model}`: the manifest goes, and each of its blobs that no other manifest
+   * names (Ollama's DeleteHandler); the model is unloaded and no longer listed.
+   */
+  async remove(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.body(req, res);
+    const ref = typeof body.model === "string" && body.model !== "" ? body.model : body.name;
+    const n = typeof ref === "string" ? parseModelName(ref) : null;
+    if (!n) throw badRequest("invalid model name");
+    try {
+      await deleteModel(this.o.storeRoot, n);
+    } catch (e) {
+      if (e instanceof StoreError && e.code === "UNKNOWN_MODEL") throw modelNotFound(String(ref));
+      throw e;
+    }
+    const m = this.find(displayName(n));
+    if (m) {
+      this.byName.delete(m.name.toLowerCase());
+      this.o.models.splice(this.o.models.indexOf(m), 1);
+      await this.o.scheduler.unload(m.name).catch(() => undefined);
+    }
+    res.writeHead(200).end();
+  }
+
+  /** Lists and serves a model added while running. */
+  private serve(m: ApiModel): void {
+    this.byName.set(m.name.toLowerCase(), m);
+    this.o.models.push(m);
   }
 
   async readOnly(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    req.resume();
+    discard(req, res);
     sendJson(res, 403, { error: STORE_READ_ONLY });
   }
 
   /** HEAD /api/blobs/:digest: whether the store has the blob (what `ollama create` asks before an upload). */
   async headBlob(_req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
-    const digest = decodeURIComponent(path.slice("/api/blobs/".length));
+    const digest = decodedSegment(path.slice("/api/blobs/".length));
     const m = /^sha256[:-]([0-9a-f]{64})$/.exec(digest);
     if (!m) throw badRequest(`invalid digest format: ${digest}`);
     res.writeHead(existsSync(join(this.o.storeRoot, "blobs", `sha256-${m[1]}`)) ? 200 : 404).end();
   }
 
   /**
-   * /v1/*: llama-server's OpenAI routes, with the model named as Ollama users name it, loaded
-   * through the scheduler, and the model's stop words when a request gives none.
+   * /v1/*: Ollama's OpenAI and Anthropic routes. GET /v1/models[/:model] is answered here; the
+   * routes of V1_ROUTES go on to llama-server's router, and nothing else does: the router also
+   * serves admin routes (/models/load, /models/unload) that would bypass the scheduler. The path
+   * is compared as it came, not decoded: each route has one spelling, and an escape, a dot
+   * segment, a doubled or a back slash make another path, which is 404 here.
+   */
+  private async openAi(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    if ((req.method === "GET" || req.method === "HEAD") && (path === "/v1/models" || path.startsWith("/v1/models/"))) return this.openAiModels(res, path);
+    if (!V1_ROUTES.has(path)) return openAiError(res, 404, `no route ${path}`);
+    if (req.method !== "POST") return openAiError(res, 405, "method not allowed");
+    return this.passthrough(req, res, path);
+  }
+
+  /**
+   * A route of V1_ROUTES, passed to llama-server with the model named as Ollama users name it,
+   * loaded through the scheduler, and the model's stop words when a request gives none. What
+   * llama-server is asked for is `path` itself (one of V1_ROUTES), not the request's URL.
    */
   private async passthrough(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
-    if (req.method === "GET" && (path === "/v1/models" || path.startsWith("/v1/models/"))) return this.openAiModels(res, path);
     // bytes as they came (multipart uploads are not text); JSON bodies get Ollama's names
-    let body: Buffer | undefined = req.method === "GET" || req.method === "HEAD" ? undefined : await readBytes(req, this.o.maxBodyBytes);
+    let body: Buffer | undefined = await this.bodies.read(req, res);
     let lease: Lease | undefined;
     let leased: (() => Promise<Buffer>) | undefined;
     /** The model as the client named it, for the answer. */
@@ -208,14 +315,15 @@ export class OllamaRoutes {
     if (body && !/multipart|octet-stream|^audio|^image/.test(req.headers["content-type"] ?? "")) {
       let parsed: Json | undefined;
       try {
-        const v = JSON.parse(body.toString("utf8")) as unknown;
+        const v = parseJson(body.toString("utf8"));
         if (typeof v === "object" && v !== null && !Array.isArray(v)) parsed = v as Json;
-      } catch {
-        // llama-server answers what it cannot parse
+      } catch (e) {
+        // what is not text (a lone surrogate) is refused here; llama-server answers the rest it cannot parse
+        if (e instanceof ApiError) return openAiError(res, e.status, e.message);
       }
       if (parsed && typeof parsed.model === "string") {
         const m = this.find(parsed.model);
-        if (!m) return sendJson(res, 404, { error: { message: `model "${parsed.model}" not found, try pulling it first`, type: "api_error", param: null, code: null } });
+        if (!m) return openAiError(res, 404, `model "${parsed.model}" not found, try pulling it first`);
         const stop = stopWords(m.prepared.resolved.params.stop);
         if (parsed.stop === undefined && stop.length > 0 && /completions$/.test(path)) parsed.stop = stop;
         const json = parsed;
@@ -231,16 +339,16 @@ export class OllamaRoutes {
     try {
       const headers = { ...req.headers };
       for (const h of ["host", "connection", "content-length", "authorization", "keep-alive", "transfer-encoding"]) delete headers[h];
-      let up = await this.o.upstream.send(req.method ?? "GET", req.url ?? path, body, { headers, signal: abort.signal });
+      let up = await this.o.upstream.send("POST", path, body, { headers, signal: abort.signal });
       if (leased && lease && (up.statusCode ?? 0) >= 400) {
         // the model's instance died since the scheduler last looked: load it again, once
-        const said = await readBytes(up, 1 << 20).catch(() => Buffer.alloc(0));
+        const said = await readUpTo(up, 1 << 20).catch(() => Buffer.alloc(0));
         if (/is not running|failed to load|is not loaded/.test(said.toString("utf8"))) {
           lease.lost();
           lease.release();
           lease = undefined;
           body = await leased();
-          up = await this.o.upstream.send(req.method ?? "GET", req.url ?? path, body, { headers, signal: abort.signal });
+          up = await this.o.upstream.send("POST", path, body, { headers, signal: abort.signal });
         } else {
           res.writeHead(up.statusCode ?? 502, passedHeaders(up)).end(said);
           return;
@@ -257,7 +365,7 @@ export class OllamaRoutes {
     } catch (e) {
       if (abort.signal.aborted) return;
       if (res.headersSent) res.destroy();
-      else sendJson(res, 502, { error: { message: `llama-server: ${(e as Error).message}`, type: "api_error", param: null, code: null } });
+      else openAiError(res, 502, `llama-server: ${(e as Error).message}`);
     } finally {
       lease?.release();
     }
@@ -267,10 +375,32 @@ export class OllamaRoutes {
   private async openAiModels(res: ServerResponse, path: string): Promise<void> {
     const entry = async (m: ApiModel) => ({ id: m.name, object: "model", created: Math.floor((await m.facts).modifiedAt.getTime() / 1000), owned_by: ownerOf(m.name) });
     if (path === "/v1/models") return sendJson(res, 200, { object: "list", data: await Promise.all(this.o.models.map(entry)) });
-    const ref = decodeURIComponent(path.slice("/v1/models/".length));
+    let ref: string;
+    try {
+      ref = decodedSegment(path.slice("/v1/models/".length));
+    } catch (e) {
+      return openAiError(res, 400, (e as Error).message);
+    }
     const m = this.find(ref);
-    if (!m) return sendJson(res, 404, { error: { message: `model "${ref}" not found`, type: "api_error", param: null, code: null } });
+    if (!m) return openAiError(res, 404, `model "${ref}" not found`);
     sendJson(res, 200, await entry(m));
+  }
+}
+
+/** The /v1 routes of Ollama's (server/routes.go) that llama-server answers, all POST. */
+const V1_ROUTES = new Set(["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/audio/transcriptions", "/v1/messages"]);
+
+/** An error on a /v1 route, in OpenAI's shape (what those clients read). */
+function openAiError(res: ServerResponse, status: number, message: string): void {
+  sendJson(res, status, { error: { message, type: "api_error", param: null, code: null } });
+}
+
+/** A percent-encoded path segment, decoded; a malformed escape (`%zz`, a cut UTF-8 sequence) is the client's error. */
+function decodedSegment(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    throw badRequest(`malformed percent escape in ${JSON.stringify(s)}`);
   }
 }
 
@@ -280,23 +410,23 @@ function ownerOf(name: string): string {
   return n?.namespace ?? "library";
 }
 
-type RouteHandler = (this: OllamaRoutes, req: IncomingMessage, res: ServerResponse, path: string) => Promise<void>;
+type Handler = (this: OllamaRoutes, req: IncomingMessage, res: ServerResponse, path: string) => Promise<void>;
 
-const text = (s: string): RouteHandler =>
+const text = (s: string): Handler =>
   async function (_req, res) {
     res.writeHead(200, { "content-type": "text/plain; charset=utf-8", "content-length": Buffer.byteLength(s) }).end(s);
   };
-const version: RouteHandler = async (_req, res) => sendJson(res, 200, { version: OLLAMA_API_VERSION });
+const version: Handler = async (_req, res) => sendJson(res, 200, { version: OLLAMA_API_VERSION });
 /** api.StatusResponse: no Ollama cloud behind this server (source "env" when OLLAMA_NO_CLOUD says so too). */
-const status: RouteHandler = async (_req, res) => sendJson(res, 200, { cloud: { disabled: true, source: process.env.OLLAMA_NO_CLOUD ? "env" : "config" } });
+const status: Handler = async (_req, res) => sendJson(res, 200, { cloud: { disabled: true, source: process.env.OLLAMA_NO_CLOUD ? "env" : "config" } });
 /** POST /api/me: nobody is signed in to ollama.com here (Ollama's answer when no account is). */
-const whoami: RouteHandler = async (req, res) => {
+const whoami: Handler = async (req, res) => {
   req.resume();
   sendJson(res, 401, { error: "unauthorized" });
 };
 const readOnly = OllamaRoutes.prototype.readOnly;
 
-const ROUTES: Record<string, Partial<Record<string, RouteHandler>>> = {
+const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
   "/": { GET: text("Ollama is running") },
   "/api/version": { GET: version },
   "/api/status": { GET: status },
@@ -304,15 +434,15 @@ const ROUTES: Record<string, Partial<Record<string, RouteHandler>>> = {
   "/api/tags": { GET: OllamaRoutes.prototype.tags },
   "/api/show": { POST: OllamaRoutes.prototype.show },
   "/api/ps": { GET: OllamaRoutes.prototype.ps },
-  "/api/chat": { POST: OllamaRoutes.prototype.chat },
+  "/api/chat": { POST: OllamaRoutes.prototype.generate },
   "/api/generate": { POST: OllamaRoutes.prototype.generate },
   "/api/embed": { POST: OllamaRoutes.prototype.embed },
   "/api/embeddings": { POST: OllamaRoutes.prototype.embed },
-  "/api/pull": { POST: readOnly },
+  "/api/pull": { POST: OllamaRoutes.prototype.pull },
   "/api/push": { POST: readOnly },
   "/api/create": { POST: readOnly },
-  "/api/copy": { POST: readOnly },
-  "/api/delete": { DELETE: readOnly },
+  "/api/copy": { POST: OllamaRoutes.prototype.copy },
+  "/api/delete": { DELETE: OllamaRoutes.prototype.remove },
   "/api/blobs/:digest": { POST: readOnly, HEAD: OllamaRoutes.prototype.headBlob },
 };
 
@@ -321,29 +451,4 @@ function passedHeaders(up: IncomingMessage): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !["connection", "keep-alive", "transfer-encoding", "content-length"].includes(k)) out[k] = v;
   return out;
-}
-
-/** A request body, refused beyond `max` bytes (413). */
-function readBytes(req: IncomingMessage, max: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on("data", (c: Buffer) => {
-      size += c.length;
-      if (size > max) {
-        req.removeAllListeners("data");
-        req.resume();
-        reject(new ApiError(413, `request body larger than ${max} bytes`));
-      } else chunks.push(c);
-    });
-    req.once("end", () => resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)));
-    req.once("error", reject);
-    req.once("close", () => {
-      if (!req.complete) reject(new ApiError(400, "the client closed the connection before the whole request body came"));
-    });
-  });
-}
-
-async function readBody(req: IncomingMessage, max: number): Promise<string> {
-  return (await readBytes(req, max)).toString("utf8");
 }

@@ -87,26 +87,26 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
     const parts = [];
     for await (const p of stream) parts.push(p);
     const last = parts.at(-1)!;
-    expect(last.done).toBe(true);
-    expect(["stop", "length"]).toContain(last.done_reason);
-    expect(last.model).toBe("llama3.2:latest");
-    expect(last.message.role).toBe("assistant");
-    expect(last.eval_count).toBeGreaterThan(0);
-    expect(last.prompt_eval_count).toBeGreaterThan(0);
-    expect(last.total_duration).toBeGreaterThanOrEqual(last.eval_duration);
-    expect(parts.slice(0, -1).every((p) => p.done === false && typeof p.message.content === "string")).toBe(true);
-    expect(parts.length).toBeGreaterThan(1);
+    // the protocol, not the words: a random-weight model may end at its first token
+    const got = JSON.stringify(parts);
+    expect(last, got).toMatchObject({ done: true, model: "llama3.2:latest", message: { role: "assistant" } });
+    expect(["stop", "length"], got).toContain(last.done_reason);
+    expect(last.eval_count, got).toBeLessThanOrEqual(greedy.num_predict);
+    expect(last.prompt_eval_count, got).toBeGreaterThan(0);
+    expect(last.total_duration, got).toBeGreaterThanOrEqual(last.eval_duration);
+    expect(parts.slice(0, -1).every((p) => p.done === false && typeof p.message.content === "string"), got).toBe(true);
+    // an answer cut at num_predict came in pieces before the last
+    if (last.done_reason === "length") expect(parts.length, got).toBeGreaterThan(1);
   });
 
   it("chat, not streamed: one object with the whole answer, the same as the stream's text", async () => {
     const r = await ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hello" }], stream: false, options: greedy });
-    expect(r.done).toBe(true);
-    expect(r.message.content.length).toBeGreaterThan(0);
+    expect(r, JSON.stringify(r)).toMatchObject({ done: true, message: { role: "assistant", content: expect.any(String) } });
     const stream = await ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hello" }], stream: true, options: greedy });
     let text = "";
     for await (const p of stream) text += p.message.content;
-    expect(text).toBe(r.message.content);
-    expect(r.eval_count).toBeLessThanOrEqual(greedy.num_predict);
+    expect(text, JSON.stringify(r)).toBe(r.message.content);
+    expect(r.eval_count, JSON.stringify(r)).toBeLessThanOrEqual(greedy.num_predict);
   });
 
   it("chat with an image on the vision model: the picture becomes prompt tokens", async () => {
@@ -128,8 +128,8 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
     const stream = await ollama.generate({ model: "llama3.2", prompt: "hello", stream: true, options: greedy });
     let last;
     for await (const p of stream) last = p;
-    expect(last!.done).toBe(true);
-    expect(last!.eval_count).toBeGreaterThan(0);
+    expect(last, JSON.stringify(last)).toMatchObject({ done: true, done_reason: expect.stringMatching(/^(stop|length)$/) });
+    expect(last!.eval_count, JSON.stringify(last)).toBeLessThanOrEqual(greedy.num_predict);
   });
 
   it("embed and embeddings: unit-length vectors, one per input, cut to dimensions", async () => {
@@ -142,6 +142,15 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
     expect(Math.hypot(...cut.embeddings[0]!)).toBeCloseTo(1, 5);
     const old = await ollama.embeddings({ model: "embeddinggemma", prompt: "hello" });
     expect(old.embedding.length).toBe(r.embeddings[0]!.length);
+  });
+
+  it("embed with a chat model, as Ollama allows: loaded as an embedder (a configuration of its own), then chat again", { timeout: 180_000 }, async () => {
+    const r = await ollama.embed({ model: "llama3.2", input: ["hello", "world"] });
+    expect(r.embeddings).toHaveLength(2);
+    for (const v of r.embeddings) expect(Math.hypot(...v)).toBeCloseTo(1, 5);
+    expect(r.embeddings[0]).not.toEqual(r.embeddings[1]);
+    const c = await ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], options: greedy });
+    expect(c.done).toBe(true);
   });
 
   it("embed: load_duration on every answer, loaded model or not (the Vercel provider requires it)", async () => {
@@ -190,7 +199,7 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
     expect((await ollama.ps()).models.map((m) => m.name)).not.toContain("llama3.2:latest");
   });
 
-  it("errors as Ollama gives them: 404 for a model that is not installed, 400 for a bad request, the store read-only", async () => {
+  it("errors as Ollama gives them: 404 for a model that is not installed, 400 for a bad request, 403 for what the store does not do here", async () => {
     expect(await failure(ollama.chat({ model: "nope:1b", messages: [{ role: "user", content: "hi" }] }))).toEqual({ status: 404, message: "model 'nope:1b' not found" });
     expect(await failure(ollama.show({ model: "nope" }))).toEqual({ status: 404, message: "model 'nope' not found" });
     expect((await failure(ollama.chat({ model: "", messages: [] }))).status).toBe(400);
@@ -200,9 +209,9 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
     });
     expect((await failure(ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], think: true }))).message).toBe('"llama3.2:latest" does not support thinking');
     expect((await failure(ollama.generate({ model: "embeddinggemma", prompt: "hi" }))).message).toBe('"embeddinggemma:latest" does not support generate');
-    const pull = await failure(ollama.pull({ model: "gemma3" }));
-    expect(pull.status).toBe(403);
-    expect(pull.message).toMatch(/read-only.*ollama command/);
+    const push = await failure(ollama.push({ model: "llama3.2" }));
+    expect(push.status).toBe(403);
+    expect(push.message).toMatch(/cannot create or push.*ollama command/);
     const raw = await fetch(`${server.url}/api/chat`, { method: "POST", body: "{not json" });
     expect(raw.status).toBe(400);
     expect(raw.headers.get("content-type")).toMatch(/application\/json/);

@@ -62,7 +62,7 @@ describe("Open WebUI (backend/open_webui/routers/ollama.py)", () => {
 
   it("chat: GenerateChatCompletionForm dumped without None fields, streamed as application/x-ndjson", async () => {
     const r = await post("/api/chat", { model: "llama3.2:latest", messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "hello" }], options: { temperature: 0, num_predict: 4 }, stream: true, keep_alive: "5m" });
-    expect(r.status).toBe(200);
+    expect(r.status, await r.clone().text()).toBe(200);
     expect(r.headers.get("content-type")).toBe("application/x-ndjson");
     const out = await lines(r);
     expect(out.at(-1)).toMatchObject({ done: true, model: "llama3.2:latest" });
@@ -75,7 +75,7 @@ describe("Open WebUI (backend/open_webui/routers/ollama.py)", () => {
 
   it("title generation (generate, not streamed), embeddings for RAG (embed with truncate), unload (generate, keep_alive 0, empty prompt)", async () => {
     const title = (await (await post("/api/generate", { model: "llama3.2:latest", prompt: "Give a title", stream: false, options: { num_predict: 4 } })).json()) as { response: string; done: boolean };
-    expect(title.done).toBe(true);
+    expect(title, JSON.stringify(title)).toMatchObject({ done: true, response: expect.any(String) });
     const e = (await (await post("/api/embed", { model: "embeddinggemma:latest", input: ["a", "b", "c"], truncate: true })).json()) as { embeddings: number[][] };
     expect(e.embeddings).toHaveLength(3);
     const unload = (await (await post("/api/generate", { model: "llama3.2:latest", keep_alive: 0, prompt: "" })).json()) as { done_reason: string };
@@ -84,8 +84,9 @@ describe("Open WebUI (backend/open_webui/routers/ollama.py)", () => {
 
   it("the OpenAI side it also calls: /v1/chat/completions, streamed", async () => {
     const r = await post("/v1/chat/completions", { model: "llama3.2:latest", messages: [{ role: "user", content: "hi" }], stream: true, max_tokens: 3, grammar: PRINTABLE });
-    expect(r.status).toBe(200);
-    expect(await r.text()).toContain("data: [DONE]");
+    const sse = await r.text();
+    expect(r.status, sse).toBe(200);
+    expect(sse).toContain("data: [DONE]");
   });
 });
 
@@ -113,7 +114,7 @@ describe("Continue (core/llm/llms/Ollama.ts)", () => {
     expect((await lines(chat)).at(-1)).toMatchObject({ done: true });
     const tools = [{ type: "function", function: { name: "read_file", description: "Read a file", parameters: { type: "object", properties: { path: { type: "string" } }, required: ["path"] } } }];
     const withTools = await post("/api/chat", { model: "qwen2.5-coder:1.5b", messages: [{ role: "user", content: "read a.txt" }], options, keep_alive: 1800, stream: true, tools });
-    expect(withTools.status).toBe(200);
+    expect(withTools.status, await withTools.clone().text()).toBe(200);
     const last = (await lines(withTools)).at(-1)!;
     expect(last.done, JSON.stringify(last)).toBe(true);
     // a model whose template has no tools is refused as Ollama refuses it
@@ -153,7 +154,8 @@ describe("VS Code Copilot Chat (src/extension/byok/vscode-node/ollamaProvider.ts
     const vision = (await (await post("/api/show", { model: "gemma3:4b" })).json()) as { capabilities: string[] };
     expect(vision.capabilities.includes("vision")).toBe(true);
     const r = await post("/v1/chat/completions", { model: "gemma3:4b", messages: [{ role: "system", content: "sys" }, { role: "user", content: "hi" }], stream: true, max_tokens: 3, temperature: 0 });
-    expect(r.status).toBe(200);
-    expect(await r.text()).toMatch(/"finish_reason":"(stop|length)"/);
+    const sse = await r.text();
+    expect(r.status, sse).toBe(200);
+    expect(sse).toMatch(/"finish_reason":"(stop|length)"/);
   });
 });

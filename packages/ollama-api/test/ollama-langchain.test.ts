@@ -28,12 +28,13 @@ describe("@langchain/ollama against serveOllama", () => {
   it("ChatOllama invoke: an AIMessage with the answer and Ollama's metadata", async () => {
     const chat = new ChatOllama({ baseUrl: server.url, model: "llama3.2", temperature: 0, numPredict: 5 });
     const r = await chat.invoke([new HumanMessage("hello")]);
+    // the protocol, not the words: a random-weight model may end at its first token
+    const got = JSON.stringify(r);
     expect(r).toBeInstanceOf(AIMessage);
-    expect(typeof r.content).toBe("string");
-    expect((r.content as string).length).toBeGreaterThan(0);
-    expect(r.response_metadata).toMatchObject({ model: "llama3.2:latest", done: true });
-    expect(r.usage_metadata!.output_tokens).toBeGreaterThan(0);
-    expect(r.usage_metadata!.input_tokens).toBeGreaterThan(0);
+    expect(typeof r.content, got).toBe("string");
+    expect(r.response_metadata, got).toMatchObject({ model: "llama3.2:latest", done: true, done_reason: expect.stringMatching(/^(stop|length)$/) });
+    expect(r.usage_metadata!.output_tokens, got).toBeLessThanOrEqual(5);
+    expect(r.usage_metadata!.input_tokens, got).toBeGreaterThan(0);
   });
 
   it("ChatOllama stream: the pieces add up to the same answer", async () => {

@@ -1,14 +1,15 @@
-import { rm, stat } from "node:fs/promises";
+import { watch, type FSWatcher } from "node:fs";
+import { access, constants, mkdir, rm, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { readTensorData } from "@compat/gguf";
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
-import { ownedTempDir } from "@compat/files";
+import { isSystemError, ownedTempDir, whyNotWritable } from "@compat/files";
 import { FuseMount, fuseSupport, MountError, planView, SidecarStore, type ComputedPart, type MountExit } from "@compat/mount";
 import { contentKey, defaultCacheDir, TRANSLATOR_VERSION } from "./cache";
 import { PrepareError } from "./errors";
 import { modelFiles, type ModelsLayout } from "./layout";
-import { preparedModel, servedViews, type ModelPreparer, type PreparedModel } from "./preparer";
-import { blobDigest, ModelStore, type ResolvedModel } from "@compat/store";
+import { preparedModel, servedViews, type ModelPreparer, type PreparedModel, type ServedViews } from "./preparer";
+import { blobDigest, displayName, ModelStore, type ResolvedModel } from "@compat/store";
 
 export interface StoreMountOptions {
   /** The mount point (created if missing; must be empty). */
@@ -25,11 +26,29 @@ export interface StoreMountOptions {
   models?: "all" | readonly string[];
   /** Let other users read the mount (FUSE allow_other). */
   allowOther?: boolean;
-  /** Look for models added to or removed from the store this often (default 2000 ms; 0: never). */
+  /**
+   * Models added to or removed from the store are seen at once where its folders can be watched
+   * (inotify); this is how often it is checked where they cannot (default 2000 ms), and every 30
+   * times that where they can, in case an event was lost. 0: never (nor watched).
+   */
   rescanMs?: number;
+  /**
+   * If the daemon dies (killed, crashed), mount the store again at the same folder, so paths
+   * handed out (a router's presets) keep working; `exited` then resolves only when that fails
+   * or the mount is closed. Default false: the mount is gone with its daemon.
+   */
+  restart?: boolean;
+  /** Stops the first scan of `open` (a store of thousands of models takes a while): open then fails with the abort. */
+  signal?: AbortSignal;
   env?: Record<string, string | undefined>;
   /** One line per model mounted, removed or not mounted, and the daemon's warnings. */
   onStatus?(line: string): void;
+  /**
+   * How many models' parsed views stay open between the fills of their computed tensors
+   * (default 2; each is closed after a few seconds unused). 0 opens and parses the file again
+   * for every tensor.
+   */
+  viewsKept?: number;
 }
 
 /** One model as the mount shows it. */
@@ -61,9 +80,11 @@ export class StoreMount implements ModelPreparer {
   readonly dir: string;
   readonly store: ModelStore;
   readonly layout: ModelsLayout;
-  /** Resolves when the mount is gone (closed, or its daemon died). */
+  /** Resolves when the mount is gone (closed, or its daemon died and was not mounted again). */
   readonly exited: Promise<MountExit>;
-  private readonly mount: FuseMount;
+  private gone!: (exit: MountExit) => void;
+  /** The daemon serving the mount now (another one after a restart). */
+  private mount: FuseMount;
   private readonly opts: StoreMountOptions;
   private readonly env: Record<string, string | undefined>;
   private readonly mounted = new Map<string, MountedModel & { signature: string; paths: string[] }>();
@@ -71,6 +92,25 @@ export class StoreMount implements ModelPreparer {
   private readonly failed = new Map<string, { error: string; cause?: unknown; signature?: string }>();
   private timer: NodeJS.Timeout | undefined;
   private syncing: Promise<void> = Promise.resolve();
+  /** Views parsed for sidecar fills, kept for the next fill of the same model. */
+  private readonly fillViews: KeptViews;
+  /** Aborted by close(): a rescan stops between two models, and none starts after. */
+  private readonly closing = new AbortController();
+  /** The rescan running now, and the one asked for meanwhile (every caller shares it): never more. */
+  private running: Promise<void> | undefined;
+  private next: Promise<void> | undefined;
+  private started = 0;
+  /** Each manifest as last resolved, by path: a manifest whose file did not change is not read again. */
+  private resolvedBy = new Map<string, { stamp: string; entry: Wanted }>();
+  /** The blobs folder as last seen: a blob added, removed or renamed there resolves every manifest again. */
+  private blobsStamp = "";
+  private readonly watchers = new Map<string, FSWatcher>();
+  /** Whether the store's folders are watched at all (a mount of all its models that rescans), and whether every one is (else the timer checks it every rescanMs). */
+  private watching = false;
+  private watchedAll = false;
+  /** The folders of manifests/ the last scan found. */
+  private lastFolders: string[] = [];
+  private debounce: NodeJS.Timeout | undefined;
 
   private constructor(mount: FuseMount, store: ModelStore, opts: StoreMountOptions) {
     this.mount = mount;
@@ -79,7 +119,8 @@ export class StoreMount implements ModelPreparer {
     this.layout = opts.layout ?? "models-dir";
     this.opts = opts;
     this.env = opts.env ?? process.env;
-    this.exited = mount.exited;
+    this.exited = new Promise((r) => (this.gone = r));
+    this.fillViews = new KeptViews(opts.viewsKept ?? 2);
   }
 
   /** Mounts the store at `opts.dir` and shows its models (each that fails is reported, not fatal). */
@@ -87,21 +128,65 @@ export class StoreMount implements ModelPreparer {
     const env = opts.env ?? process.env;
     const store = opts.store instanceof ModelStore ? opts.store : new ModelStore(opts.store, env);
     const sidecars = new SidecarStore(opts.sidecarDir ?? defaultSidecarDir(env));
+    // before anything is mounted: a read-only cache would otherwise show as EIO (and an ENOENT
+    // from mkdir in the log) on the first read of a translated file, long after "ready"
+    await writableFolder(sidecars.dir);
+    opts.signal?.throwIfAborted();
     const mount = await FuseMount.mount(opts.dir, { sidecars, env, allowOther: opts.allowOther, onLog: (l) => opts.onStatus?.(`mount: ${l}`) });
     const sm = new StoreMount(mount, store, opts);
+    const stop = () => sm.closing.abort(opts.signal?.reason);
+    opts.signal?.addEventListener("abort", stop, { once: true });
     try {
-      await sm.sync();
+      await sm.rescan();
+      sm.closing.signal.throwIfAborted();
     } catch (e) {
+      sm.closing.abort();
       await mount.close();
       throw e;
+    } finally {
+      opts.signal?.removeEventListener("abort", stop);
     }
     const every = opts.rescanMs ?? 2000;
     if (every > 0 && opts.models === undefined) {
-      sm.timer = setInterval(() => void sm.sync().catch((e: Error) => opts.onStatus?.(`rescan failed: ${e.message}`)), every);
+      // watched: the timer only makes up for lost events, one tick in 30
+      let ticks = 0;
+      sm.timer = setInterval(() => {
+        if (!sm.watchedAll || ++ticks % 30 === 0) sm.changed(0);
+      }, every);
       sm.timer.unref();
+      sm.watching = true;
+      sm.rewatch(sm.lastFolders);
     }
-    void mount.exited.then(() => clearInterval(sm.timer));
+    sm.follow(mount);
     return sm;
+  }
+
+  /** When the daemon exits: the end of the mount, or (restart) the same store mounted again by a new one. */
+  private follow(mount: FuseMount): void {
+    void mount.exited.then(async (exit) => {
+      if (this.mount !== mount) return;
+      if (this.closing.signal.aborted || !this.opts.restart) return this.end(exit);
+      const why = exit.signal ?? `exit ${exit.code}`;
+      try {
+        this.mount = await FuseMount.mount(this.dir, { sidecars: mount.sidecars, env: this.env, allowOther: this.opts.allowOther, onLog: (l) => this.opts.onStatus?.(`mount: ${l}`) });
+      } catch (e) {
+        this.opts.onStatus?.(`mount: the mount daemon stopped (${why}) and could not be started again: ${(e as Error).message}`);
+        return this.end(exit);
+      }
+      // every model is added again to the new daemon, at the same paths
+      this.mounted.clear();
+      this.failed.clear();
+      this.follow(this.mount);
+      await this.rescan().catch(() => undefined);
+      this.opts.onStatus?.(`mount: the mount daemon stopped (${why}); mounted the store again at ${this.dir}, ${this.mounted.size} model${this.mounted.size === 1 ? "" : "s"}`);
+    });
+  }
+
+  private end(exit: MountExit): void {
+    clearInterval(this.timer);
+    void this.fillViews.closeAll();
+    this.stopWatching();
+    this.gone(exit);
   }
 
   /** The models shown now, by name. */
@@ -137,49 +222,166 @@ export class StoreMount implements ModelPreparer {
     return now.prepared;
   }
 
-  /** Brings the mount in line with the store: new models added, removed ones taken away, changed ones replaced. */
-  sync(): Promise<void> {
-    return this.queue(async () => {
-      const wanted = await this.wanted();
-      for (const [name, m] of this.mounted) {
-        if (wanted.has(name)) continue;
-        await this.drop(name, m);
-        this.opts.onStatus?.(`${name}: removed from the store, gone from the mount`);
-      }
-      for (const name of [...this.failed.keys()]) if (!wanted.has(name)) this.failed.delete(name);
-      for (const [name, entry] of wanted) {
-        if ("error" in entry) {
-          // a manifest that no longer resolves (a blob removed, a broken manifest): not shown
-          const known = this.mounted.get(name);
-          if (known) await this.drop(name, known);
-          if (known || !this.failed.has(name)) this.opts.onStatus?.(`${name}: not mounted: ${entry.error}`);
-          this.failed.set(name, { error: entry.error, cause: entry.cause });
-          continue;
-        }
-        const sig = signature(entry.model);
-        if (this.mounted.get(name)?.signature === sig || this.failed.get(name)?.signature === sig) continue;
-        await this.add(entry.model);
-      }
-    });
+  /** How many rescans have started (at most one runs, and at most one waits, however many are asked for). */
+  get rescans(): number {
+    return this.started;
   }
 
-  /** Unmounts (llama-servers reading from it should be stopped first). */
+  /**
+   * Brings the mount in line with the store: new models added, removed ones taken away, changed
+   * ones replaced. Resolves once a rescan that started after this call has ended: callers
+   * while one waits share it, so changes seen faster than a rescan runs never queue up.
+   */
+  rescan(): Promise<void> {
+    if (this.closing.signal.aborted) return Promise.resolve();
+    if (this.next) return this.next;
+    const after = this.running?.catch(() => undefined);
+    const next = (async () => {
+      await after;
+      this.next = undefined;
+      if (this.closing.signal.aborted) return;
+      this.started++;
+      const run = this.queue(() => this.syncNow(this.closing.signal));
+      this.running = run;
+      try {
+        await run;
+      } finally {
+        if (this.running === run) this.running = undefined;
+      }
+    })();
+    this.next = next;
+    return next;
+  }
+
+  /** A change seen in the store (or the timer's tick): a rescan soon, coalesced with those already asked for. */
+  private changed(delayMs = 50): void {
+    if (this.closing.signal.aborted || this.debounce) return;
+    this.debounce = setTimeout(() => {
+      this.debounce = undefined;
+      void this.rescan().catch((e: Error) => {
+        if (!this.closing.signal.aborted) this.opts.onStatus?.(`rescan failed: ${e.message}`);
+      });
+    }, delayMs);
+    this.debounce.unref();
+  }
+
+  private async syncNow(signal: AbortSignal): Promise<void> {
+    const wanted = await this.wanted(signal);
+    for (const [name, m] of this.mounted) {
+      if (wanted.has(name)) continue;
+      signal.throwIfAborted();
+      await this.drop(name, m);
+      this.opts.onStatus?.(`${name}: removed from the store, gone from the mount`);
+    }
+    for (const name of [...this.failed.keys()]) if (!wanted.has(name)) this.failed.delete(name);
+    for (const [name, entry] of wanted) {
+      if ("error" in entry) {
+        // a manifest that no longer resolves (a blob removed, a broken manifest): not shown
+        const known = this.mounted.get(name);
+        if (known) await this.drop(name, known);
+        if (known || !this.failed.has(name)) this.opts.onStatus?.(`${name}: not mounted: ${entry.error}`);
+        this.failed.set(name, { error: entry.error, cause: entry.cause });
+        continue;
+      }
+      const sig = signature(entry.model);
+      if (this.mounted.get(name)?.signature === sig || this.failed.get(name)?.signature === sig) continue;
+      signal.throwIfAborted();
+      await this.add(entry.model);
+    }
+    if (this.watching) this.rewatch(this.lastFolders);
+  }
+
+  /** Unmounts (llama-servers reading from it should be stopped first). A rescan running stops between two models; none waits. */
   async close(): Promise<MountExit> {
+    this.closing.abort();
     clearInterval(this.timer);
+    clearTimeout(this.debounce);
+    this.stopWatching();
     await this.syncing.catch(() => undefined);
-    return this.mount.close();
+    const exit = await this.mount.close();
+    await this.fillViews.closeAll();
+    this.gone(exit);
+    return exit;
   }
 
+  /** Runs jobs that change the mount one after another (a rescan, a model prepare() mounts). */
   private queue(job: () => Promise<void>): Promise<void> {
     const run = this.syncing.then(job);
     this.syncing = run.catch(() => undefined);
     return run;
   }
 
-  private async wanted(): Promise<Map<string, { model: ResolvedModel } | { error: string; cause: unknown }>> {
-    const out = new Map<string, { model: ResolvedModel } | { error: string; cause: unknown }>();
+  /**
+   * Watches the store's root, blobs/ and every folder of manifests/ (fs.watch is not recursive
+   * on Linux): a manifest written, a tag added or removed, a blob come or gone asks for a
+   * rescan. A folder that cannot be watched (the inotify limit) leaves the timer to notice.
+   */
+  private rewatch(folders: readonly string[]): void {
+    const root = this.store.root;
+    const blobs = join(root, "blobs");
+    const want = new Set([root, blobs, ...folders]);
+    for (const [dir, w] of this.watchers) {
+      if (want.has(dir)) continue;
+      w.close();
+      this.watchers.delete(dir);
+    }
+    let all = true;
+    for (const dir of want) {
+      if (this.watchers.has(dir)) continue;
+      // in the root, only its two folders matter; in blobs/, a blob's bytes being written (a pull) are no change to the list
+      const relevant =
+        dir === root ? (_: string, f: string | null) => f === "manifests" || f === "blobs" : dir === blobs ? (event: string) => event === "rename" : () => true;
+      try {
+        const w = watch(dir, { persistent: false }, (event, file) => {
+          if (relevant(event, file)) this.changed();
+        });
+        w.on("error", () => {
+          w.close();
+          this.watchers.delete(dir);
+          this.changed();
+        });
+        this.watchers.set(dir, w);
+      } catch {
+        all = false; // gone already (the next scan says), or no watch left: the timer looks instead
+      }
+    }
+    this.watchedAll = all;
+  }
+
+  private stopWatching(): void {
+    for (const w of this.watchers.values()) w.close();
+    this.watchers.clear();
+    this.watching = false;
+  }
+
+  private async wanted(signal: AbortSignal): Promise<Map<string, Wanted>> {
+    const out = new Map<string, Wanted>();
     if (this.opts.models === undefined || this.opts.models === "all") {
-      for (const e of await this.store.list()) out.set(e.name, e.model ? { model: e.model } : { error: e.error!.message, cause: e.error });
+      const { names, folders } = await this.store.scan();
+      this.lastFolders = folders;
+      // a manifest whose file is as it was resolves as it did, unless a blob came or went
+      const blobs = await stamp(join(this.store.root, "blobs"));
+      if (blobs !== this.blobsStamp) this.resolvedBy.clear();
+      this.blobsStamp = blobs;
+      const paths = names.map((n) => this.store.manifestPath(n));
+      const stamps = await Promise.all(paths.map((p) => stamp(p)));
+      const resolvedBy = new Map<string, { stamp: string; entry: Wanted }>();
+      const again: number[] = [];
+      for (let i = 0; i < names.length; i++) {
+        const known = this.resolvedBy.get(paths[i]!);
+        if (known !== undefined && known.stamp === stamps[i] && stamps[i] !== "") resolvedBy.set(paths[i]!, known);
+        else again.push(i);
+      }
+      const resolved = await this.store.resolveAll(
+        again.map((i) => names[i]!),
+        signal,
+      );
+      again.forEach((i, k) => {
+        const e = resolved[k]!;
+        resolvedBy.set(paths[i]!, { stamp: stamps[i]!, entry: e.model ? { model: e.model } : { error: e.error!.message, cause: e.error } });
+      });
+      this.resolvedBy = resolvedBy;
+      for (let i = 0; i < names.length; i++) out.set(displayName(names[i]!), resolvedBy.get(paths[i]!)!.entry);
       return out;
     }
     for (const ref of this.opts.models) {
@@ -261,8 +463,10 @@ export class StoreMount implements ModelPreparer {
   }
 
   /**
-   * The sidecars' producers, reading from the file again when the daemon first needs them (the
-   * views are closed once planned: a mounted store holds no model's metadata in memory).
+   * The sidecars' producers. The views planned from are closed once planned (a mounted store
+   * holds no model's metadata in memory until it is read); the first fill of a model opens and
+   * parses its file again, and the views are kept for its next fills (KeptViews), so a model's
+   * N computed tensors cost one parse, not N.
    */
   private reopening(
     computed: ComputedPart[],
@@ -273,6 +477,8 @@ export class StoreMount implements ModelPreparer {
     planned: { ino: bigint; size: number; mtimeNs: bigint } | undefined,
   ): ComputedPart[] {
     const env = this.env;
+    const kept = this.fillViews;
+    const key = JSON.stringify([signature(resolved), profile, planned?.ino.toString(), planned?.mtimeNs.toString()]);
     // bytes computed from another file than the one planned would be kept under its key
     const same = async () => {
       if (planned === undefined) return;
@@ -283,8 +489,7 @@ export class StoreMount implements ModelPreparer {
       ...part,
       async produce() {
         await same();
-        const views = await servedViews(resolved, env, profile);
-        try {
+        return kept.use(key, () => servedViews(resolved, env, profile), async (views) => {
           const view = kind === "text" ? views.text : views.mmproj?.kind === "view" ? views.mmproj.view : null;
           if (view === null) throw new Error(`${path}: no longer translates`);
           const t = view.model.tensors[part.tensor.index];
@@ -292,12 +497,103 @@ export class StoreMount implements ModelPreparer {
           const bytes = await readTensorData(t);
           await same();
           return bytes;
-        } finally {
-          await views.close();
-        }
+        });
       },
     }));
   }
+}
+
+/** How long views stay open after their last fill. */
+const VIEWS_IDLE_MS = 5000;
+
+/**
+ * Open views of recently filled models, at most `limit` (least recently used closed first), each
+ * closed when unused for VIEWS_IDLE_MS: the mount parses a model once while its computed tensors
+ * are filled, and holds nothing once it is loaded.
+ */
+class KeptViews {
+  private readonly open = new Map<string, { views: Promise<ServedViews>; users: number; idle?: NodeJS.Timeout }>();
+
+  constructor(private readonly limit: number) {}
+
+  /** Runs `fn` on the views under `key`, opened with `openViews` when they are not open. */
+  async use<T>(key: string, openViews: () => Promise<ServedViews>, fn: (views: ServedViews) => Promise<T>): Promise<T> {
+    let entry = this.open.get(key);
+    if (entry === undefined) {
+      entry = { views: openViews(), users: 0 };
+      entry.views.catch(() => undefined); // a failure is the caller's, below; the entry goes
+    } else {
+      this.open.delete(key); // re-inserted last: the most recently used
+    }
+    this.open.set(key, entry);
+    clearTimeout(entry.idle);
+    entry.users++;
+    try {
+      return await fn(await entry.views);
+    } catch (e) {
+      // views that failed to open, or that failed a fill, are not kept for the next
+      if (this.open.get(key) === entry) this.open.delete(key);
+      throw e;
+    } finally {
+      entry.users--;
+      if (this.open.get(key) !== entry) {
+        if (entry.users === 0) await close(entry.views);
+      } else if (entry.users === 0) {
+        entry.idle = setTimeout(() => {
+          if (this.open.get(key) !== entry || entry.users > 0) return;
+          this.open.delete(key);
+          void close(entry.views);
+        }, VIEWS_IDLE_MS);
+        entry.idle.unref();
+      }
+      await this.trim();
+    }
+  }
+
+  /** Closes every kept view (the mount is going). */
+  async closeAll(): Promise<void> {
+    const all = [...this.open.values()];
+    this.open.clear();
+    for (const e of all) {
+      clearTimeout(e.idle);
+      if (e.users === 0) await close(e.views);
+    }
+  }
+
+  /** Closes the least recently used views beyond the limit that nothing is using. */
+  private async trim(): Promise<void> {
+    for (const [key, e] of this.open) {
+      if (this.open.size <= this.limit) return;
+      if (e.users > 0) continue;
+      this.open.delete(key);
+      clearTimeout(e.idle);
+      await close(e.views);
+    }
+  }
+}
+
+async function close(views: Promise<ServedViews>): Promise<void> {
+  await views.then((v) => v.close()).catch(() => undefined);
+}
+
+/** Creates `dir` if missing and checks this user may write in it, else CACHE_UNWRITABLE naming the folder and why (EROFS, EACCES, a file in the way). */
+async function writableFolder(dir: string): Promise<void> {
+  try {
+    await mkdir(dir, { recursive: true });
+    await access(dir, constants.W_OK);
+  } catch (e) {
+    if (!isSystemError(e)) throw e;
+    throw new PrepareError("CACHE_UNWRITABLE", `cannot write the mount's sidecar folder ${dir}: ${await whyNotWritable(dir, e)}; choose another cache folder`, { dir, code: e.code });
+  }
+}
+
+/** What the mount makes of one manifest of the store: the model, or why it cannot be shown. */
+type Wanted = { model: ResolvedModel } | { error: string; cause: unknown };
+
+/** A file's identity and version (inode, size, change and modification times); "" when it is not there. */
+async function stamp(path: string): Promise<string> {
+  const st = await stat(path, { bigint: true }).catch(() => undefined);
+  return st ? `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}` : "";
 }
 
 /** The served name of a model: its Ollama name, or a plain file's name without `.gguf`. */
@@ -320,7 +616,8 @@ export async function serveMount(opts: Omit<StoreMountOptions, "dir">): Promise<
   const dir = await ownedTempDir("ollama-compat-mount-");
   let mount: StoreMount;
   try {
-    mount = await StoreMount.open({ ...opts, dir: join(dir, "models") });
+    // a daemon that dies is started again: the router's presets name paths in this folder
+    mount = await StoreMount.open({ ...opts, dir: join(dir, "models"), restart: true });
   } catch (e) {
     await rm(dir, { recursive: true, force: true }).catch(() => undefined);
     if (e instanceof MountError && (e.code === "MOUNT_FAILED" || e.code === "FUSE_UNAVAILABLE")) return { mount: undefined, reason: e.message };

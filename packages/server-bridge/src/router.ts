@@ -152,7 +152,8 @@ export async function prepareRouterModels(opts: Pick<StartRouterOptions, "models
   return models;
 }
 
-function withoutStopWords(m: PreparedModel): PreparedModel {
+/** The model with no stop words in its defaults (the Ollama API passes them per request). */
+export function withoutStopWords(m: PreparedModel): PreparedModel {
   const { stop: _stop, ...params } = m.resolved.params;
   return { ...m, resolved: { ...m.resolved, params } };
 }

@@ -1,9 +1,9 @@
-import { readFileSync } from "node:fs";
 import { cachePreparer, type ModelPreparer, type PrepareOptions, type PreparedModel, type StoreMount } from "@compat/prepare";
 import { ModelStore, type ResolvedModel } from "@compat/store";
 import { modelArgs } from "./args";
 import { canReadListeningPorts, checkPortFree, freePort, LlamaChild, listeningPort, waitHealthy, type ExitInfo } from "./child";
 import { BridgeError } from "./errors";
+import { readKeyFile } from "./key-file";
 import { findLlamaTool } from "./locate";
 
 export interface LaunchOptions extends PrepareOptions {
@@ -183,12 +183,7 @@ export function bindingFromArgs(args: readonly string[], env: Record<string, str
 
 /** A key file as llama.cpp reads it (one key a line, `#` comments): it must give at least one key, or the server would be open. */
 function checkedKeyFile(path: string, from: string): string {
-  let text: string;
-  try {
-    text = readFileSync(path, "utf8");
-  } catch (e) {
-    throw new BridgeError("BAD_ARGUMENT", `${from} ${path}: cannot read it (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`, { arg: path });
-  }
+  const { text } = readKeyFile(path, from);
   if (!text.split(/\r?\n/).some((l) => l !== "" && !l.startsWith("#"))) {
     throw new BridgeError("BAD_ARGUMENT", `${from} ${path}: holds no key (expected one key a line)`, { arg: path });
   }

@@ -70,7 +70,7 @@ describe("startRouter (real llama-server, router mode)", () => {
     for (const name of ["gemma3:1b", "someone/tiny-llama:q8"]) {
       const r = await chat(router.url, name);
       expect(r.status, `${name}: ${JSON.stringify(r.body)}`).toBe(200);
-      expect(typeof chatContent(r.body)).toBe("string");
+      expect(typeof chatContent(r.body), JSON.stringify(r.body)).toBe("string");
     }
     // both were loaded, each as its own instance
     const after = (await (await fetch(`${router.url}/v1/models`)).json()) as { data: Array<{ id: string; aliases?: string[]; status?: { value?: string; args?: string[] } }> };

@@ -61,7 +61,7 @@ describe("--rpc (real rpc-server on loopback)", () => {
 
     const r = await chat(server.url, "gemma3:1b");
     expect(r.status, JSON.stringify(r.body)).toBe(200);
-    expect(typeof chatContent(r.body)).toBe("string");
+    expect(typeof chatContent(r.body), JSON.stringify(r.body)).toBe("string");
     expect(rpcLog.some((l) => l.includes("Accepted client connection"))).toBe(true);
     // llama.cpp put the layers and their weights on the RPC device (model-loading lines need -lv 4)
     expect(log.some((l) => l.includes(`RPC0[127.0.0.1:${port}] model buffer size`)), log.join("\n")).toBe(true);

@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
+import { execFileSync } from "node:child_process";
 import { createReadStream } from "node:fs";
-import { readdir, readlink, rm, stat } from "node:fs/promises";
+import { mkdir, open as openFile, readdir, readFile, readlink, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { allFixtureVariants, generateFixtureFiles, runMtmdCli } from "@compat/testkit";
@@ -130,6 +131,105 @@ describe("StoreMount: the Ollama store as a read-only FUSE mount", () => {
     expect(sidecars).toBeGreaterThan(0);
     expect(sidecars).toBeLessThan((await stat(m.prepared.mmproj!)).size);
   });
+
+  it("parses a model once for all its computed tensors, keeps those views while they are filled and closes them with the mount", async () => {
+    const root = await fixtureStore([{ name: "gemma3:4b", arch: "gemma3", variant: "4b-vision" }]);
+    /** This process's open file descriptors on `path`. */
+    const fdsOn = async (path: string): Promise<number> => {
+      let n = 0;
+      for (const fd of await readdir("/proc/self/fd")) if ((await readlink(join("/proc/self/fd", fd)).catch(() => "")) === path) n++;
+      return n;
+    };
+    for (const viewsKept of [2, 0]) {
+      const mount = await open({ store: root, viewsKept });
+      const m = mount.models()[0]!;
+      const blob = m.prepared.resolved.modelPath;
+      expect(await fdsOn(blob)).toBe(0); // planned, and the planning views closed
+      await sha256(m.prepared.mmproj!); // fills the projector's promoted tensors (two sidecars)
+      // kept: the fills' one parse stays open for the model's next fills; not kept: each fill closed its own
+      expect(await fdsOn(blob)).toBe(viewsKept > 0 ? 1 : 0);
+      await mount.close();
+      expect(await fdsOn(blob)).toBe(0);
+    }
+  });
+});
+
+/** A store of `n` models that share one blob (tags of one model, as a mirror of a registry has thousands of). */
+async function manyModels(n: number): Promise<string> {
+  const root = await fixtureStore([{ name: "tiny:0", arch: "llama", native: true }]);
+  const manifest = await readFile(join(root, "manifests/registry.ollama.ai/library/tiny/0"));
+  for (let i = 1; i < n; i++) {
+    const dir = join(root, "manifests/registry.ollama.ai/library", `tiny${i}`);
+    await mkdir(dir, { recursive: true });
+    await writeFile(join(dir, "latest"), manifest);
+  }
+  return root;
+}
+
+describe("StoreMount when the sidecar folder is full", () => {
+  it("a sidecar that cannot be written for lack of space fails that read with EIO; once space is free the next read succeeds, same mount (as root: a full tmpfs)", async () => {
+    if (process.getuid?.() !== 0) return;
+    const root = await fixtureStore([{ name: "gemma3:4b", arch: "gemma3", variant: "4b-vision" }]);
+    const dir = await temp();
+    const small = join(dir, "small");
+    await mkdir(small);
+    execFileSync("mount", ["-t", "tmpfs", "-o", "size=16m", "tmpfs", small]);
+    let mount: StoreMount | undefined;
+    try {
+      const sidecarDir = join(small, "sidecars");
+      await mkdir(sidecarDir);
+      // every byte of it taken
+      const filler = join(small, "filler");
+      const fh = await openFile(filler, "w");
+      try {
+        for (;;) await fh.write(Buffer.alloc(256 << 10));
+      } catch (e) {
+        expect((e as NodeJS.ErrnoException).code).toBe("ENOSPC");
+      } finally {
+        await fh.close();
+      }
+      mount = await StoreMount.open({ dir: join(dir, "mnt"), sidecarDir, store: root, rescanMs: 0 });
+      const m = mount.models()[0]!;
+      await expect(sha256(m.prepared.mmproj!)).rejects.toMatchObject({ code: "EIO" });
+      await rm(filler);
+      const cached = await prepareModel(m.prepared.resolved, { cache: new TranslationCache({ dir: await temp() }) });
+      expect(await sha256(m.prepared.mmproj!)).toBe(await sha256(cached.mmproj!));
+    } finally {
+      await mount?.close();
+      execFileSync("umount", ["-l", small]);
+    }
+  }, 600_000);
+});
+
+describe("StoreMount on a store of thousands of models", () => {
+  it("rescans asked for faster than they run coalesce (one runs, one waits); a new model is seen by the watch of manifests/, not the timer; close() runs no backlog", async () => {
+    const root = await manyModels(2000);
+    const dir = await temp();
+    // the timer would look in an hour: what is seen before comes from the watch
+    const mount = await StoreMount.open({ dir: join(dir, "mnt"), sidecarDir: join(dir, "s"), store: root, rescanMs: 3_600_000 });
+    mounts.push(mount);
+    expect(mount.models()).toHaveLength(2000);
+    expect(mount.rescans).toBe(1);
+
+    // fifty changes while a rescan runs: one more rescan after it, not fifty
+    const asked = Array.from({ length: 50 }, () => mount.rescan());
+    await Promise.all(asked);
+    expect(mount.rescans).toBeLessThanOrEqual(3);
+
+    const fx = await generateFixtureFiles("llama", { seed: 3, layout: "ollama" }, await temp());
+    await buildOllamaStore(root, [{ name: "late:1b", model: fx.text }]);
+    for (let i = 0; i < 1200 && !mount.models().some((m) => m.name === "late:1b"); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(mount.models().map((m) => m.name)).toContain("late:1b");
+
+    // a blob come or gone resolves every manifest again; closing meanwhile waits for none of the rescans asked for
+    await writeFile(join(root, "blobs", "partial"), "x");
+    const before = mount.rescans;
+    const pending = Array.from({ length: 50 }, () => mount.rescan().catch((e: unknown) => e));
+    await mount.close();
+    await Promise.all(pending);
+    expect(mount.rescans - before).toBeLessThanOrEqual(2);
+    expect(mount.alive).toBe(false);
+  }, 600_000);
 });
 
 describe("serving from the mount (real llama.cpp)", () => {
@@ -142,7 +242,7 @@ describe("serving from the mount (real llama.cpp)", () => {
     expect(server.command).toEqual(expect.arrayContaining(["--model", server.model.modelPath, "--mmproj", server.model.mmproj!]));
     const r = await chat(server.url, "gemma3:4b");
     expect(r.status, JSON.stringify(r.body)).toBe(200);
-    expect(typeof chatContent(r.body)).toBe("string");
+    expect(typeof chatContent(r.body), JSON.stringify(r.body)).toBe("string");
     await server.stop();
 
     const dir = await temp();
@@ -170,7 +270,7 @@ describe("serving from the mount (real llama.cpp)", () => {
     for (const m of router.models) {
       const r = await chat(router.url, m.name);
       expect(r.status, `${m.name}: ${JSON.stringify(r.body)}`).toBe(200);
-      expect(typeof chatContent(r.body)).toBe("string");
+      expect(typeof chatContent(r.body), JSON.stringify(r.body)).toBe("string");
     }
   });
 });

@@ -26,7 +26,8 @@
  * projector's has_audio_encoder after, with Ollama's suppressions); a model where any of them
  * would differ is left alone, with the difference as its reason.
  *
- * Models that share a source blob (one blob, many names) are translated once. Each model is
+ * Models that share a source blob (one blob, many names) are translated once, also across runs
+ * (a name switched by an interrupted run lends its new blobs to the others: migratedSources). Each model is
  * loaded by real llama-server before its manifest switches (the caller's `verify`).
  *
  * Undo: the replaced manifest is kept, byte for byte, as a manifest of its own under
@@ -51,7 +52,7 @@ import { openViews } from "@compat/views";
 import { StoreError } from "./errors";
 import { MediaType } from "./media-types";
 import { displayName, fullName, isRollbackName, parseModelName, rollbackName, rolledBackName, type ModelName } from "./name";
-import { ModelStore, parseManifest, type ResolvedModel } from "./store";
+import { ModelStore, parseManifest, type ManifestLayer, type ResolvedModel } from "./store";
 import { addBlob, blobStaging, fsyncDir, manifestStaging, removeManifest, sweepStaging, writeManifest, type WrittenBlob } from "./store-write";
 
 /** Ollama's PruneLayers leaves blobs younger than this alone (server/images.go layerPruneGracePeriod); so does pruneMigration. */
@@ -103,6 +104,8 @@ export interface PlannedModel {
   bytes: number;
   /** Another model whose source blob this one shares: migrated once, with that one. */
   sharesWith?: string;
+  /** An earlier run migrated another name of the same source blob: its new blobs are reused, nothing is written. */
+  reused?: boolean;
 }
 
 export interface MigrationPlan {
@@ -134,6 +137,8 @@ interface Group {
   textBytes: number;
   mmprojBytes: number;
   embeddedTower: boolean;
+  /** What a model of the same source blob already switched to (an interrupted run's): reused, not translated again. */
+  done?: { model: ManifestLayer; projector?: ManifestLayer };
 }
 
 /** The plan of a migration, writing nothing. */
@@ -180,6 +185,7 @@ async function survey(opts: MigrateOptions, writing = false): Promise<{ plan: Mi
   }
   const skipped: MigrationPlan["skipped"] = [];
   const groups = new Map<string, Group>();
+  const done = await migratedSources(store);
   for (const n of names) {
     const name = displayName(n);
     if (isRollbackName(n)) {
@@ -219,6 +225,10 @@ async function survey(opts: MigrateOptions, writing = false): Promise<{ plan: Mi
       if (!g) {
         const mm = views.mmproj?.kind === "view" ? views.mmproj.view : null;
         g = { key, models: [], textBytes: views.text?.size ?? 0, mmprojBytes: mm?.size ?? 0, embeddedTower: mm !== null && resolved.projectors.length === 0 };
+        const earlier = done.get(key);
+        if (earlier && (await layerPresent(store, earlier.model)) && (!earlier.projector || (await layerPresent(store, earlier.projector)))) {
+          g.done = earlier;
+        }
         groups.set(key, g);
       }
       g.models.push({ n, resolved, manifestText });
@@ -241,7 +251,13 @@ async function survey(opts: MigrateOptions, writing = false): Promise<{ plan: Mi
       );
     }
     g.models.forEach((m, i) =>
-      models.push({ name: displayName(m.n), changes, bytes: i === 0 ? g.textBytes + g.mmprojBytes : 0, ...(i > 0 ? { sharesWith: displayName(first.n) } : {}) }),
+      models.push({
+        name: displayName(m.n),
+        changes,
+        bytes: i === 0 && !g.done ? g.textBytes + g.mmprojBytes : 0,
+        ...(i > 0 ? { sharesWith: displayName(first.n) } : {}),
+        ...(g.done ? { reused: true } : {}),
+      }),
     );
     if (g.models.length > 1) shared.push({ digest: first.resolved.modelDigest!, names: g.models.map((m) => displayName(m.n)) });
   }
@@ -274,10 +290,12 @@ async function migrateGroup(store: ModelStore, g: Group, opts: MigrateOptions, r
   let switched = false;
   try {
     const mm = views.mmproj?.kind === "view" ? views.mmproj.view : null;
-    say(`${names.join(", ")}: writing ${[views.text ? `the text GGUF (${views.text.size} bytes)` : "", mm ? `the projector (${mm.size} bytes)` : ""].filter(Boolean).join(" and ")}`);
-    const text = views.text ? await addBlob(store.root, (p) => views.text!.writeTo(p)) : undefined;
+    if (g.done) say(`${names.join(", ")}: reusing the blobs a model of the same source was migrated to`);
+    else say(`${names.join(", ")}: writing ${[views.text ? `the text GGUF (${views.text.size} bytes)` : "", mm ? `the projector (${mm.size} bytes)` : ""].filter(Boolean).join(" and ")}`);
+    const reused = (l: ManifestLayer | undefined): WrittenBlob | undefined => (l ? { digest: l.digest, size: l.size, path: store.blobPath(l.digest), created: false } : undefined);
+    const text = views.text ? (reused(g.done?.model) ?? (await addBlob(store.root, (p) => views.text!.writeTo(p)))) : undefined;
     if (text?.created) created.push(text);
-    const projector = mm ? await addBlob(store.root, (p) => mm.writeTo(p)) : undefined;
+    const projector = mm ? (reused(g.done?.projector) ?? (await addBlob(store.root, (p) => mm.writeTo(p)))) : undefined;
     if (projector?.created) created.push(projector);
 
     const newProjectors = projector ? [projector.path, ...first.projectors.slice(1)] : first.projectors;
@@ -325,6 +343,36 @@ async function migrateGroup(store: ModelStore, g: Group, opts: MigrateOptions, r
     // blobs no manifest took are not left behind (a failed verification, a disk full meanwhile)
     if (!switched) for (const b of created) await unlink(b.path).catch(() => undefined);
   }
+}
+
+/**
+ * What each source (model digest | projector path, as survey keys them) was migrated to, read
+ * from the rollback records whose model's manifest has switched: a run interrupted between two
+ * names of one blob then reuses the first one's blobs instead of translating again.
+ */
+async function migratedSources(store: ModelStore): Promise<Map<string, { model: ManifestLayer; projector?: ManifestLayer }>> {
+  const out = new Map<string, { model: ManifestLayer; projector?: ManifestLayer }>();
+  for (const r of (await store.manifestNames()).filter(isRollbackName)) {
+    try {
+      const old = parseManifest(await readFile(store.manifestPath(r), "utf8"), store.manifestPath(r));
+      const now = parseManifest(await readFile(store.manifestPath(rolledBackName(r)), "utf8"), store.manifestPath(rolledBackName(r)));
+      const model = (m: typeof old) => m.layers.filter((l) => l.mediaType === MediaType.model).pop();
+      const projector = (m: typeof old) => m.layers.find((l) => l.mediaType === MediaType.projector);
+      const [oldModel, newModel] = [model(old), model(now)];
+      if (!oldModel || !newModel || sameDigest(newModel.digest, oldModel.digest)) continue;
+      const oldProjector = projector(old);
+      const newProjector = projector(now);
+      const key = `sha256:${oldModel.digest.toLowerCase().slice(-64)}|${oldProjector ? store.blobPath(oldProjector.digest) : ""}`;
+      out.set(key, { model: newModel, ...(newProjector && !sameDigest(newProjector.digest, oldProjector?.digest ?? "") ? { projector: newProjector } : {}) });
+    } catch {
+      // a record or model that cannot be read offers nothing to reuse
+    }
+  }
+  return out;
+}
+
+async function layerPresent(store: ModelStore, l: ManifestLayer): Promise<boolean> {
+  return stat(store.blobPath(l.digest)).then((st) => st.isFile() && st.size === l.size, () => false);
 }
 
 /** The manifest with the model layer (and projector) replaced; every other byte of meaning kept. */

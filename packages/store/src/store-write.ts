@@ -19,9 +19,12 @@
  */
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { mkdir, open, readdir, rename, rm, rmdir, stat, unlink } from "node:fs/promises";
+import { mkdir, open, readdir, readFile, rename, rm, rmdir, stat, unlink } from "node:fs/promises";
 import { dirname, join, relative, sep } from "node:path";
 import { sweepTempFiles, tempPathFor, writeFileAtomic } from "@compat/files";
+import { StoreError } from "./errors";
+import { displayName, manifestSegments, type ModelName } from "./name";
+import { ModelStore } from "./store";
 
 /** The staging folder's name, in blobs/ and in manifests/. */
 export const STAGING_DIR = ".ollama-compat-tmp";
@@ -157,4 +160,128 @@ async function mkdirFsynced(top: string, dir: string): Promise<boolean> {
 /** Names in a folder, or none when it does not exist. */
 export async function listDir(dir: string): Promise<string[]> {
   return readdir(dir).catch(() => []);
+}
+
+// What pull, copy and delete add: blobs under a digest known in advance (checked before they get
+// it), and manifests by model name.
+
+const DIGEST = /^sha256[:-]([0-9a-f]{64})$/;
+
+/** `sha256:<hex>` → `sha256-<hex>`, the blob's file name; anything else is refused. */
+export function blobFileName(digest: string): string {
+  const m = DIGEST.exec(digest);
+  if (!m) throw new StoreError("CORRUPT_MANIFEST", `"${digest}" is not a sha256 digest (sha256:<64 lower-case hex digits>)`, { digest });
+  return `sha256-${m[1]}`;
+}
+
+/** The final path of a blob in the store at `root`. */
+export function blobPathIn(root: string, digest: string): string {
+  return join(root, "blobs", blobFileName(digest));
+}
+
+/** The manifest path of `name` in the store at `root` (manifests/<host>/<namespace>/<model>/<tag>). */
+export function manifestPathIn(root: string, name: ModelName): string {
+  return join(root, "manifests", ...manifestSegments(name));
+}
+
+/**
+ * Gives the finished file `staged` (a download's `-partial` file in blobs/, a name Ollama's
+ * prune treats as garbage) its final blob name, after checking that it hashes to `digest`:
+ * flushed, renamed, the folder flushed. On a mismatch the staged file is removed and
+ * DIGEST_MISMATCH names `what` (e.g. the layer) and both digests.
+ */
+export async function installBlob(root: string, digest: string, staged: string, what: string): Promise<string> {
+  const final = blobPathIn(root, digest);
+  const actual = `sha256:${(await hashFile(staged)).hex}`;
+  if (actual !== digest) {
+    await rm(staged, { force: true });
+    throw new StoreError("DIGEST_MISMATCH", `${what}: the bytes received hash to ${actual}, not ${digest}; nothing was kept`, { digest, actual });
+  }
+  const fh = await open(staged, "r+");
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+  await rename(staged, final);
+  await fsyncDir(dirname(final));
+  return final;
+}
+
+/** Adds `bytes` as a blob after checking them against `digest` (addBlobBytes, once they are known right). */
+export async function writeBlobBytesChecked(root: string, digest: string, bytes: Uint8Array, what: string): Promise<string> {
+  const actual = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+  if (actual !== digest) throw new StoreError("DIGEST_MISMATCH", `${what}: the bytes received hash to ${actual}, not ${digest}; nothing was kept`, { digest, actual });
+  return (await addBlobBytes(root, bytes)).path;
+}
+
+/** writeManifest at the name's path; the path. */
+export async function writeModelManifest(root: string, name: ModelName, bytes: Uint8Array): Promise<string> {
+  const path = manifestPathIn(root, name);
+  await writeManifest(root, path, bytes);
+  return path;
+}
+
+/** `ollama cp`: the source manifest's bytes under a second name (the blobs are shared). */
+export async function copyModel(root: string, source: ModelName, destination: ModelName): Promise<string> {
+  const from = manifestPathIn(root, source);
+  let bytes: Buffer;
+  try {
+    bytes = await readFile(from);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new StoreError("UNKNOWN_MODEL", `model ${JSON.stringify(displayName(source))} is not installed (no manifest at ${from})`, { manifestPath: from });
+    throw e;
+  }
+  return writeModelManifest(root, destination, bytes);
+}
+
+/**
+ * `ollama rm`: removes the model's manifest (and the folders it leaves empty), then each of its
+ * blobs that no other manifest names, as Ollama's DeleteHandler does. Returns the blobs removed.
+ */
+export async function deleteModel(root: string, name: ModelName): Promise<string[]> {
+  const path = manifestPathIn(root, name);
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new StoreError("UNKNOWN_MODEL", `model ${JSON.stringify(displayName(name))} is not installed (no manifest at ${path})`, { manifestPath: path });
+    throw e;
+  }
+  await removeManifest(root, path);
+  return removeUnreferenced(root, digestsOf(text));
+}
+
+/** Removes each of `digests` that no manifest of the store names; returns those removed. */
+export async function removeUnreferenced(root: string, digests: readonly string[]): Promise<string[]> {
+  const store = new ModelStore(root, {});
+  const used = new Set<string>();
+  for (const other of await store.names()) {
+    const t = await readFile(store.manifestPath(other), "utf8").catch(() => undefined);
+    // a manifest that cannot be read keeps every blob: better a blob too many than one missing
+    if (t === undefined) return [];
+    for (const d of digestsOf(t)) used.add(d);
+  }
+  const removed: string[] = [];
+  for (const d of new Set(digests)) {
+    if (used.has(d)) continue;
+    await rm(blobPathIn(root, d), { force: true });
+    removed.push(d);
+  }
+  return removed;
+}
+
+/** The digests the manifest at `path` names; none when there is none (or it is not one). */
+export async function manifestDigests(path: string): Promise<string[]> {
+  return digestsOf(await readFile(path, "utf8").catch(() => ""));
+}
+
+/** The digests a manifest names (config and layers); none when it is not one. */
+function digestsOf(text: string): string[] {
+  try {
+    const m = JSON.parse(text) as { config?: { digest?: unknown }; layers?: Array<{ digest?: unknown }> };
+    return [m.config?.digest, ...(Array.isArray(m.layers) ? m.layers.map((l) => l?.digest) : [])].filter((d): d is string => typeof d === "string" && DIGEST.test(d));
+  } catch {
+    return [];
+  }
 }

@@ -126,7 +126,11 @@ export class ModelStore {
     }
   }
 
-  async resolveName(n: ModelName, ref = displayName(n)): Promise<ResolvedModel> {
+  /**
+   * `blobs`: what an earlier resolve of the same listing learnt about the blobs (list() passes
+   * one for all its manifests: a blob many manifests share is looked at once).
+   */
+  async resolveName(n: ModelName, ref = displayName(n), blobs: BlobLookups = new BlobLookups()): Promise<ResolvedModel> {
     const manifestPath = this.manifestPath(n);
     let text: string;
     try {
@@ -140,10 +144,10 @@ export class ModelStore {
       throw new StoreError("CORRUPT_MANIFEST", `${manifestPath}: cannot read it: ${(e as Error).message}`, { ref, manifestPath });
     }
     const manifest = parseManifest(text, manifestPath);
-    return this.fromManifest(manifest, n, ref, manifestPath);
+    return this.fromManifest(manifest, n, ref, manifestPath, blobs);
   }
 
-  private async fromManifest(manifest: Manifest, n: ModelName, ref: string, manifestPath: string): Promise<ResolvedModel> {
+  private async fromManifest(manifest: Manifest, n: ModelName, ref: string, manifestPath: string, blobs: BlobLookups): Promise<ResolvedModel> {
     const out: ResolvedModel = {
       ref,
       name: displayName(n),
@@ -157,11 +161,11 @@ export class ModelStore {
       size: manifest.layers.reduce((s, l) => s + l.size, manifest.config?.size ?? 0),
     };
     if (manifest.config?.digest) {
-      const cfg = await this.readLayer(manifest.config, manifestPath, MAX_JSON_BYTES);
+      const cfg = await this.readLayer(manifest.config, manifestPath, MAX_JSON_BYTES, blobs);
       out.config = parseJsonLayer(cfg, manifest.config, manifestPath);
     }
     for (const layer of manifest.layers) {
-      const path = await this.checkBlob(layer, manifestPath);
+      const path = await this.checkBlob(layer, manifestPath, blobs);
       switch (layer.mediaType) {
         case MediaType.model:
           out.modelPath = path; // the last one wins, as in Ollama
@@ -178,13 +182,13 @@ export class ModelStore {
           break;
         case MediaType.template:
         case MediaType.prompt:
-          out.template = await this.readLayer(layer, manifestPath, MAX_TEXT_LAYER_BYTES);
+          out.template = await this.readLayer(layer, manifestPath, MAX_TEXT_LAYER_BYTES, blobs);
           break;
         case MediaType.system:
-          out.system = await this.readLayer(layer, manifestPath, MAX_TEXT_LAYER_BYTES);
+          out.system = await this.readLayer(layer, manifestPath, MAX_TEXT_LAYER_BYTES, blobs);
           break;
         case MediaType.params:
-          out.params = parseJsonLayer(await this.readLayer(layer, manifestPath, MAX_JSON_BYTES), layer, manifestPath);
+          out.params = parseJsonLayer(await this.readLayer(layer, manifestPath, MAX_JSON_BYTES, blobs), layer, manifestPath);
           break;
       }
     }
@@ -194,20 +198,24 @@ export class ModelStore {
     return out;
   }
 
-  private async checkBlob(layer: ManifestLayer, manifestPath: string): Promise<string> {
+  private async checkBlob(layer: ManifestLayer, manifestPath: string, blobs: BlobLookups): Promise<string> {
     const path = this.blobPath(layer.digest);
-    let st: Stats;
-    try {
-      await this.checkInsideStore(path, layer, manifestPath);
-      st = await stat(path);
-    } catch (e) {
-      if (e instanceof StoreError) throw e;
+    const looked = await blobs.once(blobs.stats, path, () => this.lookAtBlob(path));
+    if ("outside" in looked) {
+      throw new StoreError("UNSAFE_BLOB", `blob ${path} (${layer.mediaType}) named by ${manifestPath} is a symlink out of the store, to ${looked.outside}`, {
+        digest: layer.digest,
+        path,
+        manifestPath,
+      });
+    }
+    if ("missing" in looked) {
       throw new StoreError("MISSING_BLOB", `blob ${layer.digest} (${layer.mediaType}) named by ${manifestPath} is missing: ${path}`, {
         digest: layer.digest,
         path,
         manifestPath,
       });
     }
+    const st = looked.st;
     // a FIFO or device would hang whoever opens it (llama-server too): refused before anyone does
     if (!st.isFile()) {
       throw new StoreError("UNSAFE_BLOB", `blob ${path} (${layer.mediaType}) named by ${manifestPath} is ${fileKind(st)}, not a regular file`, {
@@ -228,76 +236,135 @@ export class ModelStore {
     return path;
   }
 
-  /** A blob that is a symlink must still point into the store: a manifest must not make us read any file. */
-  private async checkInsideStore(path: string, layer: ManifestLayer, manifestPath: string): Promise<void> {
-    if (!(await lstat(path)).isSymbolicLink()) return;
-    const [target, root] = await Promise.all([realpath(path), realpath(this.root)]);
-    if (target === root || target.startsWith(root + sep)) return;
-    throw new StoreError("UNSAFE_BLOB", `blob ${path} (${layer.mediaType}) named by ${manifestPath} is a symlink out of the store, to ${target}`, {
-      digest: layer.digest,
-      path,
-      manifestPath,
-    });
+  /** What a blob path is: a file's stat, a symlink out of the store (its target), or nothing there. */
+  private async lookAtBlob(path: string): Promise<{ st: Stats } | { outside: string } | { missing: true }> {
+    try {
+      // a blob that is a symlink must still point into the store: a manifest must not make us read any file
+      if ((await lstat(path)).isSymbolicLink()) {
+        const [target, root] = await Promise.all([realpath(path), realpath(this.root)]);
+        if (target !== root && !target.startsWith(root + sep)) return { outside: target };
+      }
+      return { st: await stat(path) };
+    } catch {
+      return { missing: true };
+    }
   }
 
   /** A layer read into memory: a regular file of at most `max` bytes, whatever its size on disk claims. */
-  private async readLayer(layer: ManifestLayer, manifestPath: string, max: number): Promise<string> {
-    const path = await this.checkBlob(layer, manifestPath);
-    const refuse = (why: string) =>
-      new StoreError("UNSAFE_BLOB", `${layer.mediaType} blob ${path} named by ${manifestPath} ${why}`, { digest: layer.digest, path, manifestPath });
+  private async readLayer(layer: ManifestLayer, manifestPath: string, max: number, blobs: BlobLookups): Promise<string> {
+    const path = await this.checkBlob(layer, manifestPath, blobs);
     try {
-      return await readSmallFile(path, max, refuse);
+      return await blobs.once(blobs.texts, `${max}:${path}`, () => readSmallFile(path, max, (why) => new Refusal(why)));
     } catch (e) {
-      if (e instanceof StoreError) throw e;
+      if (e instanceof Refusal) throw new StoreError("UNSAFE_BLOB", `${layer.mediaType} blob ${path} named by ${manifestPath} ${e.message}`, { digest: layer.digest, path, manifestPath });
       throw new StoreError("MISSING_BLOB", `blob ${path} (${layer.mediaType}) named by ${manifestPath} cannot be read: ${(e as Error).message}`, { digest: layer.digest, path, manifestPath });
     }
   }
 
   /** Every installed model (sorted by name); manifests that do not resolve are listed with their error, one each. */
   async list(): Promise<Array<{ name: string; model?: ResolvedModel; error?: StoreError }>> {
-    const names = await this.names();
-    const out: Array<{ name: string; model?: ResolvedModel; error?: StoreError }> = [];
-    for (const n of names) {
-      try {
-        out.push({ name: displayName(n), model: await this.resolveName(n) });
-      } catch (e) {
-        const error = e instanceof StoreError ? e : new StoreError("CORRUPT_MANIFEST", `${this.manifestPath(n)}: ${(e as Error).message}`, { manifestPath: this.manifestPath(n) });
-        out.push({ name: displayName(n), error });
-      }
-    }
-    return out.sort((a, b) => a.name.localeCompare(b.name));
+    return (await this.resolveAll(await this.names())).sort((a, b) => a.name.localeCompare(b.name));
   }
 
-  /** Names of every model: each manifest file (manifests/host/namespace/model/tag) but migrate's rollback records. */
+  /**
+   * Resolves manifests as list() does (in the order given), each that fails as its error. A few at a time: each is a
+   * dozen small reads and stats, and one after another a store of thousands of models took
+   * seconds of waiting on the file system; the blobs they share are looked at once.
+   */
+  async resolveAll(names: readonly ModelName[], signal?: AbortSignal): Promise<Array<{ name: string; model?: ResolvedModel; error?: StoreError }>> {
+    const blobs = new BlobLookups();
+    const out: Array<{ name: string; model?: ResolvedModel; error?: StoreError }> = new Array(names.length);
+    await inParallel(names, RESOLVE_AT_ONCE, async (n, i) => {
+      signal?.throwIfAborted();
+      try {
+        out[i] = { name: displayName(n), model: await this.resolveName(n, undefined, blobs) };
+      } catch (e) {
+        const error = e instanceof StoreError ? e : new StoreError("CORRUPT_MANIFEST", `${this.manifestPath(n)}: ${(e as Error).message}`, { manifestPath: this.manifestPath(n) });
+        out[i] = { name: displayName(n), error };
+      }
+    });
+    return out;
+  }
+
+  /** Names of every model, in no particular order: each manifest file (manifests/host/namespace/model/tag) but migrate's rollback records. */
   async names(): Promise<ModelName[]> {
-    return (await this.manifestNames()).filter((n) => !isRollbackName(n));
+    return (await this.scan()).names;
   }
 
   /** Names of every manifest file, migrate's rollback records (name.ts rollbackName) included. */
   async manifestNames(): Promise<ModelName[]> {
-    const base = join(this.root, "manifests");
+    return (await this.scan(true)).names;
+  }
+
+  /**
+   * The models' names (with `rollbacks`, migrate's rollback records too), and the folders of
+   * manifests/ (itself included) that hold them: what a watcher of the store watches.
+   */
+  async scan(rollbacks = false): Promise<{ names: ModelName[]; folders: string[] }> {
     const out: ModelName[] = [];
-    const walk = async (dir: string, parts: string[]): Promise<void> => {
-      let entries;
-      try {
-        entries = await readdir(dir, { withFileTypes: true });
-      } catch {
-        return;
-      }
-      for (const e of entries) {
-        if (parts.length < 3 && e.isDirectory()) await walk(join(dir, e.name), [...parts, e.name]);
-        // anything at the tag level but a folder is a manifest to judge: a FIFO or a link is listed, and refused when read
-        else if (parts.length === 3 && !e.isDirectory()) {
-          const [host, namespace, model] = parts as [string, string, string];
-          const n = { host, namespace, model, tag: e.name };
-          if (isValidName(n)) out.push(n);
+    const folders: string[] = [];
+    // one level at a time, its folders read a few at once (a store of thousands of models has as many folders)
+    let level: string[][] = [[]];
+    for (let depth = 0; depth <= 3; depth++) {
+      const next: string[][] = [];
+      await inParallel(level, RESOLVE_AT_ONCE, async (parts) => {
+        let entries;
+        const folder = join(this.root, "manifests", ...parts);
+        try {
+          entries = await readdir(folder, { withFileTypes: true });
+        } catch {
+          return;
         }
-      }
-    };
-    await walk(base, []);
-    return out;
+        folders.push(folder);
+        for (const e of entries) {
+          if (depth < 3 && e.isDirectory()) next.push([...parts, e.name]);
+          // anything at the tag level but a folder is a manifest to judge: a FIFO or a link is listed, and refused when read
+          else if (depth === 3 && !e.isDirectory()) {
+            const [host, namespace, model] = parts as [string, string, string];
+            const n = { host, namespace, model, tag: e.name };
+            if (isValidName(n) && (rollbacks || !isRollbackName(n))) out.push(n);
+          }
+        }
+      });
+      level = next;
+    }
+    return { names: out, folders };
   }
 }
+
+/** Runs `job` on every item, at most `width` at a time. */
+async function inParallel<T>(items: readonly T[], width: number, job: (item: T, index: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      await job(items[i]!, i);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(width, items.length) }, worker));
+}
+
+/** How many manifests resolveAll reads at once (libuv's file-system threads keep a few busy). */
+const RESOLVE_AT_ONCE = 16;
+
+/**
+ * What the resolves of one listing learnt about blobs: each blob's stat and each small layer's
+ * text, looked up once however many manifests name them (a store's models share templates,
+ * licenses and params, and tags share their whole model).
+ */
+export class BlobLookups {
+  readonly stats = new Map<string, Promise<{ st: Stats } | { outside: string } | { missing: true }>>();
+  readonly texts = new Map<string, Promise<string>>();
+
+  once<T>(memo: Map<string, Promise<T>>, key: string, look: () => Promise<T>): Promise<T> {
+    let p = memo.get(key);
+    if (p === undefined) memo.set(key, (p = look()));
+    return p;
+  }
+}
+
+/** A small file refused for what it is (readSmallFile's reason), for the caller to word. */
+class Refusal extends Error {}
 
 /** A path-like reference to something on disk (isPathLike's rule): a regular file, or INVALID_REFERENCE saying what it is. */
 function asFile(ref: string): ResolvedModel | undefined {
@@ -391,7 +458,7 @@ function fileKind(st: Stats): string {
  * for a writer), refused unless it is a regular file, and read up to `max` bytes whatever its
  * size on disk says (a link to /dev/zero, or a /proc file whose size is 0, streams without end).
  */
-async function readSmallFile(path: string, max: number, refuse: (why: string) => StoreError): Promise<string> {
+async function readSmallFile(path: string, max: number, refuse: (why: string) => Error): Promise<string> {
   const fh = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
   try {
     const st = await fh.stat();

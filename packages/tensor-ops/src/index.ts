@@ -14,7 +14,7 @@ export { toF32, toF32Into, fromF32, canConvertToF32 } from "./convert";
 export { convertStream, type ConvertStreamOptions, type ChunkSource } from "./stream";
 export { f16ToNumber, numberToF16, bf16ToNumber, numberToBf16 } from "./half";
 export { type Dtype, type Shape, type TensorBytes } from "./layout/tensor";
-export { concat, split, truncateRows, padAxis, padRows, zeros, interleaveExperts, deinterleaveExperts, stack } from "./layout/concat";
+export { concat, concatPieces, split, truncateRows, padAxis, padRows, zeros, interleaveExperts, deinterleaveExperts, stack, stackPieces, type JoinPiece } from "./layout/concat";
 export { permute, inversePermutation, permuteQK, unpermuteQK } from "./layout/permute";
 export { addScalar, resamplePositionGrid, type ResampleOptions } from "./layout/arith";
 export { activeBackend, setBackend, backendInfo, ready, type Backend, type BackendChoice } from "./native";

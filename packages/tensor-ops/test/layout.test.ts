@@ -4,6 +4,7 @@ import { GgmlType as T } from "@compat/gguf";
 import {
   addScalar,
   concat,
+  concatPieces,
   deinterleaveExperts,
   fromF32,
   interleaveExperts,
@@ -17,6 +18,7 @@ import {
   setBackend,
   split,
   stack,
+  stackPieces,
   TensorOpsError,
   toF32,
   truncateRows,
@@ -144,6 +146,35 @@ describe("concat / split / experts", () => {
       }),
       { numRuns: 300 },
     );
+  });
+  it("concatPieces and stackPieces describe concat's and stack's bytes: the pieces laid side by side are the output", () => {
+    const joined = (parts: readonly TensorBytes[], pieces: readonly { part: number; offset: number; length: number }[]) =>
+      Uint8Array.from(pieces.flatMap((p) => [...parts[p.part]!.data.subarray(p.offset, p.offset + p.length)]));
+    fc.assert(
+      fc.property(tensorArb, fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 1, maxLength: 3 }), fc.nat(), ({ t, dtype }, extras, axisSeed) => {
+        const axis = axisSeed % t.shape.length;
+        const eb = (dtype as { elementBytes: number }).elementBytes;
+        const parts = [t, ...extras.map((n, i) => {
+          const shape = [...t.shape];
+          shape[axis] = n;
+          return { data: randomBytes(axisSeed + i, shape.reduce((x, y) => x * y, 1) * eb), shape };
+        })];
+        const want = concat(parts, dtype, axis);
+        const got = concatPieces(parts.map((p) => p.shape), dtype, axis)!;
+        expect(got.shape).toEqual(want.shape);
+        expect(joined(parts, got.pieces)).toEqual(want.data);
+        // a join along the slowest axis is one piece per part that has bytes
+        if (axis === t.shape.length - 1) expect(got.pieces.length).toBe(parts.filter((p) => p.data.length > 0).length);
+        const same = [t, { data: randomBytes(axisSeed + 9, t.data.length), shape: t.shape }];
+        const st = stackPieces(same.map((p) => p.shape), dtype);
+        expect(joined(same, st.pieces)).toEqual(stack(same, dtype).data);
+        expect(st.pieces.length).toBe(2);
+      }),
+      { numRuns: 300 },
+    );
+    // past the bound, no description (the caller computes the join instead)
+    expect(concatPieces([[2, 8], [2, 8]], { elementBytes: 1 }, 0, 15)).toBeUndefined();
+    expect(concatPieces([[2, 8], [2, 8]], { elementBytes: 1 }, 0, 16)?.pieces.length).toBe(16);
   });
   it("interleaves per-expert gate and up the way ffn_gate_up_exps expects", () => {
     // [n_embd=32 (one Q8_0 block), n_ff=2, n_expert=3]

@@ -55,15 +55,43 @@ async function readStatus(m: ResolvedModel, cache: TranslationCache, env: Record
   }
 }
 
+/** At most `width` jobs at once, the others waiting their turn. */
+function limiter(width: number): { run<T>(job: () => Promise<T>): Promise<T> } {
+  let active = 0;
+  const waiting: Array<() => void> = [];
+  return {
+    async run<T>(job: () => Promise<T>): Promise<T> {
+      // a slot is taken here, or handed over by the job that ends
+      if (active >= width) await new Promise<void>((r) => waiting.push(r));
+      else active++;
+      try {
+        return await job();
+      } finally {
+        const next = waiting.shift();
+        if (next) next();
+        else active--;
+      }
+    },
+  };
+}
+
 /** `ls`: installed models with size, architecture and what serving them takes. */
 export async function lsCommand(opts: { json?: boolean; models?: string; cacheDir?: string; profile?: TranslationProfile }, io: CliIo): Promise<void> {
   const store = new ModelStore(opts.models, io.env);
   const cache = commandCache(bridgeEnv(io.env, opts.cacheDir), opts.profile);
-  const rows: ListedModel[] = [];
-  for (const e of await store.list()) {
-    if (e.error) rows.push({ name: e.name, size: 0, status: "not-supported", reason: firstLine(e.error) });
-    else rows.push(await statusOf(e.model!, cache, io.env));
-  }
+  const reading = limiter(4);
+  // tags of one model (and copies) share their blobs: each set of files is read once, and a few at a time
+  const statuses = new Map<string, Promise<ListedModel>>();
+  const rows = await Promise.all(
+    (await store.list()).map(async (e): Promise<ListedModel> => {
+      if (e.error) return { name: e.name, size: 0, status: "not-supported", reason: firstLine(e.error) };
+      const m = e.model!;
+      const files = JSON.stringify([m.modelPath, m.modelDigest, m.projectors]);
+      let status = statuses.get(files);
+      if (status === undefined) statuses.set(files, (status = reading.run(() => statusOf(m, cache, io.env))));
+      return { ...(await status), name: m.name, size: m.size };
+    }),
+  );
   if (opts.json) {
     io.out(jsonText({ store: store.root, models: rows }, 2) + "\n");
     return;

@@ -91,6 +91,10 @@ function planText(plan: MigrationPlan): string {
       lines.push(`  ${m.name}: shares its model blob with ${m.sharesWith} (migrated once, nothing more to write)`);
       continue;
     }
+    if (m.reused) {
+      lines.push(`  ${m.name}: reuses the blobs an earlier run wrote for another name of the same blob (nothing to write)`);
+      continue;
+    }
     const what = m.changes.map((c) => `${c.layer} ${c.from ? `${c.from.slice(0, 19)}… ` : ""}-> ${c.what} (${humanBytes(c.bytes, 1000)})`);
     lines.push(`  ${m.name}: ${what.join("; ")}`);
   }

@@ -31,39 +31,49 @@ export async function mountCommand(dir: string, opts: MountFlags, io: CliIo): Pr
   if (opts.daemon) return daemonize(dir, opts, io);
   if (opts.log !== undefined) throw new CliError("usage", "--log is for --daemon (in the foreground the log is stderr)");
   const status = (line: string) => io.err(`ollama-compat: ${line}\n`);
-  let mount: StoreMount;
-  try {
-    mount = await StoreMount.open({
-      dir,
-      ...(opts.models ? { store: opts.models } : {}),
-      layout: opts.layout ?? "models-dir",
-      ...(opts.profile ? { profile: opts.profile } : {}),
-      ...(opts.cacheDir ? { sidecarDir: resolve(opts.cacheDir, "sidecars") } : {}),
-      allowOther: opts.allowOther === true,
-      env: io.env,
-      onStatus: status,
-    });
-  } catch (e) {
-    const code = (e as { code?: unknown }).code;
-    if (code === "FUSE_UNAVAILABLE" || code === "MOUNT_FAILED" || code === "BAD_MOUNTPOINT" || code === "ALREADY_MOUNTED") {
-      throw new CliError("error", `mount ${dir}: ${(e as Error).message}${code === "FUSE_UNAVAILABLE" ? " (ollama-compat export makes the same folder from the translation cache)" : ""}`);
-    }
-    throw e;
-  }
-  if (opts.pidFile) await writeFile(opts.pidFile, `${process.pid}\n`);
-  const models = mount.models();
-  status(`mounted ${mount.dir}: ${models.length} model${models.length === 1 ? "" : "s"}${mount.failures().length ? `, ${mount.failures().length} not mounted` : ""}`);
-  if ((opts.layout ?? "models-dir") === "models-dir") status(`serve them with: llama-server --models-dir ${mount.dir}`);
-  io.out(`${mount.dir}\n`);
-
+  // the signals are ours from the start: a store of thousands of models takes a while to mount,
+  // and a signal meanwhile stops that and unmounts (as it does a rescan later)
   let caught: NodeJS.Signals | undefined;
+  const ac = new AbortController();
   let stop!: () => void;
   const stopped = new Promise<void>((r) => (stop = r));
   const giveBack = takeSignals((sig) => {
-    caught = sig;
+    caught ??= sig;
+    ac.abort();
     stop();
   });
   try {
+    let mount: StoreMount;
+    try {
+      mount = await StoreMount.open({
+        dir,
+        ...(opts.models ? { store: opts.models } : {}),
+        layout: opts.layout ?? "models-dir",
+        ...(opts.profile ? { profile: opts.profile } : {}),
+        ...(opts.cacheDir ? { sidecarDir: resolve(opts.cacheDir, "sidecars") } : {}),
+        allowOther: opts.allowOther === true,
+        env: io.env,
+        onStatus: status,
+        signal: ac.signal,
+      });
+    } catch (e) {
+      if (caught) {
+        // a stop asked for, as after the mount is made
+        status(`${caught}: stopped before every model was mounted, unmounted ${dir}`);
+        return ExitCode.ok;
+      }
+      const code = (e as { code?: unknown }).code;
+      if (code === "FUSE_UNAVAILABLE" || code === "MOUNT_FAILED" || code === "BAD_MOUNTPOINT" || code === "ALREADY_MOUNTED") {
+        throw new CliError("error", `mount ${dir}: ${(e as Error).message}${code === "FUSE_UNAVAILABLE" ? " (ollama-compat export makes the same folder from the translation cache)" : ""}`);
+      }
+      throw e;
+    }
+    if (opts.pidFile) await writeFile(opts.pidFile, `${process.pid}\n`);
+    const models = mount.models();
+    status(`mounted ${mount.dir}: ${models.length} model${models.length === 1 ? "" : "s"}${mount.failures().length ? `, ${mount.failures().length} not mounted` : ""}`);
+    if ((opts.layout ?? "models-dir") === "models-dir") status(`serve them with: llama-server --models-dir ${mount.dir}`);
+    io.out(`${mount.dir}\n`);
+
     await Promise.race([stopped, mount.exited]);
     if (caught) status(`${caught}, unmounting ${mount.dir}`);
     const exit = await mount.close();

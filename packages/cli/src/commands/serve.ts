@@ -1,8 +1,7 @@
-import { readFile } from "node:fs/promises";
 import type { TranslationProfile } from "@compat/handlers";
 import { ollamaAddress, serveOllama, type ServeOllamaOptions } from "@compat/ollama-api";
 import { serveMount, type StoreMount } from "@compat/prepare";
-import { bindingFromArgs, BridgeError, crashCause, isLoopback, startServer, type ExitInfo } from "@compat/server-bridge";
+import { apiKeyOf, bindingFromArgs, BridgeError, crashCause, isLoopback, readKeyFile, startServer, type ExitInfo } from "@compat/server-bridge";
 import { ModelStore } from "@compat/store";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
@@ -95,7 +94,7 @@ export async function serveCommand(model: string | undefined, passthrough: strin
         ? `--host ${host}`
         : `OLLAMA_HOST=${io.env.OLLAMA_HOST ?? ""}`;
   // the key travels by file or environment, never as an argument other users can read
-  const apiKey = opts.apiKeyFile !== undefined ? await readApiKey(opts.apiKeyFile) : io.env.LLAMA_API_KEY || undefined;
+  const apiKey = opts.apiKeyFile !== undefined ? readApiKey(opts.apiKeyFile, io) : io.env.LLAMA_API_KEY || undefined;
   const keyed = apiKey !== undefined || passed.apiKey !== undefined || passed.keyFile !== undefined;
   // before any translation: a refusal after an hour of writing helps nobody
   if (!isLoopback(host) && !keyed && !opts.insecure) throw insecureBind(host, hostFlag);
@@ -250,13 +249,20 @@ async function serveFiles(store: ModelStore, models: string, opts: ServeFlags, i
   return { ...m, note: `serving from a mount of the store (${m.mount.dir}): nothing is translated up front, no copy is written` };
 }
 
-async function readApiKey(path: string): Promise<string> {
-  let key: string;
+/**
+ * The key of --api-key-file (see readKeyFile and apiKeyOf: a regular file, one line), and a
+ * warning when other users may read it, as ssh gives for a private key.
+ */
+function readApiKey(path: string, io: CliIo): string {
   try {
-    key = (await readFile(path, "utf8")).trim();
+    const file = readKeyFile(path, "--api-key-file");
+    const key = apiKeyOf(file, path, "--api-key-file");
+    if (file.tooOpen) {
+      const mode = file.mode.toString(8).padStart(4, "0");
+      io.err(`ollama-compat: warning: --api-key-file ${terminalSafe(path)} has permissions ${mode}: other users can read or change the API key (chmod 600 ${terminalSafe(path)})\n`);
+    }
+    return key;
   } catch (e) {
-    throw new CliError("usage", `--api-key-file ${path}: ${(e as Error).message}`);
+    throw e instanceof BridgeError ? new CliError("usage", e.message) : e;
   }
-  if (key === "") throw new CliError("usage", `--api-key-file ${path}: the file is empty (expected the API key)`);
-  return key;
 }

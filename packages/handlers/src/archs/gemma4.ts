@@ -1,5 +1,6 @@
 import { GgufValueType, tensorByteSize } from "@compat/gguf";
-import { interleaveExperts } from "@compat/tensor-ops";
+import { concatPieces, interleaveExperts } from "@compat/tensor-ops";
+import { MAX_JOIN_PIECES } from "../ops";
 import type { Handler } from "../handler";
 import type { Translation } from "../translation";
 import { blocksWithTensors, hasTensorPrefix, intArrayKv, stringArrayKv, stringKv, u32Kv } from "../reads";
@@ -89,12 +90,10 @@ function fuseGateUp(t: Translation, b: number): void {
   const shape = [nEmbd, 2 * nFf, nExpert];
   // renamed in place first (the fused tensor takes the gate's slot), then its bytes are computed from both
   t.renameTensor(gateName, fusedName);
-  t.op(fusedName, {
-    label: "gemma4 MoE gate/up interleave",
-    inputs: [fusedName, upName],
-    type,
-    shape,
-    compute: ([g, u]) => interleaveExperts({ data: g!.bytes, shape: [nEmbd, nFf, nExpert] }, { data: u!.bytes, shape: [nEmbd, nFf, nExpert] }, type).data,
-  });
+  // expert e's gate rows then its up rows: slabs of bytes side by side (interleaveExperts' layout)
+  const spec = { label: "gemma4 MoE gate/up interleave", inputs: [fusedName, upName], type, shape };
+  const pieces = concatPieces([[nEmbd, nFf, nExpert], [nEmbd, nFf, nExpert]], type, 1, MAX_JOIN_PIECES);
+  if (pieces !== undefined) t.op(fusedName, { ...spec, join: pieces.pieces });
+  else t.op(fusedName, { ...spec, compute: ([g, u]) => interleaveExperts({ data: g!.bytes, shape: [nEmbd, nFf, nExpert] }, { data: u!.bytes, shape: [nEmbd, nFf, nExpert] }, type).data });
   t.hide(upName);
 }

@@ -1,10 +1,10 @@
 import { GgufValueType, tensorByteSize } from "@compat/gguf";
-import { concat } from "@compat/tensor-ops";
+import { concat, concatPieces } from "@compat/tensor-ops";
 import { TranslationError } from "../errors";
 import type { Handler } from "../handler";
 import type { Translation } from "../translation";
 import { blocksWithTensors, intArrayKv, stringArrayKv, stringKv, u32Kv } from "../reads";
-import { concatTensors } from "../ops";
+import { concatTensors, MAX_JOIN_PIECES } from "../ops";
 
 /**
  * GLM-OCR as Ollama wrote it: llama.cpp loads it as glm4, which wants M-RoPE sections
@@ -94,13 +94,11 @@ function fuseGateUp(t: Translation, b: number): void {
       { handler: "glmocr", tensor: upName },
     );
   }
-  t.op(upName, {
-    label: "concat ffn_gate+ffn_up (raw bytes, as the reference)",
-    inputs: [gateName, upName],
-    type: up.type,
-    shape,
-    compute: ([g, u]) => concat([{ data: g!.bytes, shape: u!.shape }, { data: u!.bytes, shape: u!.shape }], up.type, 1).data,
-  });
+  // both halves read with ffn_up's shape and type: a join of their bytes as they are
+  const spec = { label: "concat ffn_gate+ffn_up (raw bytes, as the reference)", inputs: [gateName, upName], type: up.type, shape };
+  const pieces = concatPieces([up.shape, up.shape], up.type, 1, MAX_JOIN_PIECES);
+  if (pieces !== undefined) t.op(upName, { ...spec, join: pieces.pieces });
+  else t.op(upName, { ...spec, compute: ([g, u]) => concat([{ data: g!.bytes, shape: u!.shape }, { data: u!.bytes, shape: u!.shape }], up.type, 1).data });
 }
 
 /** The id of <|user|> when Ollama's eos_token_ids (from generation_config) lists it. */

@@ -1,5 +1,5 @@
 import { GgmlType, GgufValueType, type GgufModel } from "@compat/gguf";
-import { addScalar, canConvertToF32, fromF32, stack, toF32 } from "@compat/tensor-ops";
+import { addScalar, canConvertToF32, fromF32, stack, stackPieces, toF32 } from "@compat/tensor-ops";
 import type { Translation } from "../translation";
 import { arrayKv, hasTensorPrefix, tensorNames, u32Kv } from "../reads";
 import { anyOf, kvMarkers } from "../markers";
@@ -217,19 +217,8 @@ function stackMtpExperts(t: Translation, i: number, block: number): void {
     const names = experts.map((x) => x.name);
     t.renameTensor(names[0]!, destName);
     const elements = ne0! * (ne1 ?? 1);
-    t.op(destName, {
-      label: mixed ? "stack experts (promoted to F32)" : "stack experts",
-      inputs: [destName, ...names.slice(1)],
-      type: outType,
-      shape: [...dest2d, names.length],
-      compute: (parts) =>
-        stack(
-          parts.map((x) => ({
-            data: mixed ? fromF32(outType, toF32(x.type, x.bytes, elements)) : x.bytes,
-            shape: dest2d,
-          })),
-          outType,
-        ).data,
-    });
+    const spec = { label: mixed ? "stack experts (promoted to F32)" : "stack experts", inputs: [destName, ...names.slice(1)], type: outType, shape: [...dest2d, names.length] };
+    if (!mixed) t.op(destName, { ...spec, join: stackPieces(names.map(() => dest2d), outType).pieces }); // the experts' bytes one after another
+    else t.op(destName, { ...spec, compute: (parts) => stack(parts.map((x) => ({ data: fromF32(outType, toF32(x.type, x.bytes, elements)), shape: dest2d })), outType).data });
   }
 }

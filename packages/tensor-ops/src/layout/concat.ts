@@ -22,6 +22,33 @@ function slabBytes(format: Format, shape: Shape, axis: number): number {
   return rowBytes(format, shape[0] as number) * product(shape, 1, axis + 1);
 }
 
+/** One piece of a join's output: `length` bytes of part `part`, from byte `offset` of it. */
+export interface JoinPiece {
+  readonly part: number;
+  readonly offset: number;
+  readonly length: number;
+}
+
+/** How parts of these shapes join along `axis`: the output shape, each part's slab per outer step, the outer steps. */
+function joinGeometry(shapes: readonly Shape[], format: Format, axis: number | undefined): { shape: number[]; slabs: number[]; outer: number } {
+  if (shapes.length === 0) throw new ArgumentError("concat needs at least one part");
+  const rank = Math.max(...shapes.map((s) => s.length), (axis ?? 0) + 1);
+  const ax = axis ?? rank - 1;
+  checkAxis(ax, rank);
+  const padded = shapes.map((s) => padShape(s, rank));
+  const first = padded[0] as number[];
+  for (const [i, s] of padded.entries()) {
+    for (let d = 0; d < rank; d++) {
+      if (d !== ax && s[d] !== first[d]) {
+        throw new ShapeError(`concat part ${i} has shape [${s.join(", ")}], incompatible with [${first.join(", ")}] along axis ${ax}`);
+      }
+    }
+  }
+  const shape = [...first];
+  shape[ax] = padded.reduce((sum, s) => sum + (s[ax] as number), 0);
+  return { shape, slabs: padded.map((s) => slabBytes(format, s, ax)), outer: product(first, ax + 1) };
+}
+
 /**
  * Joins tensors along `axis` (default: the slowest axis of the highest-rank part). All other
  * dimensions must agree. Returns a new tensor; inputs are not modified.
@@ -30,22 +57,7 @@ export function concat(parts: readonly TensorBytes[], dtype: Dtype, axis?: numbe
   if (parts.length === 0) throw new ArgumentError("concat needs at least one part");
   const format = formatOf(dtype);
   for (const [i, p] of parts.entries()) checkTensor(p, format, `concat part ${i}`);
-  const rank = Math.max(...parts.map((p) => p.shape.length), (axis ?? 0) + 1);
-  const ax = axis ?? rank - 1;
-  checkAxis(ax, rank);
-  const shapes = parts.map((p) => padShape(p.shape, rank));
-  const first = shapes[0] as number[];
-  for (const [i, s] of shapes.entries()) {
-    for (let d = 0; d < rank; d++) {
-      if (d !== ax && s[d] !== first[d]) {
-        throw new ShapeError(`concat part ${i} has shape [${s.join(", ")}], incompatible with [${first.join(", ")}] along axis ${ax}`);
-      }
-    }
-  }
-  const outShape = [...first];
-  outShape[ax] = shapes.reduce((sum, s) => sum + (s[ax] as number), 0);
-  const slabs = shapes.map((s) => slabBytes(format, s, ax));
-  const outer = product(first, ax + 1);
+  const { shape, slabs, outer } = joinGeometry(parts.map((p) => p.shape), format, axis);
   const total = slabs.reduce((a, b) => a + b, 0) * outer;
   const out = new Uint8Array(total);
   let at = 0;
@@ -56,7 +68,40 @@ export function concat(parts: readonly TensorBytes[], dtype: Dtype, axis?: numbe
       at += size;
     }
   }
-  return { data: out, shape: outShape };
+  return { data: out, shape };
+}
+
+/**
+ * concat's output described without its bytes: the pieces of the parts (by shape) that, laid
+ * side by side in order, are `concat(parts, dtype, axis).data` (pieces of no bytes left out,
+ * consecutive pieces of one part merged). A join along the slowest axis is one piece per part;
+ * along a faster one, one per part and outer step: undefined when that is more than `maxPieces`.
+ */
+export function concatPieces(shapes: readonly Shape[], dtype: Dtype, axis?: number, maxPieces = Infinity): { shape: number[]; pieces: JoinPiece[] } | undefined {
+  const { shape, slabs, outer } = joinGeometry(shapes, formatOf(dtype), axis);
+  const live = slabs.filter((n) => n > 0).length;
+  if (live > 1 && outer * live > maxPieces) return undefined;
+  const pieces: JoinPiece[] = [];
+  for (let o = 0; o < outer; o++) {
+    for (let part = 0; part < slabs.length; part++) {
+      const length = slabs[part] as number;
+      if (length === 0) continue;
+      const last = pieces[pieces.length - 1];
+      if (last !== undefined && last.part === part && last.offset + last.length === o * length) pieces[pieces.length - 1] = { part, offset: last.offset, length: last.length + length };
+      else pieces.push({ part, offset: o * length, length });
+    }
+  }
+  return { shape, pieces };
+}
+
+/** stack's output as pieces (see concatPieces): part i whole, in order. */
+export function stackPieces(shapes: readonly Shape[], dtype: Dtype): { shape: number[]; pieces: JoinPiece[] } {
+  const shape = shapes[0];
+  if (shape === undefined) throw new ArgumentError("stack needs at least one part");
+  for (const [i, s] of shapes.entries()) {
+    if (s.length !== shape.length || s.some((d, k) => d !== shape[k])) throw new ShapeError(`stack part ${i} has shape [${s.join(", ")}], expected [${shape.join(", ")}]`);
+  }
+  return concatPieces(shapes.map((s) => [...s, 1]), dtype, shape.length)!;
 }
 
 /**

@@ -1,0 +1,102 @@
+// The daemon's memory stays flat while libfuse's worker threads come and go: each worker's
+// 1 MiB read buffer goes with it (it used to stay: about 1 MiB per retired worker).
+import { spawn } from "node:child_process";
+import { readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import type { ComputedPart, FilePlan } from "@compat/mount";
+import { tempDirs } from "./helpers";
+
+const t = tempDirs();
+
+/** The largest read the daemon serves, its read buffer's size (MAX_READ in native/mountd.c). */
+const MAX_READ = 1 << 20;
+/** The daemon's worker threads at most. */
+const THREADS = 8;
+/** Its threads besides the workers: main, the controller channel, the inotify watch. */
+const OTHER_THREADS = 3;
+
+/** Resident memory of a process, in bytes (VmRSS). */
+async function rss(pid: number): Promise<number> {
+  const m = /^VmRSS:\s+(\d+) kB$/m.exec(await readFile(`/proc/${pid}/status`, "utf8"));
+  if (!m) throw new Error(`no VmRSS for ${pid}`);
+  return Number(m[1]) * 1024;
+}
+
+const threadsOf = async (pid: number) => (await readdir(`/proc/${pid}/task`)).length;
+
+/** Reads files to their end in parallel, one `cat` each. */
+function readAllAtOnce(paths: string[]): Promise<unknown> {
+  return Promise.all(
+    paths.map(
+      (p) =>
+        new Promise<void>((resolve, reject) => {
+          const c = spawn("cat", [p], { stdio: ["ignore", "ignore", "inherit"] });
+          c.once("error", reject);
+          c.once("close", (code) => (code === 0 ? resolve() : reject(new Error(`cat ${p}: exit ${code}`))));
+        }),
+    ),
+  );
+}
+
+describe("the daemon's memory", () => {
+  it("stays flat while parallel readers make its worker threads come and go", async () => {
+    const dir = await t.dir();
+    const source = join(dir, "source.bin");
+    const SIDE = 4096;
+    const size = SIDE + 2 * MAX_READ;
+    await writeFile(source, Buffer.alloc(size, 7));
+    const st = await stat(source, { bigint: true });
+    const mount = await t.mount(dir, { threads: THREADS });
+    // A round: THREADS files, each a small sidecar then a range of the source, read at once. A
+    // read blocks on its sidecar until the controller writes it, and the first fill of the round
+    // waits (a bounded while) until libfuse has started every worker it may: each reader then
+    // holds a worker, whose first read fills its 1 MiB buffer. Once the round is over, libfuse
+    // retires the workers beyond its idle count; the next round starts new ones.
+    let round = 0;
+    let peak = 0;
+    const rounds = async (n: number) => {
+      for (let r = 0; r < n; r++, round++) {
+        const sidecarDir = join(dir, "sidecars", `r${round}`);
+        let waited = false;
+        const files = Array.from({ length: THREADS }, (_, i) => `r${round}/f${i}.bin`);
+        for (const [i, f] of files.entries()) {
+          const part: ComputedPart = {
+            path: join(sidecarDir, `${i}.bin`),
+            length: SIDE,
+            tensor: { index: 0, name: "side" },
+            label: "side",
+            async produce() {
+              for (let k = 0; !waited && k < 500 && (await threadsOf(mount.pid)) < OTHER_THREADS + THREADS; k++) await new Promise((w) => setTimeout(w, 10));
+              waited = true;
+              peak = Math.max(peak, await threadsOf(mount.pid));
+              return new Uint8Array(SIDE);
+            },
+          };
+          const plan: FilePlan = {
+            size,
+            mtimeNs: st.mtimeNs,
+            memory: new Uint8Array(0),
+            sources: [{ path: source, dev: st.dev, ino: st.ino, size, mtimeNs: st.mtimeNs }],
+            sidecars: [{ path: part.path, length: SIDE }],
+            extents: [
+              { kind: "sidecar", at: 0, sidecar: 0, offset: 0, length: SIDE },
+              { kind: "source", at: SIDE, source: 0, offset: SIDE, length: size - SIDE },
+            ],
+          };
+          await mount.addFile(f, plan, [part]);
+        }
+        await readAllAtOnce(files.map((f) => join(mount.dir, f)));
+        await mount.remove(`r${round}`);
+        await rm(sidecarDir, { recursive: true, force: true });
+      }
+    };
+    await rounds(3); // warm-up: the allocator's arenas, the tree, a full set of workers
+    const before = await rss(mount.pid);
+    await rounds(30);
+    const after = await rss(mount.pid);
+    // At most every worker's buffer alive at once, and as much again for the allocator's slack:
+    // bounded by the buffer size, not by how many workers came and went (up to THREADS a round).
+    expect(after - before).toBeLessThanOrEqual(2 * THREADS * MAX_READ);
+  }, 300_000);
+});

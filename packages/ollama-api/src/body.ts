@@ -1,0 +1,106 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { ApiError } from "./errors";
+
+/**
+ * What a refused body may still send before its connection is cut: enough for a client that
+ * wrote a little past the limit to read the answer, not a way to keep the server reading.
+ */
+const DRAIN_LIMIT = 8 << 20;
+
+/**
+ * Request bodies in memory, bounded twice: each body by `perBody` (413), and all bodies being
+ * read or handled at once by `total` (503), so that many connections with unfinished large
+ * bodies cannot take the machine's memory. A body's bytes count from its first chunk until
+ * its response is done; a refused body's bytes are let go at once, and its connection is
+ * closed after the answer (what it still sends is read and dropped, up to DRAIN_LIMIT).
+ */
+export class BodyBudget {
+  private heldBytes = 0;
+
+  constructor(
+    readonly perBody: number,
+    readonly total: number,
+  ) {}
+
+  /** Bytes of request bodies held now. */
+  get held(): number {
+    return this.heldBytes;
+  }
+
+  /** The whole body of `req`, or an ApiError (413, 503, 400 when the client went away). */
+  read(req: IncomingMessage, res: ServerResponse): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      let chunks: Buffer[] = [];
+      let size = 0;
+      let settled = false;
+      const release = () => {
+        this.heldBytes -= size;
+        size = 0;
+      };
+      res.once("close", release);
+      const refuse = (e: ApiError) => {
+        settled = true;
+        req.off("data", onData);
+        chunks = [];
+        release();
+        discard(req, res);
+        reject(e);
+      };
+      const onData = (c: Buffer) => {
+        if (size + c.length > this.perBody) return refuse(new ApiError(413, `request body larger than ${this.perBody} bytes`));
+        if (this.heldBytes + c.length > this.total) {
+          res.setHeader("retry-after", "1");
+          return refuse(new ApiError(503, `server busy: request bodies in progress hold ${this.heldBytes} bytes, the limit is ${this.total}; try again`));
+        }
+        size += c.length;
+        this.heldBytes += c.length;
+        chunks.push(c);
+      };
+      const declared = Number(req.headers["content-length"]);
+      if (declared > this.perBody) return refuse(new ApiError(413, `request body of ${declared} bytes: larger than ${this.perBody} bytes`));
+      req.on("data", onData);
+      req.once("end", () => {
+        if (settled) return;
+        settled = true;
+        const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+        chunks = [];
+        resolve(body);
+      });
+      req.once("error", (e) => {
+        if (!settled) refuse(new ApiError(400, e.message));
+      });
+      req.once("close", () => {
+        if (!settled && !req.complete) refuse(new ApiError(400, "the client closed the connection before the whole request body came"));
+      });
+    });
+  }
+}
+
+/**
+ * A body the server will not read: the answer closes the connection, and what the client
+ * still sends is dropped, up to DRAIN_LIMIT bytes, then the socket is cut.
+ */
+export function discard(req: IncomingMessage, res: ServerResponse): void {
+  if (!res.headersSent) res.setHeader("connection", "close");
+  let dropped = 0;
+  req.on("data", (c: Buffer) => {
+    dropped += c.length;
+    if (dropped > DRAIN_LIMIT) req.socket.destroy();
+  });
+  req.resume();
+}
+
+/** A response body from llama-server, read whole up to `max` bytes. */
+export async function readUpTo(res: IncomingMessage, max: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const c of res) {
+    size += (c as Buffer).length;
+    if (size > max) {
+      res.destroy();
+      throw new Error(`llama-server's answer is larger than ${max} bytes`);
+    }
+    chunks.push(c as Buffer);
+  }
+  return Buffer.concat(chunks);
+}
