@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { ApiError } from "./errors";
+import { ApiError, badRequest } from "./errors";
 
 /**
  * What a refused body may still send before its connection is cut: enough for a client that
@@ -103,4 +103,33 @@ export async function readUpTo(res: IncomingMessage, max: number): Promise<Buffe
     chunks.push(c as Buffer);
   }
   return Buffer.concat(chunks);
+}
+
+/** A request body: a JSON object. */
+export function jsonBody(text: string): Record<string, unknown> {
+  if (text.trim() === "") throw badRequest("missing request body");
+  let v: unknown;
+  try {
+    v = parseJson(text);
+  } catch (e) {
+    throw e instanceof ApiError ? e : badRequest((e as Error).message);
+  }
+  if (typeof v !== "object" || v === null || Array.isArray(v)) throw new ApiError(400, "expected a JSON object");
+  return v as Record<string, unknown>;
+}
+
+/** A UTF-16 surrogate that is not half of a pair (in `u` mode a pair is one code point, not Cs). */
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/**
+ * JSON.parse, and a 400 for a lone surrogate (`"\ud800"`) in any string or key: JSON's grammar
+ * allows the escape, but it is no Unicode text, and llama-server's parser refuses it.
+ */
+export function parseJson(text: string): unknown {
+  return JSON.parse(text, (key, value: unknown) => {
+    if (LONE_SURROGATE.test(key) || (typeof value === "string" && LONE_SURROGATE.test(value))) {
+      throw badRequest(`invalid JSON: a lone UTF-16 surrogate in ${typeof value === "string" ? "a string" : "a key"} (a \\uD800-\\uDFFF escape not part of a pair); send valid Unicode text`);
+    }
+    return value;
+  });
 }

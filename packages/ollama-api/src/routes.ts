@@ -1,9 +1,9 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { copyModel, deleteModel, displayName, parseModelName, pullModel, StoreError, type PullProgress } from "@compat/store";
-import { BodyBudget, discard, readUpTo } from "./body";
-import { chatRequest, generateRequest, isHousekeeping, jsonBody, parseJson } from "./chat";
+import { blobFileName, canonicalDigest, copyModel, deleteModel, displayName, parseModelName, pullModel, StoreError, type PullProgress } from "@compat/store";
+import { BodyBudget, discard, jsonBody, parseJson, readUpTo } from "./body";
+import { chatRequest, generateRequest, isHousekeeping } from "./chat";
 import { embed, embeddings } from "./embed";
 import type { LoadConfigs, LoadWant } from "./load-config";
 import { ApiError, badRequest, modelNotFound } from "./errors";
@@ -157,10 +157,21 @@ export class OllamaRoutes {
     sendJson(res, 200, { models });
   }
 
-  async generate(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+  /** POST /api/chat. */
+  async chat(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    return this.answerWith(req, res, chatRequest);
+  }
+
+  /** POST /api/generate. */
+  async generate(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    return this.answerWith(req, res, generateRequest);
+  }
+
+  /** A generating request, built by `build` from the body (or a load/unload, which generates nothing). */
+  private async answerWith(req: IncomingMessage, res: ServerResponse, build: typeof chatRequest): Promise<void> {
     const body = await this.body(req, res);
     const m = this.model(body);
-    const r = path === "/api/chat" ? await chatRequest(m, body) : await generateRequest(m, body);
+    const r = await build(m, body);
     const want = await this.want(m, body.options);
     if (!isHousekeeping(r)) return answer(this.o.scheduler, this.o.upstream, res, r, want);
     if (r.kind === "unload") await this.o.scheduler.unload(m.name);
@@ -168,10 +179,19 @@ export class OllamaRoutes {
     sendJson(res, 200, r.reply);
   }
 
-  async embed(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+  /** POST /api/embed. */
+  async embed(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    return this.embedWith(req, res, embed);
+  }
+
+  /** POST /api/embeddings: the older single-prompt call. */
+  async embeddings(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    return this.embedWith(req, res, embeddings);
+  }
+
+  private async embedWith(req: IncomingMessage, res: ServerResponse, run: typeof embed): Promise<void> {
     const body = await this.body(req, res);
     const m = this.model(body);
-    const run = path === "/api/embed" ? embed : embeddings;
     // Ollama embeds with any model; one that is not an embedding model is loaded as one for it
     const f = await m.facts;
     const want = this.o.configs.want(m, body.options, f.contextLength, !f.capabilities.includes("embedding"));
@@ -276,9 +296,8 @@ export class OllamaRoutes {
   /** HEAD /api/blobs/:digest: whether the store has the blob (what `ollama create` asks before an upload). */
   async headBlob(_req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
     const digest = decodedSegment(path.slice("/api/blobs/".length));
-    const m = /^sha256[:-]([0-9a-f]{64})$/.exec(digest);
-    if (!m) throw badRequest(`invalid digest format: ${digest}`);
-    res.writeHead(existsSync(join(this.o.storeRoot, "blobs", `sha256-${m[1]}`)) ? 200 : 404).end();
+    if (canonicalDigest(digest) === undefined) throw badRequest(`invalid digest format: ${digest}`);
+    res.writeHead(existsSync(join(this.o.storeRoot, "blobs", blobFileName(digest))) ? 200 : 404).end();
   }
 
   /**
@@ -410,23 +429,23 @@ function ownerOf(name: string): string {
   return n?.namespace ?? "library";
 }
 
-type Handler = (this: OllamaRoutes, req: IncomingMessage, res: ServerResponse, path: string) => Promise<void>;
+type RouteHandler = (this: OllamaRoutes, req: IncomingMessage, res: ServerResponse, path: string) => Promise<void>;
 
-const text = (s: string): Handler =>
+const text = (s: string): RouteHandler =>
   async function (_req, res) {
     res.writeHead(200, { "content-type": "text/plain; charset=utf-8", "content-length": Buffer.byteLength(s) }).end(s);
   };
-const version: Handler = async (_req, res) => sendJson(res, 200, { version: OLLAMA_API_VERSION });
+const version: RouteHandler = async (_req, res) => sendJson(res, 200, { version: OLLAMA_API_VERSION });
 /** api.StatusResponse: no Ollama cloud behind this server (source "env" when OLLAMA_NO_CLOUD says so too). */
-const status: Handler = async (_req, res) => sendJson(res, 200, { cloud: { disabled: true, source: process.env.OLLAMA_NO_CLOUD ? "env" : "config" } });
+const status: RouteHandler = async (_req, res) => sendJson(res, 200, { cloud: { disabled: true, source: process.env.OLLAMA_NO_CLOUD ? "env" : "config" } });
 /** POST /api/me: nobody is signed in to ollama.com here (Ollama's answer when no account is). */
-const whoami: Handler = async (req, res) => {
+const whoami: RouteHandler = async (req, res) => {
   req.resume();
   sendJson(res, 401, { error: "unauthorized" });
 };
 const readOnly = OllamaRoutes.prototype.readOnly;
 
-const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
+const ROUTES: Record<string, Partial<Record<string, RouteHandler>>> = {
   "/": { GET: text("Ollama is running") },
   "/api/version": { GET: version },
   "/api/status": { GET: status },
@@ -434,10 +453,10 @@ const ROUTES: Record<string, Partial<Record<string, Handler>>> = {
   "/api/tags": { GET: OllamaRoutes.prototype.tags },
   "/api/show": { POST: OllamaRoutes.prototype.show },
   "/api/ps": { GET: OllamaRoutes.prototype.ps },
-  "/api/chat": { POST: OllamaRoutes.prototype.generate },
+  "/api/chat": { POST: OllamaRoutes.prototype.chat },
   "/api/generate": { POST: OllamaRoutes.prototype.generate },
   "/api/embed": { POST: OllamaRoutes.prototype.embed },
-  "/api/embeddings": { POST: OllamaRoutes.prototype.embed },
+  "/api/embeddings": { POST: OllamaRoutes.prototype.embeddings },
   "/api/pull": { POST: OllamaRoutes.prototype.pull },
   "/api/push": { POST: readOnly },
   "/api/create": { POST: readOnly },

@@ -8,7 +8,7 @@ export type RouterStatus = "loaded" | "loading" | "unloaded" | "sleeping" | "dow
  * request would add a round trip to every token stream), the API key on every request.
  * llama-server closes a connection idle for 5 s (cpp-httplib's keep-alive timeout); idle
  * sockets are let go after 2 s, and a request whose reused socket was closed under it, before
- * any answer, is sent again on a new one.
+ * any answer, is sent again on a new connection outside the pool.
  */
 export class Upstream {
   private readonly agent = new Agent({ keepAlive: true, maxSockets: 64, timeout: 2_000 });
@@ -27,9 +27,12 @@ export class Upstream {
       headers["content-length"] = String(Buffer.byteLength(payload));
     }
     if (this.apiKey) headers.authorization = `Bearer ${this.apiKey}`;
+    // The retry goes on a connection of its own: from the pool it could get another socket that
+    // llama-server closed meanwhile (it closes idle ones often: seen here on one reused socket in
+    // three, after an error answer), and a second stale socket made the request fail.
     const attempt = (retry: boolean): Promise<IncomingMessage> =>
       new Promise((resolve, reject) => {
-        const req = request(`${this.url}${path}`, { method, headers, agent: this.agent, signal: opts.signal }, resolve);
+        const req = request(`${this.url}${path}`, { method, headers, agent: retry ? this.agent : false, signal: opts.signal }, resolve);
         req.on("error", (e: NodeJS.ErrnoException) => {
           if (retry && req.reusedSocket && (e.code === "ECONNRESET" || e.code === "EPIPE")) resolve(attempt(false));
           else reject(e);

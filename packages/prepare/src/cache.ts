@@ -4,6 +4,7 @@ import { homedir } from "node:os";
 import { join } from "node:path";
 import { acquireLock, FilesError, isSystemError, lockedByLive, tempFileOwner, tempPathFor, whyNotWritable } from "@compat/files";
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
+import { canonicalDigest } from "@compat/store";
 import { DigestMemo, sameVersion, versionOf, type FileVersion, type SourceFile } from "./digest-memo";
 import { PrepareError } from "./errors";
 
@@ -375,9 +376,9 @@ function sourceOf(path: string, view: TranslatedView): SourceFile {
   return { path, ...(fd !== undefined ? { fd } : {}) };
 }
 
+/** A digest as the cache keys it (`sha256:<lower-case hex>`); a string that is no sha256 digest is kept as it is. */
 function normalizeDigest(d: string): string {
-  const m = /^sha256[:-]([0-9a-fA-F]{64})$/.exec(d);
-  return m ? `sha256:${m[1]!.toLowerCase()}` : d;
+  return canonicalDigest(d) ?? d;
 }
 
 /** The bytes must be what the name says: a blob damaged on disk, or other bytes under a copied name, is not translated. */

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { Worker } from "node:worker_threads";
 import { sweepTempFiles, writeFileAtomic } from "@compat/files";
+import { canonicalDigest } from "@compat/store";
 import { PrepareError } from "./errors";
 
 const fstatBig = promisify((fd: number, cb: (e: NodeJS.ErrnoException | null, st: BigIntStats) => void) => fstat(fd, { bigint: true }, cb));
@@ -36,7 +37,6 @@ export function sameVersion(a: FileVersion, b: FileVersion): boolean {
   return a.dev === b.dev && a.ino === b.ino && a.size === b.size && a.mtimeNs === b.mtimeNs && a.ctimeNs === b.ctimeNs;
 }
 
-const DIGEST = /^sha256:[0-9a-f]{64}$/;
 /** A memo temp file lives for the moment of one write; one older than this was left by a killed process (whatever its pid says). */
 const STALE_TEMP_MS = 10 * 60_000;
 
@@ -100,7 +100,7 @@ export class DigestMemo {
   async recall(version: FileVersion): Promise<string | undefined> {
     try {
       const m = JSON.parse(await readFile(this.memoPath(version), "utf8")) as FileVersion & { digest?: unknown };
-      if (sameVersion(m, version) && typeof m.digest === "string" && DIGEST.test(m.digest)) return m.digest;
+      if (sameVersion(m, version) && typeof m.digest === "string" && canonicalDigest(m.digest) === m.digest) return m.digest;
     } catch {
       // none, or unreadable: hash again
     }

@@ -53,6 +53,7 @@ import { StoreError } from "./errors";
 import { MediaType } from "./media-types";
 import { displayName, fullName, isRollbackName, parseModelName, rollbackName, rolledBackName, type ModelName } from "./name";
 import { ModelStore, parseManifest, type ManifestLayer, type ResolvedModel } from "./store";
+import { blobDigest } from "./digest";
 import { addBlob, blobStaging, fsyncDir, manifestStaging, removeManifest, sweepStaging, writeManifest, type WrittenBlob } from "./store-write";
 
 /** Ollama's PruneLayers leaves blobs younger than this alone (server/images.go layerPruneGracePeriod); so does pruneMigration. */
@@ -525,7 +526,7 @@ export async function pruneMigration(opts: Pick<MigrateOptions, "root" | "env" |
     const blobs = join(store.root, "blobs");
     const grace = opts.graceMs ?? PRUNE_GRACE_MS;
     for (const entry of await readdir(blobs).catch(() => [] as string[])) {
-      if (!/^sha256-[0-9a-f]{64}$/.test(entry) || referenced.has(entry)) continue;
+      if (blobDigest(entry) === undefined || referenced.has(entry)) continue;
       const st = await stat(join(blobs, entry)).catch(() => undefined);
       if (!st?.isFile()) continue;
       if (Date.now() - st.mtimeMs < grace) {

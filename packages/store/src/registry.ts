@@ -8,6 +8,7 @@
 import { MediaType } from "./media-types";
 import { fullName, type ModelName } from "./name";
 import { parseManifest, type Manifest } from "./store";
+import { canonicalDigest } from "./digest";
 
 export type RegistryErrorCode =
   | "REGISTRY_UNREACHABLE" // no network, no such host, connection refused or reset
@@ -84,7 +85,7 @@ export class RegistryClient {
     })();
     for (const l of [...manifest.layers, ...(manifest.config ? [manifest.config] : [])]) {
       // the store names blobs sha256-<lower-case hex>; another spelling would be a second name for one blob
-      if (!/^sha256:[0-9a-f]{64}$/.test(l.digest)) throw new RegistryError("BAD_REGISTRY_REPLY", `${url.href}: layer digest ${JSON.stringify(l.digest)} is not sha256:<lower-case hex>`);
+      if (canonicalDigest(l.digest) !== l.digest) throw new RegistryError("BAD_REGISTRY_REPLY", `${url.href}: layer digest ${JSON.stringify(l.digest)} is not sha256:<lower-case hex>`);
     }
     return { bytes, manifest };
   }

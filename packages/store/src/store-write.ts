@@ -25,6 +25,7 @@ import { sweepTempFiles, tempPathFor, writeFileAtomic } from "@compat/files";
 import { StoreError } from "./errors";
 import { displayName, manifestSegments, type ModelName } from "./name";
 import { ModelStore } from "./store";
+import { blobFileName, canonicalDigest } from "./digest";
 
 /** The staging folder's name, in blobs/ and in manifests/. */
 export const STAGING_DIR = ".ollama-compat-tmp";
@@ -165,15 +166,6 @@ export async function listDir(dir: string): Promise<string[]> {
 // What pull, copy and delete add: blobs under a digest known in advance (checked before they get
 // it), and manifests by model name.
 
-const DIGEST = /^sha256[:-]([0-9a-f]{64})$/;
-
-/** `sha256:<hex>` → `sha256-<hex>`, the blob's file name; anything else is refused. */
-export function blobFileName(digest: string): string {
-  const m = DIGEST.exec(digest);
-  if (!m) throw new StoreError("CORRUPT_MANIFEST", `"${digest}" is not a sha256 digest (sha256:<64 lower-case hex digits>)`, { digest });
-  return `sha256-${m[1]}`;
-}
-
 /** The final path of a blob in the store at `root`. */
 export function blobPathIn(root: string, digest: string): string {
   return join(root, "blobs", blobFileName(digest));
@@ -280,7 +272,7 @@ export async function manifestDigests(path: string): Promise<string[]> {
 function digestsOf(text: string): string[] {
   try {
     const m = JSON.parse(text) as { config?: { digest?: unknown }; layers?: Array<{ digest?: unknown }> };
-    return [m.config?.digest, ...(Array.isArray(m.layers) ? m.layers.map((l) => l?.digest) : [])].filter((d): d is string => typeof d === "string" && DIGEST.test(d));
+    return [m.config?.digest, ...(Array.isArray(m.layers) ? m.layers.map((l) => l?.digest) : [])].filter((d): d is string => typeof d === "string" && canonicalDigest(d) !== undefined);
   } catch {
     return [];
   }

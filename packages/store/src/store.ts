@@ -2,7 +2,8 @@ import { constants, createReadStream, existsSync, statSync, type Stats } from "n
 import { lstat, open, readdir, realpath, stat } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { homedir } from "node:os";
-import { basename, isAbsolute, join, resolve as resolvePath, sep } from "node:path";
+import { isAbsolute, join, resolve as resolvePath, sep } from "node:path";
+import { blobFileName, canonicalDigest } from "./digest";
 import { StoreError } from "./errors";
 import { MediaType } from "./media-types";
 import { displayName, fullName, isRollbackName, isValidName, manifestSegments, parseModelName, type ModelName } from "./name";
@@ -55,7 +56,6 @@ export function defaultModelsDir(env: Record<string, string | undefined> = proce
   return env.OLLAMA_MODELS || join(homedir(), ".ollama", "models");
 }
 
-const DIGEST = /^sha256[:-]([0-9a-fA-F]{64})$/;
 /** A manifest, a config or params blob is a few hundred bytes; anything this large is not one (and is not read into memory). */
 const MAX_JSON_BYTES = 1 << 20;
 /** Templates and system prompts run to kilobytes; a text layer is read into memory up to this. */
@@ -94,9 +94,7 @@ export class ModelStore {
   }
 
   blobPath(digest: string): string {
-    const m = DIGEST.exec(digest);
-    if (!m) throw new StoreError("CORRUPT_MANIFEST", `"${digest}" is not a sha256 digest`);
-    return join(this.root, "blobs", `sha256-${m[1]!.toLowerCase()}`);
+    return join(this.root, "blobs", blobFileName(digest));
   }
 
   /**
@@ -169,7 +167,7 @@ export class ModelStore {
       switch (layer.mediaType) {
         case MediaType.model:
           out.modelPath = path; // the last one wins, as in Ollama
-          out.modelDigest = normalizeDigest(layer.digest);
+          out.modelDigest = canonicalDigest(layer.digest)!;
           break;
         case MediaType.projector:
           out.projectors.push(path);
@@ -380,18 +378,6 @@ function asFile(ref: string): ResolvedModel | undefined {
   return { ref, name: path.split(/[\\/]/).pop()!, kind: "file", modelPath: path, projectors: [], adapters: [], params: {}, size: st.size };
 }
 
-/**
- * `sha256:<hex>` from a blob's file name (`blobs/sha256-<hex>`), else undefined: the digest its
- * bytes must have. Only the file's own name counts, never a folder named like a blob.
- */
-export function blobDigest(path: string): string | undefined {
-  const m = /^sha256-([0-9a-f]{64})$/.exec(basename(path));
-  return m ? `sha256:${m[1]}` : undefined;
-}
-
-function normalizeDigest(d: string): string {
-  return `sha256:${DIGEST.exec(d)![1]!.toLowerCase()}`;
-}
 
 /** Parses and checks a manifest: an object whose layers each have a media type, a sha256 digest and a size. */
 export function parseManifest(text: string, path: string): Manifest {
@@ -410,7 +396,7 @@ export function parseManifest(text: string, path: string): Manifest {
     if (typeof x !== "object" || x === null) throw bad(`${where}: expected an object`);
     const l = x as Record<string, unknown>;
     if (typeof l.mediaType !== "string") throw bad(`${where}: expected a string "mediaType"`);
-    if (typeof l.digest !== "string" || !DIGEST.test(l.digest)) throw bad(`${where}: expected "digest" to be sha256:<64 hex digits>`);
+    if (typeof l.digest !== "string" || canonicalDigest(l.digest) === undefined) throw bad(`${where}: expected "digest" to be sha256:<64 hex digits>`);
     if (typeof l.size !== "number" || !Number.isSafeInteger(l.size) || l.size < 0) throw bad(`${where}: expected a non-negative integer "size"`);
     return l as unknown as ManifestLayer;
   };
@@ -434,8 +420,8 @@ async function verifyBlobDigest(path: string, digest: string, manifestPath: stri
   const hash = createHash("sha256");
   for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
   const actual = `sha256:${hash.digest("hex")}`;
-  if (actual !== normalizeDigest(digest)) {
-    throw new StoreError("DIGEST_MISMATCH", `blob ${path} hashes to ${actual}, not the ${normalizeDigest(digest)} its name and ${manifestPath} say`, {
+  if (actual !== canonicalDigest(digest)!) {
+    throw new StoreError("DIGEST_MISMATCH", `blob ${path} hashes to ${actual}, not the ${canonicalDigest(digest)!} its name and ${manifestPath} say`, {
       digest,
       path,
       manifestPath,
