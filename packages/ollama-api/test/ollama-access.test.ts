@@ -3,7 +3,8 @@ import { request } from "node:http";
 import { serveOllama, type OllamaServer } from "@compat/ollama-api";
 import { BridgeError } from "@compat/server-bridge";
 import { buildOllamaStore, ModelStore } from "@compat/store";
-import { llamaServerPath, SMALL, tempDirs } from "./helpers";
+import { SMALL_SERVER_ARGS } from "@compat/testkit";
+import { llamaServerPath, tempDirs } from "./helpers";
 import { llamaFile } from "./ollama-helpers";
 
 const temp = tempDirs();
@@ -19,7 +20,7 @@ beforeAll(async () => {
     store,
     cache: { dir: await temp() },
     llamaServer: await llamaServerPath(),
-    args: SMALL,
+    args: SMALL_SERVER_ARGS,
     port: 0,
     apiKey: "sesame",
     env: { ...process.env, OLLAMA_ORIGINS: "https://chat.example.org,chrome-extension://*" },

@@ -3,7 +3,8 @@ import { readdir, readFile } from "node:fs/promises";
 import { Ollama } from "ollama";
 import { OLLAMA_API_VERSION, serveOllama, type OllamaServer } from "@compat/ollama-api";
 import { ModelStore } from "@compat/store";
-import { llamaServerPath, SMALL, tempDirs } from "./helpers";
+import { SMALL_SERVER_ARGS } from "@compat/testkit";
+import { llamaServerPath, tempDirs } from "./helpers";
 import { greyPicture, llamaFile, PRINTABLE, userStore } from "./ollama-helpers";
 
 const temp = tempDirs();
@@ -18,7 +19,7 @@ beforeAll(async () => {
   // applies all of them stops at once
   const stop = ["\u0001never", ...Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i))];
   await userStore(root, dir, [{ name: "stopper", model: await llamaFile(dir), params: { num_ctx: 512, stop } }]);
-  server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL, port: 0 });
+  server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS, port: 0 });
   ollama = new Ollama({ host: server.url });
 });
 afterAll(async () => {

@@ -3,7 +3,8 @@ import { join } from "node:path";
 import { readGguf, writeGguf } from "@compat/gguf";
 import { serveOllama, type OllamaServer } from "@compat/ollama-api";
 import { ModelStore } from "@compat/store";
-import { llamaServerPath, SMALL, tempDirs } from "./helpers";
+import { SMALL_SERVER_ARGS } from "@compat/testkit";
+import { llamaServerPath, tempDirs } from "./helpers";
 import { llamaFile, userStore, PRINTABLE } from "./ollama-helpers";
 
 /**
@@ -32,7 +33,7 @@ beforeAll(async () => {
   await writeGguf(m, tools);
   await m.close();
   await userStore(root, dir, [{ name: "qwen2.5-coder:1.5b", model: tools, params: { num_ctx: 512 }, template: "{{- if .Suffix }}<|fim_prefix|>{{ .Prompt }}<|fim_suffix|>{{ .Suffix }}<|fim_middle|>{{ else }}{{ .Prompt }}{{ end }}" }]);
-  server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL, port: 0 });
+  server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS, port: 0 });
 });
 afterAll(async () => {
   await server?.stop();

@@ -5,7 +5,8 @@ import { connect, type Socket } from "node:net";
 import { serveOllama, type OllamaServer } from "@compat/ollama-api";
 import { BridgeError, listeningPort } from "@compat/server-bridge";
 import { buildOllamaStore, ModelStore } from "@compat/store";
-import { llamaServerPath, SMALL, tempDirs } from "./helpers";
+import { SMALL_SERVER_ARGS } from "@compat/testkit";
+import { llamaServerPath, tempDirs } from "./helpers";
 import { llamaFile } from "./ollama-helpers";
 
 /**
@@ -29,7 +30,7 @@ beforeAll(async () => {
     store,
     cache: { dir: await temp() },
     llamaServer: await llamaServerPath(),
-    args: SMALL,
+    args: SMALL_SERVER_ARGS,
     port: 0,
     maxBodyBytes: PER_BODY,
     maxHeldBodyBytes: ALL_BODIES,

@@ -3,7 +3,8 @@ import { AIMessage, HumanMessage, ToolMessage } from "@langchain/core/messages";
 import { ChatOllama, OllamaEmbeddings } from "@langchain/ollama";
 import { serveOllama, type OllamaServer } from "@compat/ollama-api";
 import { ModelStore } from "@compat/store";
-import { llamaServerPath, SMALL, tempDirs } from "./helpers";
+import { SMALL_SERVER_ARGS } from "@compat/testkit";
+import { llamaServerPath, tempDirs } from "./helpers";
 import { toolCallingFile, userStore } from "./ollama-helpers";
 
 /**
@@ -18,7 +19,7 @@ beforeAll(async () => {
   const root = await temp();
   const dir = await temp();
   await userStore(root, dir, [{ name: "caller", model: await toolCallingFile(dir), params: { num_ctx: 1024 } }]);
-  server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL, port: 0 });
+  server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS, port: 0 });
 });
 afterAll(async () => {
   await server?.stop();

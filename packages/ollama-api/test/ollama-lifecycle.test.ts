@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Ollama } from "ollama";
 import { serveOllama, type OllamaServer } from "@compat/ollama-api";
 import { buildOllamaStore, ModelStore } from "@compat/store";
-import { llamaServerPath, SMALL, tempDirs } from "./helpers";
+import { SMALL_SERVER_ARGS } from "@compat/testkit";
+import { llamaServerPath, tempDirs } from "./helpers";
 import { llamaFile, PRINTABLE } from "./ollama-helpers";
 
 /**
@@ -30,7 +31,7 @@ beforeAll(async () => {
     llamaServer: await llamaServerPath(),
     // the default grammar of every request: Ollama's API has no grammar field, and the bytes a
     // random-weight model samples (no UTF-8) make llama-server's chat parser answer 500
-    args: [...SMALL, "--grammar", PRINTABLE],
+    args: [...SMALL_SERVER_ARGS, "--grammar", PRINTABLE],
     port: 0,
     onLog: (l) => logs.push(l),
     onStatus: (l) => status.push(l),

@@ -9,10 +9,10 @@ import { readdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Ollama } from "ollama";
-import { generateFixtureFiles, startOciRegistry, type OciRegistry } from "@compat/testkit";
+import { generateFixtureFiles, startOciRegistry, type OciRegistry, SMALL_SERVER_ARGS } from "@compat/testkit";
 import { serveOllama, type OllamaServer } from "@compat/ollama-api";
 import { buildOllamaStore, ModelStore } from "@compat/store";
-import { llamaServerPath, SMALL, tempDirs } from "./helpers";
+import { llamaServerPath, tempDirs } from "./helpers";
 import { llamaFile, PRINTABLE } from "./ollama-helpers";
 
 const temp = tempDirs();
@@ -26,7 +26,7 @@ beforeAll(async () => {
   root = await temp();
   const dir = await temp();
   await buildOllamaStore(root, [{ name: "llama3.2", model: await llamaFile(dir), params: { num_ctx: 512 } }]);
-  server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL, port: 0 });
+  server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS, port: 0 });
   ollama = new Ollama({ host: server.url });
 }, 300_000);
 afterAll(async () => {

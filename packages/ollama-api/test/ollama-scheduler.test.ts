@@ -1,10 +1,10 @@
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { archKey, writeGguf } from "@compat/gguf";
-import { generateFixture } from "@compat/testkit";
+import { generateFixture, SMALL_SERVER_ARGS } from "@compat/testkit";
 import { serveOllama, type OllamaServer } from "@compat/ollama-api";
 import { buildOllamaStore, ModelStore } from "@compat/store";
-import { llamaServerPath, SMALL, tempDirs } from "./helpers";
+import { llamaServerPath, tempDirs } from "./helpers";
 import { llamaFile, PRINTABLE } from "./ollama-helpers";
 
 const temp = tempDirs();
@@ -18,7 +18,7 @@ beforeAll(async () => {
   // six models, two more than the default limit of four loaded at once
   const files = await Promise.all([1, 2, 3, 4, 5, 6].map((seed) => llamaFile(dir, seed)));
   await buildOllamaStore(root, NAMES.map((name, i) => ({ name, model: files[i]!, params: { num_ctx: 256 } })));
-  server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL, port: 0, onStatus: (l) => lines.push(l) });
+  server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS, port: 0, onStatus: (l) => lines.push(l) });
 });
 afterAll(async () => {
   await server?.stop();
@@ -74,7 +74,7 @@ describe("the scheduler on sequences that once hung it", () => {
     const files = await Promise.all(Array.from({ length: n }, (_, i) => llamaFile(dir, 10 + i)));
     await buildOllamaStore(root, [...files.map((model, i) => ({ name: `s${i + 1}`, model, params: { num_ctx: 256 } })), ...extra]);
     const status: string[] = [];
-    const server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL, port: 0, modelsMax, onStatus: (l) => status.push(l) });
+    const server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS, port: 0, modelsMax, onStatus: (l) => status.push(l) });
     return { server, status };
   }
 

@@ -5,7 +5,8 @@ import { embed, embedMany } from "ai";
 import { createOllama } from "ollama-ai-provider-v2";
 import { serveOllama, type OllamaServer } from "@compat/ollama-api";
 import { ModelStore } from "@compat/store";
-import { llamaServerPath, SMALL, tempDirs } from "./helpers";
+import { SMALL_SERVER_ARGS } from "@compat/testkit";
+import { llamaServerPath, tempDirs } from "./helpers";
 import { userStore } from "./ollama-helpers";
 
 /**
@@ -21,7 +22,7 @@ beforeAll(async () => {
   const root = await temp();
   const dir = await temp();
   await userStore(root, dir);
-  server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL, port: 0 });
+  server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS, port: 0 });
 });
 afterAll(async () => {
   await server?.stop();

@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Ollama, type Message, type Tool } from "ollama";
 import { serveOllama, type OllamaServer } from "@compat/ollama-api";
 import { buildOllamaStore, ModelStore } from "@compat/store";
-import { llamaServerPath, SMALL, tempDirs } from "./helpers";
+import { SMALL_SERVER_ARGS } from "@compat/testkit";
+import { llamaServerPath, tempDirs } from "./helpers";
 import { llamaFile, thinkingFile, TOOL_CALLING_OPTIONS, toolCallingFile } from "./ollama-helpers";
 
 /**
@@ -22,7 +23,7 @@ beforeAll(async () => {
     { name: "caller", model: await toolCallingFile(dir), params: { num_ctx: 1024 } },
     { name: "plain", model: await llamaFile(dir), params: { num_ctx: 512 } },
   ]);
-  server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL, port: 0 });
+  server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS, port: 0 });
   ollama = new Ollama({ host: server.url });
 });
 afterAll(async () => {

@@ -1,9 +1,9 @@
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { generateFixtureFiles } from "@compat/testkit";
+import { generateFixtureFiles, SMALL_SERVER_ARGS } from "@compat/testkit";
 import { bindingFromArgs, BridgeError, freePort, isLoopback, startServer, type SingleServer } from "@compat/server-bridge";
-import { llamaServerPath, SMALL, tempDirs } from "./helpers";
+import { llamaServerPath, tempDirs } from "./helpers";
 
 const temp = tempDirs();
 const running: SingleServer[] = [];
@@ -19,7 +19,7 @@ describe("who can reach the server", () => {
 
   it("refuses to bind beyond loopback without an API key (before anything starts)", async () => {
     const fx = await generateFixtureFiles("llama", { seed: 1, layout: "native" }, await temp());
-    const e = await startServer({ model: fx.text, host: "0.0.0.0", llamaServer: await llamaServerPath(), args: SMALL }).catch((x: unknown) => x);
+    const e = await startServer({ model: fx.text, host: "0.0.0.0", llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS }).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(BridgeError);
     expect((e as BridgeError).code).toBe("INSECURE_BIND");
   });
@@ -27,7 +27,7 @@ describe("who can reach the server", () => {
   it("an API key reaches llama-server through its environment, not its command line", async () => {
     const fx = await generateFixtureFiles("llama", { seed: 1, layout: "native" }, await temp());
     const apiKey = "secret-key-for-this-test";
-    const server = await startServer({ model: fx.text, apiKey, cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL });
+    const server = await startServer({ model: fx.text, apiKey, cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS });
     running.push(server);
     expect(server.command.join(" ")).not.toContain(apiKey);
     const cmdline = await readFile(`/proc/${server.pid}/cmdline`, "utf8");
@@ -55,7 +55,7 @@ describe("pass-through arguments are held to the same rules (issue 27, item 4)",
   it("-- --host 0.0.0.0 without a key is refused before anything starts, and the error names the argument", async () => {
     const fx = await generateFixtureFiles("llama", { seed: 1, layout: "native" }, await temp());
     for (const args of [["--host", "0.0.0.0"], ["--host", "127.0.0.1", "--threads", "2", "--host", "::"], ["--host", "0"]]) {
-      const e = await startServer({ model: fx.text, llamaServer: await llamaServerPath(), args: [...SMALL, ...args] }).catch((x: unknown) => x);
+      const e = await startServer({ model: fx.text, llamaServer: await llamaServerPath(), args: [...SMALL_SERVER_ARGS, ...args] }).catch((x: unknown) => x);
       expect(e, args.join(" ")).toBeInstanceOf(BridgeError);
       expect((e as BridgeError).code).toBe("INSECURE_BIND");
       expect((e as BridgeError).message).toContain(`from the llama-server argument --host ${args[args.length - 1]}`);
@@ -64,7 +64,7 @@ describe("pass-through arguments are held to the same rules (issue 27, item 4)",
 
   it("with insecure: it listens on every interface, and the URL says 0.0.0.0, not 127.0.0.1", async () => {
     const fx = await generateFixtureFiles("llama", { seed: 1, layout: "native" }, await temp());
-    const server = await startServer({ model: fx.text, insecure: true, cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: [...SMALL, "--host", "0.0.0.0"] });
+    const server = await startServer({ model: fx.text, insecure: true, cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: [...SMALL_SERVER_ARGS, "--host", "0.0.0.0"] });
     running.push(server);
     expect(server.url).toMatch(/^http:\/\/0\.0\.0\.0:\d+$/);
     expect(await listenAddress(server.pid, server.port)).toBe("00000000");
@@ -76,7 +76,7 @@ describe("pass-through arguments are held to the same rules (issue 27, item 4)",
   it("-- --api-key K counts as a key, and leaves argv for the environment", async () => {
     const fx = await generateFixtureFiles("llama", { seed: 1, layout: "native" }, await temp());
     const key = "passed-through-key";
-    const server = await startServer({ model: fx.text, cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: [...SMALL, "--api_key", key, "--host", "0.0.0.0"] });
+    const server = await startServer({ model: fx.text, cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: [...SMALL_SERVER_ARGS, "--api_key", key, "--host", "0.0.0.0"] });
     running.push(server);
     expect(await readFile(`/proc/${server.pid}/cmdline`, "utf8")).not.toContain(key);
     const ask = (headers: Record<string, string>) =>
@@ -88,7 +88,7 @@ describe("pass-through arguments are held to the same rules (issue 27, item 4)",
   it("-- --port N and -- --api-prefix P: the URL is where it really answers", async () => {
     const fx = await generateFixtureFiles("llama", { seed: 1, layout: "native" }, await temp());
     const port = await freePort();
-    const server = await startServer({ model: fx.text, cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: [...SMALL, "--port", String(port), "--api-prefix", "/llm"] });
+    const server = await startServer({ model: fx.text, cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: [...SMALL_SERVER_ARGS, "--port", String(port), "--api-prefix", "/llm"] });
     running.push(server);
     expect(server.url).toBe(`http://127.0.0.1:${port}/llm`);
     expect((await fetch(`${server.url}/health`)).status).toBe(200);

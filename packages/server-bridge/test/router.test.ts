@@ -2,10 +2,10 @@ import { readFile } from "node:fs/promises";
 import { afterEach, describe, expect, it } from "vitest";
 import { join } from "node:path";
 import { writeGguf } from "@compat/gguf";
-import { generateFixture, generateFixtureFiles } from "@compat/testkit";
+import { generateFixture, generateFixtureFiles, SMALL_SERVER_ARGS } from "@compat/testkit";
 import { llamaCanonicalName, startRouter, type RouterServer } from "@compat/server-bridge";
 import { buildOllamaStore, ModelStore } from "@compat/store";
-import { chat, chatContent, llamaServerPath, SMALL, tempDirs } from "./helpers";
+import { chat, chatContent, llamaServerPath, tempDirs } from "./helpers";
 
 const temp = tempDirs();
 const running: RouterServer[] = [];
@@ -50,7 +50,7 @@ describe("startRouter (real llama-server, router mode)", () => {
       store: new ModelStore(root),
       cache: { dir: await temp() },
       llamaServer: await llamaServerPath(),
-      args: SMALL,
+      args: SMALL_SERVER_ARGS,
       onStatus: (l) => status.push(l),
       keepPreset: true,
     });

@@ -1,10 +1,10 @@
 import { dirname, join } from "node:path";
 import { connect } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { findLlamaTools, generateFixtureFiles } from "@compat/testkit";
+import { findLlamaTools, generateFixtureFiles, SMALL_SERVER_ARGS } from "@compat/testkit";
 import { findLlamaTool, freePort, LlamaChild, startServer, type SingleServer } from "@compat/server-bridge";
 import { buildOllamaStore, ModelStore } from "@compat/store";
-import { chat, chatContent, SMALL, tempDirs } from "./helpers";
+import { chat, chatContent, tempDirs } from "./helpers";
 
 const temp = tempDirs();
 const stops: Array<() => Promise<unknown>> = [];
@@ -52,7 +52,7 @@ describe("--rpc (real rpc-server on loopback)", () => {
       llamaServer,
       rpc: [`127.0.0.1:${port}`],
       // every layer on the worker; -lv 4 for the model-loading lines
-      args: [...SMALL, "--n-gpu-layers", "99", "--log-verbosity", "4"],
+      args: [...SMALL_SERVER_ARGS, "--n-gpu-layers", "99", "--log-verbosity", "4"],
       onLog: (l) => log.push(l),
     });
     stops.push(() => server.stop());

@@ -3,13 +3,13 @@ import { readFile, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { generateFixtureFiles } from "@compat/testkit";
+import { generateFixtureFiles, SMALL_SERVER_ARGS } from "@compat/testkit";
 import { type GgufError, readGguf } from "@compat/gguf";
 import { prepareModel, TranslationCache } from "@compat/prepare";
 import { BridgeError, modelArgs, startServer, type RunningServer } from "@compat/server-bridge";
 import { buildOllamaStore, ModelStore, StoreError } from "@compat/store";
 import { launchOnProbedPort } from "../src/server";
-import { chat, chatContent, llamaServerPath, SMALL, tempDirs } from "./helpers";
+import { chat, chatContent, llamaServerPath, tempDirs } from "./helpers";
 
 const temp = tempDirs();
 const running: RunningServer[] = [];
@@ -43,7 +43,7 @@ describe("startServer (real llama-server)", () => {
     const store = await fixtureStore([{ name: "gemma3:1b", arch: "gemma3", variant: "1b", params: { num_ctx: 512, stop: ["<end_of_turn>"], temperature: 0.7 } }]);
     const cache = new TranslationCache({ dir: await temp() });
     const lines: string[] = [];
-    const server = await startServer({ model: "gemma3:1b", store, cache, llamaServer: await llamaServerPath(), args: SMALL, onLog: (l) => lines.push(l) });
+    const server = await startServer({ model: "gemma3:1b", store, cache, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS, onLog: (l) => lines.push(l) });
     running.push(server);
     expect(server.url).toBe(`http://127.0.0.1:${server.port}`);
     expect(server.model.translated).toBe(true);
@@ -72,7 +72,7 @@ describe("startServer (real llama-server)", () => {
     const root = await temp();
     await buildOllamaStore(root, [{ name: "odd-vocab", model: fx.text, params: { num_ctx: 512 } }]);
     const status: string[] = [];
-    const server = await startServer({ model: "odd-vocab", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL, onStatus: (l) => status.push(l) });
+    const server = await startServer({ model: "odd-vocab", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS, onStatus: (l) => status.push(l) });
     running.push(server);
     expect(server.model.translated).toBe(false);
     expect(status.join("\n")).toMatch(/not translated: .*not valid UTF-8; llama-server reads odd-vocab:latest as it is/);
@@ -87,7 +87,7 @@ describe("startServer (real llama-server)", () => {
 
   it("serves an embedding model with --embedding: /v1/embeddings answers vectors", async () => {
     const store = await fixtureStore([{ name: "embeddinggemma", arch: "embeddinggemma" }]);
-    const server = await startServer({ model: "embeddinggemma", store, cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL });
+    const server = await startServer({ model: "embeddinggemma", store, cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS });
     running.push(server);
     expect(server.model.embedding).toBe(true);
     expect(server.command).toContain("--embedding");
@@ -104,7 +104,7 @@ describe("startServer (real llama-server)", () => {
 
   it("serves a vision model with its projector (@compat/clip's view, cached): an image chat completion", async () => {
     const store = await fixtureStore([{ name: "gemma3:4b", arch: "gemma3", variant: "4b-vision", params: { num_ctx: 1024 } }]);
-    const server = await startServer({ model: "gemma3:4b", store, cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL });
+    const server = await startServer({ model: "gemma3:4b", store, cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS });
     running.push(server);
     expect(server.model.mmproj).toBeDefined();
     expect(server.command).toEqual(expect.arrayContaining(["--mmproj", server.model.mmproj!]));
@@ -132,7 +132,7 @@ describe("startServer (real llama-server)", () => {
     const dir = await temp();
     const fx = await generateFixtureFiles("gemma3", { seed: 2, layout: "native", variant: "1b" }, dir);
     const cacheDir = join(dir, "cache");
-    const server = await startServer({ model: fx.text, cache: { dir: cacheDir }, llamaServer: await llamaServerPath(), args: [...SMALL, "--ctx-size", "512"] });
+    const server = await startServer({ model: fx.text, cache: { dir: cacheDir }, llamaServer: await llamaServerPath(), args: [...SMALL_SERVER_ARGS, "--ctx-size", "512"] });
     running.push(server);
     expect(server.model).toMatchObject({ translated: false, modelPath: fx.text });
     expect(server.command[server.command.indexOf("--model") + 1]).toBe(fx.text);
@@ -156,7 +156,7 @@ describe("startServer (real llama-server)", () => {
     // gpt-oss as Ollama wrote it, with translation off: stock llama.cpp rejects the architecture
     const store = await fixtureStore([{ name: "gpt-oss:20b", arch: "gptoss" }]);
     const e = await codeOf(
-      startServer({ model: "gpt-oss:20b", store, cache: { dir: await temp() }, env: { ...process.env, OLLAMA_LLAMA_CPP_COMPAT: "0" }, llamaServer: await llamaServerPath(), args: SMALL }),
+      startServer({ model: "gpt-oss:20b", store, cache: { dir: await temp() }, env: { ...process.env, OLLAMA_LLAMA_CPP_COMPAT: "0" }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS }),
     );
     expect(e.code).toBe("SERVER_START_FAILED");
     expect(e.details.exitCode).not.toBe(0);
@@ -173,7 +173,7 @@ describe("startServer (real llama-server)", () => {
     const cache = new TranslationCache({ dir: await temp() });
     const names = ["gemma3:1b", "llama3.2:1b", "gemma3:1b", "llama3.2:1b"];
     const llamaServer = await llamaServerPath();
-    const servers = await Promise.all(names.map((model) => startServer({ model, store, cache, llamaServer, args: SMALL })));
+    const servers = await Promise.all(names.map((model) => startServer({ model, store, cache, llamaServer, args: SMALL_SERVER_ARGS })));
     running.push(...servers);
     expect(new Set(servers.map((s) => s.port)).size).toBe(servers.length);
     for (const [i, server] of servers.entries()) {
@@ -204,7 +204,7 @@ describe("startServer (real llama-server)", () => {
           `#!/bin/sh\necho start >> "${starts}"\nif [ "$(wc -l < "${starts}")" -eq 1 ]; then exec "${await llamaServerPath()}" "$@" --port ${taken}; fi\nexec "${await llamaServerPath()}" "$@"\n`,
           { mode: 0o755 },
         );
-        const server = await launchOnProbedPort("127.0.0.1", wrapper, [...(await prepared()), ...SMALL], {});
+        const server = await launchOnProbedPort("127.0.0.1", wrapper, [...(await prepared()), ...SMALL_SERVER_ARGS], {});
         running.push(server);
         expect((await readFile(starts, "utf8")).trim().split("\n")).toHaveLength(2);
         expect(server.port).not.toBe(taken);
@@ -239,7 +239,7 @@ exec "${await llamaServerPath()}" "$@"
         { mode: 0o755 },
       );
       try {
-        const server = await launchOnProbedPort("127.0.0.1", wrapper, [...(await prepared()), ...SMALL], {});
+        const server = await launchOnProbedPort("127.0.0.1", wrapper, [...(await prepared()), ...SMALL_SERVER_ARGS], {});
         running.push(server);
         expect((await readFile(starts, "utf8")).trim().split("\n")).toHaveLength(2);
         expect((await fetch(`${server.url}/health`)).status).toBe(200);
@@ -256,7 +256,7 @@ exec "${await llamaServerPath()}" "$@"
     const crashing = join(dir, "llama-server");
     await writeFile(crashing, "#!/bin/sh\necho 'load_tensors:          CPU model buffer size =     1.00 MiB'\necho 'common_init_from_params: warming up the model with an empty run'\nkill -SEGV $$\n", { mode: 0o755 });
     const store = await fixtureStore([{ name: "gemma3:1b", arch: "gemma3", variant: "1b" }]);
-    const e = await codeOf(startServer({ model: "gemma3:1b", store, cache: { dir: await temp() }, llamaServer: crashing, args: SMALL }));
+    const e = await codeOf(startServer({ model: "gemma3:1b", store, cache: { dir: await temp() }, llamaServer: crashing, args: SMALL_SERVER_ARGS }));
     expect(e.code).toBe("SERVER_CRASHED");
     expect(e.details).toMatchObject({ signal: "SIGSEGV", workaround: "--no-repack" });
     expect(e.message.split("\n")[0]).toMatch(/killed by SIGSEGV before it was ready: most likely its CPU backend's repacked weights .*; start it with --no-repack$/);
@@ -268,7 +268,7 @@ exec "${await llamaServerPath()}" "$@"
     const silent = join(dir, "llama-server");
     await writeFile(silent, "#!/bin/sh\nexit 1\n", { mode: 0o755 });
     const store = await fixtureStore([{ name: "gemma3:1b", arch: "gemma3", variant: "1b" }]);
-    const e = await codeOf(startServer({ model: "gemma3:1b", store, cache: { dir: await temp() }, llamaServer: silent, args: SMALL }));
+    const e = await codeOf(startServer({ model: "gemma3:1b", store, cache: { dir: await temp() }, llamaServer: silent, args: SMALL_SERVER_ARGS }));
     expect(e.code).toBe("SERVER_START_FAILED");
     expect(e.details.exitCode).toBe(1);
     expect(e.message).toMatch(/no output: llama\.cpp's asynchronous logger/);
@@ -280,7 +280,7 @@ exec "${await llamaServerPath()}" "$@"
     const port = (blocker.address() as { port: number }).port;
     try {
       const store = await fixtureStore([{ name: "gemma3:1b", arch: "gemma3", variant: "1b" }]);
-      const e = await codeOf(startServer({ model: "gemma3:1b", store, port, cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL }));
+      const e = await codeOf(startServer({ model: "gemma3:1b", store, port, cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS }));
       expect(e.code).toBe("PORT_IN_USE");
       expect(e.message).toContain(String(port));
     } finally {

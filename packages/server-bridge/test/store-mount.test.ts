@@ -4,11 +4,11 @@ import { createReadStream } from "node:fs";
 import { mkdir, open as openFile, readdir, readFile, readlink, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { allFixtureVariants, generateFixtureFiles, runMtmdCli } from "@compat/testkit";
+import { allFixtureVariants, generateFixtureFiles, runMtmdCli, SMALL_SERVER_ARGS } from "@compat/testkit";
 import { prepareModel, StoreMount, TranslationCache, type StoreMountOptions } from "@compat/prepare";
 import { startRouter, startServer, type RunningServer } from "@compat/server-bridge";
 import { buildOllamaStore, ModelStore } from "@compat/store";
-import { chat, chatContent, llamaServerPath, SMALL, tempDirs } from "./helpers";
+import { chat, chatContent, llamaServerPath, tempDirs } from "./helpers";
 
 const temp = tempDirs();
 const mounts: StoreMount[] = [];
@@ -236,7 +236,7 @@ describe("serving from the mount (real llama.cpp)", () => {
   it("llama-server serves a vision model straight from the mount, and llama-mtmd-cli answers an image with the mounted pair", async () => {
     const root = await fixtureStore([{ name: "gemma3:4b", arch: "gemma3", variant: "4b-vision" }]);
     const mount = await open({ store: root });
-    const server = await startServer({ model: "gemma3:4b", store: root, mount, llamaServer: await llamaServerPath(), args: SMALL });
+    const server = await startServer({ model: "gemma3:4b", store: root, mount, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS });
     running.push(server);
     expect(server.model.modelPath.startsWith(mount.dir + "/")).toBe(true);
     expect(server.command).toEqual(expect.arrayContaining(["--model", server.model.modelPath, "--mmproj", server.model.mmproj!]));
@@ -263,7 +263,7 @@ describe("serving from the mount (real llama.cpp)", () => {
       { name: "native-llama:1", arch: "llama", native: true },
     ]);
     const mount = await open({ store: root });
-    const router = await startRouter({ models: "all", store: root, mount, llamaServer: await llamaServerPath(), args: SMALL, keepPreset: true });
+    const router = await startRouter({ models: "all", store: root, mount, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS, keepPreset: true });
     running.push(router);
     expect(router.models.map((m) => m.name).sort()).toEqual(["gemma3:1b", "gemma3:4b", "llama3.2:1b", "native-llama:1"]);
     for (const m of router.models) expect(m.model!.modelPath.startsWith(mount.dir + "/"), m.name).toBe(true);
