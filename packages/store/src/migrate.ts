@@ -52,7 +52,7 @@ import { openViews } from "@compat/views";
 import { StoreError } from "./errors";
 import { MediaType } from "./media-types";
 import { displayName, fullName, isRollbackName, parseModelName, rollbackName, rolledBackName, type ModelName } from "./name";
-import { ModelStore, parseManifest, type ManifestLayer, type ResolvedModel } from "./store";
+import { ModelStore, parseManifest, readManifestText, type ManifestLayer, type ResolvedModel } from "./store";
 import { blobDigest } from "./digest";
 import { addBlob, blobStaging, fsyncDir, manifestStaging, removeManifest, sweepStaging, writeManifest, type WrittenBlob } from "./store-write";
 
@@ -196,7 +196,7 @@ async function survey(opts: MigrateOptions, writing = false): Promise<{ plan: Mi
     let manifestText: string;
     let resolved: ResolvedModel;
     try {
-      manifestText = await readFile(store.manifestPath(n), "utf8");
+      manifestText = await readManifestText(store.manifestPath(n));
       const manifest = parseManifest(manifestText, store.manifestPath(n));
       if (manifest.layers.some((l) => l.mediaType === MediaType.tensor)) {
         skipped.push({ name, reason: "a safetensors model (image.tensor layers): llama.cpp cannot load it, there is no GGUF to rewrite" });
@@ -323,7 +323,7 @@ async function migrateGroup(store: ModelStore, g: Group, opts: MigrateOptions, r
     for (const m of g.models) {
       const name = displayName(m.n);
       const path = store.manifestPath(m.n);
-      const now = await readFile(path, "utf8").catch(() => undefined);
+      const now = await readManifestText(path).catch(() => undefined);
       if (now !== m.manifestText) {
         result.failed.push({ name, reason: "its manifest changed while migrating (pulled again?); run migrate again" });
         continue;
@@ -355,8 +355,8 @@ async function migratedSources(store: ModelStore): Promise<Map<string, { model: 
   const out = new Map<string, { model: ManifestLayer; projector?: ManifestLayer }>();
   for (const r of (await store.manifestNames()).filter(isRollbackName)) {
     try {
-      const old = parseManifest(await readFile(store.manifestPath(r), "utf8"), store.manifestPath(r));
-      const now = parseManifest(await readFile(store.manifestPath(rolledBackName(r)), "utf8"), store.manifestPath(rolledBackName(r)));
+      const old = parseManifest(await readManifestText(store.manifestPath(r)), store.manifestPath(r));
+      const now = parseManifest(await readManifestText(store.manifestPath(rolledBackName(r))), store.manifestPath(rolledBackName(r)));
       const model = (m: typeof old) => m.layers.filter((l) => l.mediaType === MediaType.model).pop();
       const projector = (m: typeof old) => m.layers.find((l) => l.mediaType === MediaType.projector);
       const [oldModel, newModel] = [model(old), model(now)];
@@ -514,7 +514,7 @@ export async function pruneMigration(opts: Pick<MigrateOptions, "root" | "env" |
       const path = store.manifestPath(n);
       let text: string;
       try {
-        text = await readFile(path, "utf8");
+        text = await readManifestText(path);
       } catch (e) {
         throw new StoreError("CORRUPT_MANIFEST", `${path} cannot be read (${firstLine(e)}); no blob was removed, since it may reference some`, { manifestPath: path });
       }

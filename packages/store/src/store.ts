@@ -361,6 +361,14 @@ export class BlobLookups {
   }
 }
 
+/**
+ * A manifest's text, read as the store reads it: a regular file of at most 1 MiB, opened without
+ * blocking, so a FIFO or a device where a manifest should be is CORRUPT_MANIFEST, never a hang.
+ */
+export async function readManifestText(path: string): Promise<string> {
+  return readSmallFile(path, MAX_JSON_BYTES, (why) => new StoreError("CORRUPT_MANIFEST", `${path} ${why}, not a manifest`, { manifestPath: path }));
+}
+
 /** A small file refused for what it is (readSmallFile's reason), for the caller to word. */
 class Refusal extends Error {}
 
