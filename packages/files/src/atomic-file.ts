@@ -20,7 +20,7 @@ export interface AtomicFileOutput {
   write(chunk: Uint8Array): Promise<void>;
   /**
    * Appends `length` bytes of the open file `srcFd` from `srcOffset`, copied in the kernel by
-   * `copier` (e.g. @compat/tensor-ops' kernelRangeCopier()). False when the copier declined
+   * `copier` (e.g. kernelRangeCopier(nativeFileCopy()), the kernel call from @compat/tensor-ops). False when the copier declined
    * before the first byte: nothing was appended, write the bytes instead.
    */
   copyRange(copier: RangeCopier, srcFd: number, srcOffset: number, length: number): Promise<boolean>;
@@ -173,7 +173,7 @@ export async function replaceAtomically(path: string, make: (tmp: string) => Pro
 }
 
 function writeError(path: string, offset: number, cause: unknown): FilesError {
-  if (cause instanceof FilesError) return cause;
+  if (cause instanceof FilesError && cause.details.source !== undefined) return cause; // one that names its file already
   const code = (cause as NodeJS.ErrnoException).code;
   const what =
     code === "ENOSPC"

@@ -4,3 +4,5 @@ export { pendingTempFiles, processAlive, tempFileOwner } from "./temp-files";
 export { ownedTempDir, processState, thisProcess, type ProcessIdentity, type ProcessState } from "./owner";
 export { acquireLock, lockedByLive, type LockOptions } from "./entry-lock";
 export { isSystemError, whyNotWritable } from "./fs-errors";
+export { runNativeBuild, type NativeTarget } from "./native-build";
+export { kernelRangeCopier, type KernelCopy } from "./file-copy";

@@ -1,5 +1,6 @@
 import { extentsCovering, layoutGguf, readTensorData, writeGguf, type BytesData, type GgufLayout, type GgufModel, type GgufTensor, type RangeData, type WriteOptions } from "@compat/gguf";
-import { kernelRangeCopier } from "@compat/tensor-ops";
+import { kernelRangeCopier } from "@compat/files";
+import { nativeFileCopy } from "@compat/tensor-ops";
 import type { TranslationReport } from "./report";
 
 /**
@@ -64,7 +65,7 @@ export class TranslatedView {
    * Untouched tensor ranges are copied in the kernel (copy_file_range) when the native addon is there.
    */
   async writeTo(path: string, opts?: WriteOptions): Promise<void> {
-    const copyRange = opts?.copyRange ?? kernelRangeCopier();
+    const copyRange = opts?.copyRange ?? kernelRangeCopier(nativeFileCopy());
     await writeGguf(this.model, path, { ...opts, layout: this.layout, ...(copyRange !== undefined ? { copyRange } : {}) });
   }
 

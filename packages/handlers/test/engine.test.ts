@@ -1,5 +1,6 @@
 import { readFile, readdir } from "node:fs/promises";
 import { join } from "node:path";
+import { kernelRangeCopier } from "@compat/files";
 import { GgmlType, GgufModel, bufferSource, layoutGguf, parseGguf, readGguf, serializeGguf, type ByteSource } from "@compat/gguf";
 import { translate, translateModel, Translation, type Handler } from "@compat/handlers";
 import fc from "fast-check";
@@ -100,8 +101,8 @@ describe("translate()", () => {
 
 describe("TranslatedView", () => {
   it("writeTo copies untouched tensors in the kernel and writes the same bytes as the read/write path", async () => {
-    const { kernelRangeCopier } = await import("@compat/tensor-ops");
-    const copier = kernelRangeCopier();
+    const { nativeFileCopy } = await import("@compat/tensor-ops");
+    const copier = kernelRangeCopier(nativeFileCopy());
     const m = ollamaGemma3();
     addF32(m, "blk.0.ffn_up.weight", [256, 1024], 5); // 1 MiB untouched range
     const { path } = await writeOnDisk(await dir(), "gemma3-kcopy.gguf", m);

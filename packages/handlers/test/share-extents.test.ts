@@ -7,7 +7,8 @@ import { join } from "node:path";
 import { GgufModel, GgufValueType, PADDING_KEY, SHARE_BLOCK, readGguf } from "@compat/gguf";
 import { translate, type TranslatedView } from "@compat/handlers";
 import { generateFixture, runLoaderInSubprocess, writeFixture } from "@compat/testkit";
-import { kernelRangeCopier } from "@compat/tensor-ops";
+import { kernelRangeCopier } from "@compat/files";
+import { nativeFileCopy } from "@compat/tensor-ops";
 import { describe, expect, it } from "vitest";
 import { addF32, ollamaGemma3Start, tempDir, writeOnDisk } from "./helpers";
 
@@ -69,7 +70,7 @@ describe("translated files keep the source's block offsets (shared extents)", ()
 
 // A reflink-capable mount (XFS with reflink, Btrfs), e.g. a loop-mounted image: set COMPAT_REFLINK_DIR to it.
 const reflinkDir = process.env.COMPAT_REFLINK_DIR;
-describe.skipIf(reflinkDir === undefined || kernelRangeCopier() === undefined)("on a reflink filesystem (COMPAT_REFLINK_DIR)", () => {
+describe.skipIf(reflinkDir === undefined || nativeFileCopy() === undefined)("on a reflink filesystem (COMPAT_REFLINK_DIR)", () => {
   it("the translated file shares the source's extents: free space drops by the header, not the data", async () => {
     const d = await mkdtemp(join(reflinkDir!, "compat-share-"));
     try {

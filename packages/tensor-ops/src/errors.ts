@@ -5,8 +5,7 @@ export type TensorOpsErrorCode =
   | "BAD_BYTE_LENGTH"
   | "UNALIGNED_BLOCKS"
   | "BAD_SHAPE"
-  | "BAD_ARGUMENT"
-  | "COPY_FAILED"; // an in-kernel range copy stopped midway (an errno, or the source ended)
+  | "BAD_ARGUMENT";
 
 export class TensorOpsError extends Error {
   readonly code: TensorOpsErrorCode;

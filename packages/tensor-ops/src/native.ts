@@ -4,6 +4,7 @@
  * and all three produce bit-identical output. COMPAT_TENSOR_OPS=wasm skips the addon,
  * COMPAT_TENSOR_OPS=js skips both.
  */
+import type { KernelCopy } from "@compat/files";
 import { loadNativeAddon } from "./native-loader";
 import { initWasm, wasmKernels, wasmLoadError, type WasmKernels } from "./wasm";
 
@@ -54,6 +55,25 @@ function loadAddon(): NativeAddon | null {
 export function nativeAddon(): NativeAddon | undefined {
   if (forced === "js" || forced === "wasm") return undefined;
   return loadAddon() ?? undefined;
+}
+
+/**
+ * The addon's in-kernel file range copy (copy_file_range), for @compat/files' kernelRangeCopier,
+ * which runs the copy loop around it: `kernelRangeCopier(nativeFileCopy())` is the RangeCopier
+ * for @compat/gguf's WriteOptions.copyRange. Undefined without the addon (or when it is disabled).
+ */
+export function nativeFileCopy(): KernelCopy | undefined {
+  return nativeAddon()?.copyFileRange;
+}
+
+/**
+ * Shares `length` bytes of one file with another (FICLONERANGE reflink: Btrfs, XFS). Returns
+ * 0 on success or a negative errno (ext4 and tmpfs refuse with EOPNOTSUPP or EXDEV/EINVAL).
+ * Offsets and length must be multiples of the filesystem block size.
+ */
+export function cloneFileRange(srcFd: number, srcOffset: number, dstFd: number, dstOffset: number, length: number): number {
+  const clone = nativeAddon()?.cloneRange;
+  return clone === undefined ? -95 : clone(srcFd, srcOffset, dstFd, dstOffset, length);
 }
 
 /** The WASM kernels when they are loaded and not disabled, otherwise undefined. */

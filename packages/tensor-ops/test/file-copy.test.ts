@@ -1,13 +1,16 @@
-// The in-kernel range copier (copy_file_range through the addon): bytes land where asked,
+// The in-kernel range copier (@compat/files' copy loop over copy_file_range through the addon): bytes land where asked,
 // the kernel's refusals fall back (false), and a source shorter than promised throws.
 import { openSync, closeSync, readFileSync, writeFileSync, mkdtempSync, rmSync } from "node:fs";
 import { statfs } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { cloneFileRange } from "../src/file-copy";
-import { kernelRangeCopier } from "../src/index";
-import { nativeAvailable } from "../src/native";
+import { FilesError, kernelRangeCopier as rangeCopierOver } from "@compat/files";
+import { nativeFileCopy } from "../src/index";
+import { cloneFileRange, nativeAvailable } from "../src/native";
+
+/** @compat/files' copy loop over this package's kernel call, as every writer gets it. */
+const kernelRangeCopier = () => rangeCopierOver(nativeFileCopy());
 
 const dir = mkdtempSync(join(tmpdir(), "tops-copy-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -70,6 +73,7 @@ describe.skipIf(!nativeAvailable())("kernelRangeCopier", () => {
     const fo = openSync(join(dir, "short.bin"), "w+");
     try {
       await expect(copy(fi, bytes.length - 10, fo, 0, 20)).rejects.toThrow(/source ended/);
+      await expect(copy(fi, bytes.length - 10, fo, 0, 20)).rejects.toBeInstanceOf(FilesError);
     } finally {
       closeSync(fi);
       closeSync(fo);

@@ -7,9 +7,9 @@
  */
 import { lstat, mkdir, readdir, readFile, symlink, unlink } from "node:fs/promises";
 import { join, relative, resolve, sep } from "node:path";
-import { processAlive, replaceAtomically, tempFileOwner, writeFileAtomic } from "@compat/files";
+import { kernelRangeCopier, processAlive, replaceAtomically, tempFileOwner, writeFileAtomic } from "@compat/files";
 import { readGguf, writeGguf } from "@compat/gguf";
-import { kernelRangeCopier } from "@compat/tensor-ops";
+import { nativeFileCopy } from "@compat/tensor-ops";
 import { CliError } from "../errors";
 
 /** What export made in a folder, as paths relative to it. */
@@ -147,7 +147,7 @@ export async function placeLink(source: string, target: string): Promise<void> {
 export async function placeCopy(source: string, target: string, onProgress?: (written: number, total: number) => void): Promise<void> {
   const model = await readGguf(source);
   try {
-    const copyRange = kernelRangeCopier();
+    const copyRange = kernelRangeCopier(nativeFileCopy());
     await writeGguf(model, target, { shareBlocks: true, ...(copyRange ? { copyRange } : {}), ...(onProgress ? { onProgress } : {}) });
   } finally {
     await model.close();
