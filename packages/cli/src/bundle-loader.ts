@@ -12,10 +12,10 @@ export const CODE_CACHE = "cli.cjs.cache";
  * the id of the bundle it was made from. V8 checks a cache against the source's length only, so
  * a cache from another build (a bundle rebuilt without the cache step) must never reach it.
  */
-export const BUILD_MARK = "// ollama-compat build ";
+const BUILD_MARK = "// ollama-compat build ";
 
 /** The build id in the bundle's source, or undefined. */
-export function buildIdOf(source: string): string | undefined {
+function buildIdOf(source: string): string | undefined {
   const at = source.lastIndexOf("\n" + BUILD_MARK);
   if (at < 0) return undefined;
   const start = at + 1 + BUILD_MARK.length;

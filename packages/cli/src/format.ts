@@ -2,7 +2,7 @@ import { GgufValueType, ggmlTypeName, summarize, tensorByteSize, valueTypeName, 
 import { terminalSafe } from "./terminal";
 
 /** Arrays longer than this are abbreviated unless --full (tokenizer vocabularies run to 262k items). */
-export const MAX_ITEMS_SHOWN = 8;
+const MAX_ITEMS_SHOWN = 8;
 const MAX_STRING_SHOWN = 120;
 
 export interface InspectOptions {
@@ -45,7 +45,7 @@ export function humanBytes(bytes: number, base: 1000 | 1024 = 1024): string {
 }
 
 /** One line: architecture, counts and sizes (the file's architecture and name escaped: they stay on it). */
-export function summaryLine(m: GgufModel): string {
+function summaryLine(m: GgufModel): string {
   const s = summarize(m);
   return (
     `${terminalSafe(s.architecture)}${s.name !== undefined ? ` "${terminalSafe(s.name)}"` : ""}: ${m.kvCount} KVs, ${m.tensors.length} tensors, ` +

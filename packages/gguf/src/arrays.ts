@@ -47,7 +47,7 @@ export function valueTypeSize(type: number): number {
   }
 }
 
-export function isValueType(type: number): type is GgufValueType {
+function isValueType(type: number): type is GgufValueType {
   return Number.isInteger(type) && type >= 0 && type <= 12;
 }
 
@@ -60,10 +60,10 @@ export function valueTypeName(type: number): string {
 }
 
 /** The typed array constructor used to hold a numeric item type. */
-export function typedArrayFor(type: NumberItemType): new (n: number) => NumberTypedArray;
-export function typedArrayFor(type: GgufValueType.UINT64 | GgufValueType.INT64): new (n: number) => BigIntTypedArray;
-export function typedArrayFor(type: number): new (n: number) => NumberTypedArray | BigIntTypedArray;
-export function typedArrayFor(type: number): new (n: number) => NumberTypedArray | BigIntTypedArray {
+function typedArrayFor(type: NumberItemType): new (n: number) => NumberTypedArray;
+function typedArrayFor(type: GgufValueType.UINT64 | GgufValueType.INT64): new (n: number) => BigIntTypedArray;
+function typedArrayFor(type: number): new (n: number) => NumberTypedArray | BigIntTypedArray;
+function typedArrayFor(type: number): new (n: number) => NumberTypedArray | BigIntTypedArray {
   switch (type) {
     case GgufValueType.UINT8:
       return Uint8Array;

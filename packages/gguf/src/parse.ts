@@ -23,17 +23,17 @@ import { decodeUtf8Strict, isValidUtf8, nativeSlicer } from "./utf8";
 export const HOST_LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 /** Same limits as llama.cpp's gguf.cpp. */
-export const MAX_STRING_LENGTH = 1024 * 1024 * 1024;
-export const MAX_ARRAY_ELEMENTS = 1024 * 1024 * 1024;
+const MAX_STRING_LENGTH = 1024 * 1024 * 1024;
+const MAX_ARRAY_ELEMENTS = 1024 * 1024 * 1024;
 /** Nested arrays deeper than this are rejected (llama.cpp allows none at all). */
-export const MAX_ARRAY_DEPTH = 32;
+const MAX_ARRAY_DEPTH = 32;
 /**
  * Nested arrays in one header, all keys together. Each costs an object far larger than its
  * 12 encoded bytes, so a byte bound alone lets a 300 MB header of empty arrays take gigabytes.
  */
-export const MAX_NESTED_ARRAYS = 1 << 16;
+const MAX_NESTED_ARRAYS = 1 << 16;
 /** GGML_MAX_DIMS */
-export const MAX_DIMS = 4;
+const MAX_DIMS = 4;
 
 const GGUF_MAGIC = 0x46554747; // "GGUF" read as little-endian u32
 /** Bytes one call of the string walk covers. */
@@ -90,7 +90,7 @@ export function alignUp(n: number, alignment: number): number {
   return r === 0 ? n : n + (alignment - r);
 }
 
-export function swapBytes(bytes: Uint8Array, size: number): void {
+function swapBytes(bytes: Uint8Array, size: number): void {
   if (size === 1) return;
   for (let i = 0; i + size <= bytes.length; i += size) {
     for (let a = i, b = i + size - 1; a < b; a++, b--) {

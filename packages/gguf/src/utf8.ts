@@ -129,7 +129,7 @@ export function isValidUtf8(bytes: Uint8Array, start: number, end: number): bool
 }
 
 /** Upper bound of the UTF-8 size of a JS string. */
-export function maxUtf8Length(s: string): number {
+function maxUtf8Length(s: string): number {
   return s.length * 3;
 }
 

@@ -4,7 +4,7 @@ import { delimiter, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 /** The daemon's file name: built from native/mountd.c, shipped in prebuilds/<platform>-<arch>/. */
-export const DAEMON_NAME = "ollama-compat-mountd";
+const DAEMON_NAME = "ollama-compat-mountd";
 
 /** This package's folder (in a bundle that inlines it, the installed package's). */
 function packageDir(): string {
@@ -19,7 +19,7 @@ function packageDir(): string {
  * The daemon to run: `$OLLAMA_COMPAT_MOUNTD`, else one built from source in this package
  * (build/), else the prebuild for this platform; undefined when there is none.
  */
-export function daemonPath(env: Record<string, string | undefined> = process.env): string | undefined {
+function daemonPath(env: Record<string, string | undefined> = process.env): string | undefined {
   if (env.OLLAMA_COMPAT_MOUNTD) return env.OLLAMA_COMPAT_MOUNTD;
   const dir = packageDir();
   for (const candidate of [join(dir, "build", DAEMON_NAME), join(dir, "prebuilds", `${process.platform}-${process.arch}`, DAEMON_NAME)]) {

@@ -4,7 +4,7 @@ import { readdir } from "node:fs/promises";
 import { promisify } from "node:util";
 
 /** The file system type of our mounts in /proc/self/mountinfo (the daemon's `subtype`). */
-export const FS_TYPE = "fuse.ollama-compat";
+const FS_TYPE = "fuse.ollama-compat";
 
 export interface MountEntry {
   /** The mount point, unescaped. */
@@ -20,7 +20,7 @@ function unescape(field: string): string {
 }
 
 /** The mounts this process sees (/proc/self/mountinfo), the latest last. */
-export function mountTable(): MountEntry[] {
+function mountTable(): MountEntry[] {
   let text: string;
   try {
     text = readFileSync("/proc/self/mountinfo", "utf8");

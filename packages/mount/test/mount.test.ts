@@ -4,7 +4,8 @@ import { join } from "node:path";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { allFixtureVariants, generateFixtureFiles } from "@compat/testkit";
-import { FuseMount, fuseSupport, MountError, mountState, planView } from "@compat/mount";
+import { FuseMount, fuseSupport, MountError, planView } from "@compat/mount";
+import { mountState } from "../src/mounts";
 import { addView, sha256, tempDirs, viewsOf } from "./helpers";
 
 const t = tempDirs();

@@ -12,7 +12,7 @@ export interface ApiModel {
 }
 
 /** api.ModelDetails. */
-export interface ModelDetails {
+interface ModelDetails {
   parent_model: string;
   format: string;
   family: string;
@@ -22,7 +22,7 @@ export interface ModelDetails {
 }
 
 /** What /api/tags, /api/show and /api/ps say about a model, read once from its manifest and GGUF header. */
-export interface ModelFacts {
+interface ModelFacts {
   details: ModelDetails;
   /** sha256 of the manifest (what `ollama list` shows as ID). */
   digest: string;
@@ -106,7 +106,7 @@ async function servedChatTemplate(path: string): Promise<string> {
 }
 
 /** The GGUF's KVs as /api/show's model_info (Ollama drops general.name and the chat template; arrays over 5 items are [] unless verbose). */
-export function modelInfo(gguf: GgufModel, verbose: boolean): Record<string, unknown> {
+function modelInfo(gguf: GgufModel, verbose: boolean): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const kv of gguf.kvs()) {
     if (kv.key === GgufKeys.NAME || kv.key === "tokenizer.chat_template") continue;

@@ -22,7 +22,7 @@ export function sendError(res: ServerResponse, e: unknown): void {
 const ns = (ms: number) => Math.round(ms * 1e6);
 
 /** api.Metrics of a finished answer (Ollama leaves out the zero ones). */
-export function metrics(f: Finish, startedAt: number, loadMs: number): Record<string, number> {
+function metrics(f: Finish, startedAt: number, loadMs: number): Record<string, number> {
   const t = f.timings;
   const m: Record<string, number> = {
     total_duration: ns(performance.now() - startedAt),
@@ -37,7 +37,7 @@ export function metrics(f: Finish, startedAt: number, loadMs: number): Record<st
 }
 
 /** What a non-streamed answer gathers: the whole text, reasoning, log-probabilities and tool calls. */
-export interface Whole {
+interface Whole {
   content: string;
   thinking: string;
   logprobs: unknown[];

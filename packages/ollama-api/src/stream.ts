@@ -57,7 +57,7 @@ export function readEvents(res: IncomingMessage, onEvent: (event: Json) => void,
 }
 
 /** llama-server's `timings` of a finished completion. */
-export interface Timings {
+interface Timings {
   cache_n?: number;
   prompt_n?: number;
   prompt_ms?: number;

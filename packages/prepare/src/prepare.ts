@@ -14,7 +14,7 @@ export interface PrepareOptions {
   onStatus?(line: string): void;
 }
 
-export function asCache(c: TranslationCache | CacheOptions | undefined, env?: Record<string, string | undefined>): TranslationCache {
+function asCache(c: TranslationCache | CacheOptions | undefined, env?: Record<string, string | undefined>): TranslationCache {
   return c instanceof TranslationCache ? c : new TranslationCache({ env, ...c });
 }
 

@@ -159,7 +159,7 @@ async function mkdirFsynced(top: string, dir: string): Promise<boolean> {
 }
 
 /** Names in a folder, or none when it does not exist. */
-export async function listDir(dir: string): Promise<string[]> {
+async function listDir(dir: string): Promise<string[]> {
   return readdir(dir).catch(() => []);
 }
 

@@ -8,7 +8,7 @@ let f16Bits: Uint32Array | undefined;
 let f16Values: Float32Array | undefined;
 
 /** f32 bit pattern that ggml produces for one f16 bit pattern. */
-export function f16BitsToF32Bits(h: number): number {
+function f16BitsToF32Bits(h: number): number {
   const sign = (h & 0x8000) << 16;
   const exp = (h >>> 10) & 0x1f;
   const mant = h & 0x3ff;

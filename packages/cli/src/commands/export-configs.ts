@@ -58,7 +58,7 @@ const LLAMA_SWAP_MACRO = /\$\{[A-Za-z0-9_.-]+\}/;
  * llama-swap cannot carry (a `${…}` it would take for a macro, a control character its
  * line-based parsing would break) are left out, each with a warning.
  */
-export function llamaSwapCommand(llamaServer: string, name: string, args: readonly string[], warn: (name: string, msg: string) => void): string[] {
+function llamaSwapCommand(llamaServer: string, name: string, args: readonly string[], warn: (name: string, msg: string) => void): string[] {
   const common = commonArgs("127.0.0.1", 0, undefined);
   common[common.indexOf("--port") + 1] = "${PORT}";
   const lines = [shellWord(llamaServer), ...pairs(common).map((p) => p.map((w) => (w === "${PORT}" ? w : shellWord(w))).join(" "))];

@@ -31,7 +31,7 @@ export interface RecordedModel {
   args: string[];
 }
 
-export const RECORD_FILE = ".ollama-compat-export.json";
+const RECORD_FILE = ".ollama-compat-export.json";
 
 /** `DIR/.ollama-compat-export.json`: what an earlier export made there (empty when none did). */
 export async function readRecord(root: string, force: boolean): Promise<ExportRecord> {

@@ -4,7 +4,7 @@ import { hasTensorPrefix, stringKv, u32Kv } from "../reads";
 import { anyOf, kvMarkers } from "../markers";
 
 /** Google's original Gemma 3 text-only chat template (data, byte for byte). */
-export const GEMMA3_CHAT_TEMPLATE =
+const GEMMA3_CHAT_TEMPLATE =
   "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}" +
   "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}" +
   "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}" +

@@ -37,7 +37,7 @@ export const glm4moelite: Handler = {
 };
 
 /** EOT and EOM are the second and third of Ollama's eos_token_ids, when llama.cpp's keys are missing. */
-export function fixEndOfGenerationIds(t: Translation): void {
+function fixEndOfGenerationIds(t: Translation): void {
   const needEot = !t.draft.has("tokenizer.ggml.eot_token_id");
   const needEom = !t.draft.has("tokenizer.ggml.eom_token_id");
   if (!needEot && !needEom) return;

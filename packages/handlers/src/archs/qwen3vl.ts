@@ -8,7 +8,7 @@ import { arrayKv, intArrayKv, u32Kv } from "../reads";
  * mrope_section for head_dim 128. It is wrong for other head sizes, and below 64
  * ggml's rope aborts (kept by `reference`; `native` derives them, see below).
  */
-export const QWEN3VL_REFERENCE_SECTIONS: readonly number[] = [24, 20, 20, 0];
+const QWEN3VL_REFERENCE_SECTIONS: readonly number[] = [24, 20, 20, 0];
 
 /**
  * Qwen3-VL text side (dense "qwen3vl", MoE "qwen3vlmoe" share it) as Ollama wrote it:

@@ -9,7 +9,7 @@ const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
  * Strict base64 as the reference decodes it: standard alphabet, stops at the first
  * "=", anything else (whitespace included) fails. Returns null on failure.
  */
-export function decodeBase64Strict(text: string): Uint8Array | null {
+function decodeBase64Strict(text: string): Uint8Array | null {
   const out: number[] = [];
   let acc = 0;
   let bits = 0;

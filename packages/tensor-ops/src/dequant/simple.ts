@@ -12,15 +12,15 @@ const fround = Math.fround;
 export const IQ4NL_VALUES = Int8Array.of(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 
 /** E2M1 values doubled, shared by MXFP4 and NVFP4 (kvalues_mxfp4). */
-export const FP4_VALUES = Int8Array.of(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+const FP4_VALUES = Int8Array.of(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
 
 /** Half of an E8M0 scale, 2^(e-128), as ggml_e8m0_to_fp32_half returns it (subnormal for e < 2). */
-export function e8m0Half(e: number): number {
+function e8m0Half(e: number): number {
   return floatFromBits(e < 2 ? 0x00200000 << e : (e - 1) << 23);
 }
 
 /** UE4M3 scale times 0.5 (ggml_ue4m3_to_fp32); 0 and 0x7F both mean zero. */
-export function ue4m3Half(x: number): number {
+function ue4m3Half(x: number): number {
   if (x === 0 || x === 0x7f) return 0;
   const exp = (x >>> 3) & 0xf;
   const man = x & 7;

@@ -35,7 +35,7 @@ export function formatOf(dtype: Dtype): Format {
   return { blockSize: 1, blockBytes: size, name: `${size}-byte element` };
 }
 
-export function checkShape(shape: Shape, what = "shape"): void {
+function checkShape(shape: Shape, what = "shape"): void {
   if (shape.length === 0) throw new ShapeError(`${what} must have at least one dimension`);
   let total = 1;
   for (const n of shape) {
@@ -58,7 +58,7 @@ export function rowBytes(format: Format, ne0: number): number {
 }
 
 /** Bytes of a contiguous tensor with this shape. */
-export function tensorBytes(format: Format, shape: Shape): number {
+function tensorBytes(format: Format, shape: Shape): number {
   checkShape(shape);
   return rowBytes(format, shape[0] as number) * product(shape, 1);
 }
@@ -73,7 +73,7 @@ export function checkTensor(t: TensorBytes, format: Format, what = "tensor"): nu
 }
 
 /** Bytes of the slab formed by dims 0..axis-1 (what one step along `axis` spans). */
-export function strideBytes(format: Format, shape: Shape, axis: number): number {
+function strideBytes(format: Format, shape: Shape, axis: number): number {
   if (axis === 0) return format.blockBytes / format.blockSize; // only meaningful for plain elements
   return rowBytes(format, shape[0] as number) * product(shape, 1, axis);
 }
