@@ -3,7 +3,8 @@
 # tarballs into a scratch project outside the workspace, and use them from there:
 # ollama-compat --help, translate and mount on an Ollama-format file, ESM and CJS imports,
 # the native tensor-ops kernels (not the JS fallback), its WASM tier and its build-from-source
-# fallback (prebuilds removed: npm rebuild, compat-tensor-ops-build); with LLAMA_BIN set, the
+# fallback (prebuilds removed: npm rebuild, compat-tensor-ops-build), the mount daemon's build from
+# source (npm rebuild, compat-mount-build); with LLAMA_BIN set, the
 # examples' serve and `ollama-compat demo` against the real llama-server; every tarball checked by
 # @arethetypeswrong/cli; and the release flow (`changeset version` on a scratch copy, then pack the
 # bumped packages). Needs `npm run build` first.
@@ -91,6 +92,18 @@ rm -rf "$ops/build"
 node -e "$native_equals_js" wasm
 ./node_modules/.bin/compat-tensor-ops-build >"$scratch/rebuild.log" 2>&1 || { cat "$scratch/rebuild.log" >&2; echo "pack-smoke: compat-tensor-ops-build failed" >&2; exit 1; }
 node -e "$native_equals_js" native
+# the mount daemon's build from source, through the same runner (@compat/files' runNativeBuild):
+# without its prebuild, `npm rebuild` (the install script) and compat-mount-build compile
+# native/mountd.c from the tarball; the prebuild is put back for the mount below
+mnt="$scratch/app/node_modules/@compat/mount"
+mv "$mnt/prebuilds" "$scratch/mount-prebuilds"
+npm rebuild --silent @compat/mount >"$scratch/rebuild.log" 2>&1 || { cat "$scratch/rebuild.log" >&2; echo "pack-smoke: npm rebuild @compat/mount failed" >&2; exit 1; }
+"$mnt/build/ollama-compat-mountd" --version >/dev/null || { cat "$scratch/rebuild.log" >&2; echo "pack-smoke: npm rebuild @compat/mount built no daemon" >&2; exit 1; }
+rm -rf "$mnt/build"
+./node_modules/.bin/compat-mount-build >"$scratch/rebuild.log" 2>&1 || { cat "$scratch/rebuild.log" >&2; echo "pack-smoke: compat-mount-build failed" >&2; exit 1; }
+"$mnt/build/ollama-compat-mountd" --version >/dev/null || { echo "pack-smoke: compat-mount-build built no daemon" >&2; exit 1; }
+rm -rf "$mnt/build"
+mv "$scratch/mount-prebuilds" "$mnt/prebuilds"
 node -e '
 const { parseGguf } = require("@compat/gguf");
 const { translate } = require("@compat/handlers");
@@ -157,4 +170,4 @@ console.log(`pack-smoke: release dry run bumps ${bumped.join(", ")}`);
 [ "$(ls "$scratch/release-tarballs" | wc -l)" -eq "${#packages[@]}" ] || { echo "pack-smoke: release packs missing" >&2; exit 1; }
 
 echo "pack-smoke: @compat/tensor-ops tarball $(stat -c %s "$scratch"/tarballs/compat-tensor-ops-*.tgz) bytes ($(tar tzf "$scratch"/tarballs/compat-tensor-ops-*.tgz | grep -c '^package/prebuilds/.*\.node$') prebuilds)"
-echo "pack-smoke: ok ($(ls "$scratch/tarballs" | wc -l) tarballs, attw, translate, mount, ESM+CJS, tensor-ops native+wasm+build from source, release dry run${demo:-})"
+echo "pack-smoke: ok ($(ls "$scratch/tarballs" | wc -l) tarballs, attw, translate, mount, ESM+CJS, tensor-ops native+wasm+build from source, mount daemon build from source, release dry run${demo:-})"

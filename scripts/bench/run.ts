@@ -6,7 +6,7 @@
  * BENCH_BLOB_MIB (default 2048) sizes the vision blob, BENCH_RUNS (default 5) the repeats,
  * BENCH_DIR (default <tmpdir>/ollama-compat-bench) where the files go, BENCH_VERBOSE=1 prints every run's time, BENCH_REFLINK_DIR (optional, an
  * XFS or Btrfs mount) adds the metadata rewrite on a filesystem that shares extents. Sections (header, process,
- * translate, ops, ollama, mount): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
+ * translate, ops, ollama, mount, fills): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -18,7 +18,7 @@ import { ggufMetadata } from "hyllama";
 import { addScalar, concat, interleaveExperts, resamplePositionGrid, toF32 } from "@compat/tensor-ops";
 import { GgmlType, readGguf } from "@compat/gguf";
 import { writeManyTensors, writeVisionBlob, writeVocabHeader } from "./files";
-import { mountBench } from "./mount";
+import { mountBench, sidecarFills } from "./mount";
 import { headerLength, readHeaderBytes } from "./header-bytes.mjs";
 import { median, race as raceRuns } from "./race.mjs";
 import { ollamaApiRows } from "./ollama-api";
@@ -306,7 +306,8 @@ function machine(): string {
 
 const only = process.argv.length > 2 ? process.argv.slice(2) : (process.env.BENCH_ONLY ?? "").split(",").filter((s) => s !== "");
 const mountRows = () => mountBench({ dir, cli: CLI, blobMiB: BLOB_MIB, runs: RUNS, race, row, ms });
-const sections: Record<string, () => Promise<void>> = { header: headerParse, process: processes, translate: fullTranslation, ops: loadOps, ollama: ollamaApi, mount: mountRows };
+const fillRows = () => sidecarFills({ dir, cli: CLI, blobMiB: BLOB_MIB, runs: RUNS, race, row, ms });
+const sections: Record<string, () => Promise<void>> = { header: headerParse, process: processes, translate: fullTranslation, ops: loadOps, ollama: ollamaApi, mount: mountRows, fills: fillRows };
 for (const [name, fn] of Object.entries(sections)) {
   if (only.length > 0 && !only.includes(name)) continue;
   console.error(`[${name}]`);
