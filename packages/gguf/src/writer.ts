@@ -28,7 +28,7 @@ export interface WriteOptions {
   shareBlocks?: boolean;
   /**
    * Optional in-kernel copier for tensors that are untouched ranges of a local file, used
-   * when writing to a path (e.g. @compat/tensor-ops' kernelRangeCopier()). When it declines,
+   * when writing to a path (e.g. kernelRangeCopier(nativeFileCopy()), @compat/files' loop over @compat/tensor-ops' kernel call). When it declines,
    * those bytes are copied through memory as without it.
    */
   copyRange?: RangeCopier;
