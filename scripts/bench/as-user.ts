@@ -9,9 +9,7 @@ import { buildOllamaStore } from "@compat/store";
 import { findLlamaTools } from "@compat/testkit";
 import { writeVisionBlob } from "./files";
 import { untilHealthy } from "./mount";
-import type { MountBenchContext } from "./mount";
-
-export type BenchContext = MountBenchContext;
+import type { MountBenchContext as BenchContext } from "./mount";
 
 /** Runs a command to its end; throws with its last output when it fails. */
 function runToEnd(cmd: string, args: string[]): void {
