@@ -117,6 +117,52 @@ describe("bytes through the mount", () => {
     expect(await Promise.all(written.map(async (p) => (await stat(p)).mtimeMs))).toEqual(mtimes);
   });
 
+  it("a sidecar changed on disk with its size and mtime kept is found before it is served, removed and computed again", async () => {
+    const dir = await t.dir();
+    const g = await gemma3(dir);
+    const want = await sha256(join(dir, "mmproj.gguf"));
+    const m1 = await t.mount(dir);
+    await addView(m1, "mmproj.gguf", g.mmproj, "mmproj");
+    expect(await sha256(join(m1.dir, "mmproj.gguf"))).toBe(want);
+    await m1.close();
+    const sidecars = execFileSync("find", [join(dir, "sidecars"), "-type", "f"], { encoding: "utf8" }).trim().split("\n");
+    const flip = async (path: string) => {
+      const before = await stat(path, { bigint: true });
+      execFileSync("touch", ["-r", path, join(dir, "times")]); // its times, to the nanosecond
+      const fh = await open(path, "r+");
+      const at = Math.floor((Number(before.size) - 32) / 2); // in the bytes, not in the digest after them
+      const b = Buffer.alloc(8);
+      await fh.read(b, 0, 8, at);
+      for (let i = 0; i < 8; i++) b[i]! ^= 0xff;
+      await fh.write(b, 0, 8, at);
+      await fh.close();
+      execFileSync("touch", ["-r", join(dir, "times"), path]);
+      const after = await stat(path, { bigint: true });
+      expect([after.size, after.mtimeNs]).toEqual([before.size, before.mtimeNs]);
+    };
+    // a new mount of the same translation: the flipped sidecar is not served
+    await flip(sidecars[0]!);
+    const lines: string[] = [];
+    const m2 = await t.mount(dir, { onLog: (l) => lines.push(l) });
+    await addView(m2, "mmproj.gguf", g.mmproj, "mmproj");
+    expect(await sha256(join(m2.dir, "mmproj.gguf")), lines.join("\n")).toBe(want);
+    expect(lines.filter((l) => l.includes(sidecars[0]!))).toEqual([expect.stringMatching(/do not match .*removed, computing it again/)]);
+    // in the same mount, between two opens of the file: checked again at the next open
+    await flip(sidecars[sidecars.length - 1]!);
+    await writeFile("/proc/sys/vm/drop_caches", "3"); // else the kernel serves its cached (good) pages without asking
+    expect(await sha256(join(m2.dir, "mmproj.gguf")), lines.join("\n")).toBe(want);
+    expect(lines.filter((l) => l.includes(sidecars[sidecars.length - 1]!))).toEqual([expect.stringMatching(/do not match .*removed, computing it again/)]);
+    // a sidecar with no digest after its bytes (a writer of another version) is not used either
+    const last = sidecars[sidecars.length - 1]!;
+    await truncate(last, (await stat(last)).size - 32);
+    await m2.close();
+    const m3 = await t.mount(dir, { onLog: (l) => lines.push(l) });
+    const { plan } = await planView(g.mmproj, { sidecarPath: (tn, i) => m3.sidecars.pathFor("mmproj", tn, i) });
+    await m3.addFile("mmproj.gguf", plan, []); // nothing can compute it here: EIO, never its bytes
+    await expectErrno(readAll(join(m3.dir, "mmproj.gguf")), "EIO");
+    expect(lines.some((l) => l.includes(last) && /bytes where \d+ and their sha256 were written: removed$/.test(l))).toBe(true);
+  });
+
   it("serves ops that only join bytes from the source: glmocr's gate+up concat writes no sidecar", async () => {
     const dir = await t.dir();
     const src = await generateFixtureFiles("glmocr", { seed: 5, layout: "ollama" }, join(dir, "src"));
