@@ -21,9 +21,10 @@ function readOnce(path: string, buf: Buffer): void {
 
 /**
  * 6. The sidecar check (issue 35): the bench's gemma3 vision blob mounted and its projector read
- * whole (its promoted tensors written as sidecars); then every sidecar checked as the first open
- * of the file in a new mount checks it (read and hashed) and as a later open does (one `stat`,
- * the version already hashed), each against reading the same sidecars once, page cache warm.
+ * whole (its promoted tensors written as sidecars); then every sidecar checked as when that
+ * version of it is first checked (read and hashed) and as at any later open (a `stat` and the
+ * version kept beside it), by a new SidecarStore each time (as a new mount's), against reading
+ * the same sidecars once, page cache warm.
  */
 export async function sidecarCheck(ctx: MountBenchContext, work: string, blob: string): Promise<void> {
   const at = join(work, "check");
@@ -37,7 +38,7 @@ export async function sidecarCheck(ctx: MountBenchContext, work: string, blob: s
     await mount.close();
   }
   const files = readdirSync(dir, { recursive: true, withFileTypes: true })
-    .filter((e) => e.isFile() && e.name.endsWith(".bin"))
+    .filter((e) => e.isFile() && e.name.endsWith(".bin")) // not their `.hashed` files
     .map((e) => join(e.parentPath, e.name))
     .map((path) => ({ path, length: statSync(path).size - SIDECAR_DIGEST_BYTES }));
   const bytes = files.reduce((n, f) => n + f.length, 0);
@@ -45,15 +46,19 @@ export async function sidecarCheck(ctx: MountBenchContext, work: string, blob: s
   const read = () => {
     for (const f of files) readOnce(f.path, buf);
   };
-  const check = async (store: SidecarStore) => {
+  const check = async () => {
+    const store = new SidecarStore(dir); // as a new mount's: nothing known in memory
     for (const f of files) if (!(await store.verify(f.path, f.length)).ok) throw new Error(`${f.path}: not whole`);
   };
-  const later = new SidecarStore(dir);
-  await check(later); // hashed once: what a later open finds
-  const [tFirst, tRead, tLater] = await ctx.race([() => check(new SidecarStore(dir)), read, () => check(later)]);
+  const first = async () => {
+    for (const f of files) rmSync(`${f.path}.hashed`, { force: true }); // no version of it found whole yet
+    await check();
+  };
+  // `first` leaves each version remembered: `later` finds it there
+  const [tFirst, tRead, tLater] = await ctx.race([first, read, check]);
   const what = `${files.length} sidecar${files.length === 1 ? "" : "s"}, ${(bytes / MiB).toFixed(1)} MiB, of a mounted ${(ctx.blobMiB / 1024).toFixed(0)} GiB gemma3 vision model's projector`;
   ctx.row({
-    scenario: `sidecar check at the first open in a mount (each read and hashed against its sha256; ${what}) vs reading them once`,
+    scenario: `sidecar check, first of each version (read and hashed against its sha256; ${what}) vs reading them once`,
     ours: ctx.ms(tFirst!),
     baseline: ctx.ms(tRead!),
     ratio: tFirst! / tRead!,
@@ -61,7 +66,7 @@ export async function sidecarCheck(ctx: MountBenchContext, work: string, blob: s
     pass: undefined,
   });
   ctx.row({
-    scenario: "  the check at a later open of the same mount (one stat each: that version already hashed) vs reading them once",
+    scenario: "  the check at any later open, in this mount or a new one (a stat and the version kept beside it) vs reading them once",
     ours: ctx.ms(tLater!),
     baseline: ctx.ms(tRead!),
     ratio: tLater! / tRead!,

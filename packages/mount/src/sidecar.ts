@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from "node:crypto";
-import { mkdir, open, readdir, rename, rm, stat } from "node:fs/promises";
+import { mkdir, open, readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { processAlive } from "@compat/files";
+import { processAlive, writeFileAtomic } from "@compat/files";
 import type { GgufTensor } from "@compat/gguf";
 import { MountError } from "./errors";
 import type { ComputedPart } from "./plan";
@@ -13,6 +13,9 @@ import type { ComputedPart } from "./plan";
  */
 export const SIDECAR_DIGEST_BYTES = 32;
 
+/** Beside a sidecar `NAME.bin`, `NAME.bin.hashed` names the version of it last found whole. */
+const HASHED = ".hashed";
+
 /** Why a sidecar on disk cannot be used: it is not there, or it is not what was written. */
 export type SidecarCheck = { ok: true } | { ok: false; missing: true } | { ok: false; missing: false; why: string };
 
@@ -21,10 +24,13 @@ export type SidecarCheck = { ok: true } | { ok: false; missing: true } | { ok: f
  * caller's key for the file: source digest, translator version, profile, view) and of the
  * tensor (index, name, type, shape, op), so an entry is written once and stays valid for every
  * mount of the same translation. A name says what the bytes should be, not what they are: each
- * file ends with the sha256 of its bytes, and `verify` holds them to it before they are used.
+ * file ends with the sha256 of its bytes, and `verify` holds them to it before they are used,
+ * once per version of the file (device, inode, size, mtime, ctime), as blobs are: the version
+ * found whole is kept beside it (`NAME.bin.hashed`), so a later check, in this process or
+ * another, is a `stat` and a small read.
  */
 export class SidecarStore {
-  /** Files hashed and found whole, by path: the version (device, inode, size, mtime, ctime) hashed. */
+  /** Files hashed and found whole, by path: the version hashed (as in their `.hashed` files). */
   private readonly verified = new Map<string, string>();
 
   constructor(readonly dir: string) {}
@@ -42,7 +48,7 @@ export class SidecarStore {
   async sweep(): Promise<void> {
     for (const sub of await readdir(this.dir).catch(() => [] as string[])) {
       for (const name of await readdir(join(this.dir, sub)).catch(() => [] as string[])) {
-        const m = /\.(\d+)\.[0-9a-f]{8}\.tmp$/.exec(name);
+        const m = /\.(\d+)\.[0-9a-f]+\.tmp$/.exec(name); // a sidecar's or a `.hashed` file's
         if (m && !processAlive(Number(m[1]))) await rm(join(this.dir, sub, name), { force: true });
       }
     }
@@ -57,8 +63,13 @@ export class SidecarStore {
   async verify(path: string, length: number): Promise<SidecarCheck> {
     let fh;
     try {
-      // a version already hashed: one stat (the daemon opens the path after this, either way)
-      if (this.verified.get(path) === versionOf(await stat(path, { bigint: true }))) return { ok: true };
+      // a version already hashed: a stat (the daemon opens the path after this, either way)
+      const now = versionOf(await stat(path, { bigint: true }));
+      if (this.verified.get(path) === now) return { ok: true };
+      if ((await readFile(path + HASHED, "utf8").catch(() => "")) === now) {
+        this.verified.set(path, now);
+        return { ok: true };
+      }
       fh = await open(path, "r");
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "ENOENT") return { ok: false, missing: true };
@@ -82,7 +93,7 @@ export class SidecarStore {
         await fh.read(recorded, 0, SIDECAR_DIGEST_BYTES, length);
         if (hash.digest().equals(recorded)) {
           // the version as it is now: one changed while it was hashed is hashed again next time
-          if (versionOf(await fh.stat({ bigint: true })) === version) this.verified.set(path, version);
+          if (versionOf(await fh.stat({ bigint: true })) === version) await this.remember(path, version);
           return { ok: true };
         }
         why = "its bytes do not match the sha256 written with them";
@@ -92,7 +103,14 @@ export class SidecarStore {
     }
     this.verified.delete(path);
     await rm(path, { force: true });
+    await rm(path + HASHED, { force: true });
     return { ok: false, missing: false, why };
+  }
+
+  /** Keeps the version of `path` found whole; one that cannot be kept (no space) is only hashed again. */
+  private async remember(path: string, version: string): Promise<void> {
+    this.verified.set(path, version);
+    await writeFileAtomic(path + HASHED, version).catch(() => undefined);
   }
 
   /**
@@ -119,7 +137,7 @@ export class SidecarStore {
       await fh.sync();
       await rename(tmp, part.path);
       // the bytes just written need no hashing again (the version after the rename, which moves the ctime)
-      this.verified.set(part.path, versionOf(await fh.stat({ bigint: true })));
+      await this.remember(part.path, versionOf(await fh.stat({ bigint: true })));
     } catch (e) {
       await rm(tmp, { force: true });
       throw e;
