@@ -47,8 +47,11 @@ export class FuseMount {
   private readonly child: ChildProcess;
   /** Where computed tensors are written on first read. */
   readonly sidecars: SidecarStore;
-  /** The sidecars the files read, by path: their length, and how to compute them where that is known. */
-  private readonly needed = new Map<string, { length: number; part?: ComputedPart }>();
+  /**
+   * The sidecars the files read, by path: their length, how to compute them where that is known,
+   * and how many files read them (two names of one model share theirs).
+   */
+  private readonly needed = new Map<string, { length: number; part?: ComputedPart; files: number }>();
   /** Sidecar paths by the file that reads them, to forget them with the file. */
   private readonly neededBy = new Map<string, string[]>();
   private readonly onLog: ((line: string) => void) | undefined;
@@ -165,8 +168,11 @@ export class FuseMount {
    */
   async addFile(path: string, plan: FilePlan, computed: readonly ComputedPart[] = []): Promise<void> {
     this.forget(path);
-    for (const s of plan.sidecars) this.needed.set(s.path, { length: s.length });
-    for (const c of computed) this.needed.set(c.path, { length: c.length, part: c });
+    const parts = new Map(computed.map((c) => [c.path, c]));
+    for (const s of plan.sidecars) {
+      const known = this.needed.get(s.path);
+      this.needed.set(s.path, { length: s.length, part: parts.get(s.path) ?? known?.part, files: (known?.files ?? 0) + 1 });
+    }
     this.neededBy.set(path, plan.sidecars.map((s) => s.path));
     await this.request((id) => addFileMessage(id, path, plan), path);
   }
@@ -186,7 +192,10 @@ export class FuseMount {
   private forget(path: string): void {
     for (const [file, parts] of this.neededBy) {
       if (file !== path && !file.startsWith(path + "/")) continue;
-      for (const p of parts) this.needed.delete(p);
+      for (const p of parts) {
+        const n = this.needed.get(p);
+        if (n !== undefined && --n.files <= 0) this.needed.delete(p);
+      }
       this.neededBy.delete(file);
     }
   }

@@ -165,6 +165,18 @@ describe("bytes through the mount", () => {
     expect(lines.some((l) => l.includes(last) && /bytes where \d+ and their sha256 were written: removed$/.test(l))).toBe(true);
   });
 
+  it("two files that share their sidecars (two names of one model): removing one leaves the other whole", async () => {
+    const dir = await t.dir();
+    const g = await gemma3(dir);
+    const mount = await t.mount(dir);
+    await addView(mount, "a/mmproj.gguf", g.mmproj, "mmproj");
+    await addView(mount, "b/mmproj.gguf", g.mmproj, "mmproj");
+    const want = await sha256(join(dir, "mmproj.gguf"));
+    expect(await sha256(join(mount.dir, "a/mmproj.gguf"))).toBe(want);
+    await mount.remove("a/mmproj.gguf");
+    expect(await sha256(join(mount.dir, "b/mmproj.gguf"))).toBe(want); // its sidecars are still vouched for
+  });
+
   it("serves ops that only join bytes from the source: glmocr's gate+up concat writes no sidecar", async () => {
     const dir = await t.dir();
     const src = await generateFixtureFiles("glmocr", { seed: 5, layout: "ollama" }, join(dir, "src"));
