@@ -1,4 +1,5 @@
 import { createHash, randomBytes } from "node:crypto";
+import type { BigIntStats } from "node:fs";
 import { mkdir, open, readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { processAlive, writeFileAtomic } from "@compat/files";
@@ -27,12 +28,9 @@ export type SidecarCheck = { ok: true } | { ok: false; missing: true } | { ok: f
  * file ends with the sha256 of its bytes, and `verify` holds them to it before they are used,
  * once per version of the file (device, inode, size, mtime, ctime), as blobs are: the version
  * found whole is kept beside it (`NAME.bin.hashed`), so a later check, in this process or
- * another, is a `stat` and a small read.
+ * another, is two `stat`s and a small read.
  */
 export class SidecarStore {
-  /** Files hashed and found whole, by path: the version hashed (as in their `.hashed` files). */
-  private readonly verified = new Map<string, string>();
-
   constructor(readonly dir: string) {}
 
   /** The sidecar of tensor `index` of the file whose content key is `fileKey`. */
@@ -57,19 +55,14 @@ export class SidecarStore {
   /**
    * Whether the sidecar at `path` holds `length` bytes whose sha256 is the one written after
    * them. Each version of the file (device, inode, size, mtime, ctime: a write moves the ctime,
-   * which nothing sets back) is hashed once and then known by one `stat`. One that is not whole
-   * is removed, and the answer says why.
+   * which nothing sets back) is hashed once and then known by its `.hashed` file. One that is
+   * not whole is removed, and the answer says why.
    */
   async verify(path: string, length: number): Promise<SidecarCheck> {
     let fh;
     try {
-      // a version already hashed: a stat (the daemon opens the path after this, either way)
-      const now = versionOf(await stat(path, { bigint: true }));
-      if (this.verified.get(path) === now) return { ok: true };
-      if ((await readFile(path + HASHED, "utf8").catch(() => "")) === now) {
-        this.verified.set(path, now);
-        return { ok: true };
-      }
+      // a version already found whole (the daemon opens the path after this, either way)
+      if (await this.known(path, await stat(path, { bigint: true }))) return { ok: true };
       fh = await open(path, "r");
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "ENOENT") return { ok: false, missing: true };
@@ -93,7 +86,7 @@ export class SidecarStore {
         await fh.read(recorded, 0, SIDECAR_DIGEST_BYTES, length);
         if (hash.digest().equals(recorded)) {
           // the version as it is now: one changed while it was hashed is hashed again next time
-          if (versionOf(await fh.stat({ bigint: true })) === version) await this.remember(path, version);
+          if (versionOf(await fh.stat({ bigint: true })) === version) await remember(path, version);
           return { ok: true };
         }
         why = "its bytes do not match the sha256 written with them";
@@ -101,16 +94,21 @@ export class SidecarStore {
     } finally {
       await fh.close();
     }
-    this.verified.delete(path);
     await rm(path, { force: true });
     await rm(path + HASHED, { force: true });
     return { ok: false, missing: false, why };
   }
 
-  /** Keeps the version of `path` found whole; one that cannot be kept (no space) is only hashed again. */
-  private async remember(path: string, version: string): Promise<void> {
-    this.verified.set(path, version);
-    await writeFileAtomic(path + HASHED, version).catch(() => undefined);
+  /**
+   * Whether this version of the sidecar (`st`) was found whole: its `.hashed` file names it and
+   * was written after the sidecar last changed. File times tick coarsely (a few ms), so a write
+   * in the same tick as the `.hashed` file would keep every field of the version it names: such
+   * a sidecar is hashed again (git's "racily clean" files), and its `.hashed` file rewritten.
+   */
+  private async known(path: string, st: BigIntStats): Promise<boolean> {
+    const memo = await stat(path + HASHED, { bigint: true }).catch(() => undefined);
+    if (memo === undefined || st.ctimeNs >= memo.mtimeNs) return false;
+    return (await readFile(path + HASHED, "utf8").catch(() => "")) === versionOf(st);
   }
 
   /**
@@ -136,8 +134,9 @@ export class SidecarStore {
       }
       await fh.sync();
       await rename(tmp, part.path);
-      // the bytes just written need no hashing again (the version after the rename, which moves the ctime)
-      await this.remember(part.path, versionOf(await fh.stat({ bigint: true })));
+      // the bytes just written (the version after the rename, which moves the ctime); in the
+      // same tick as this `.hashed` file, they are hashed once more at their next check
+      await remember(part.path, versionOf(await fh.stat({ bigint: true })));
     } catch (e) {
       await rm(tmp, { force: true });
       throw e;
@@ -145,6 +144,11 @@ export class SidecarStore {
       await fh.close().catch(() => undefined);
     }
   }
+}
+
+/** Keeps the version of `path` found whole; one that cannot be kept (no space) is only hashed again. */
+async function remember(path: string, version: string): Promise<void> {
+  await writeFileAtomic(path + HASHED, version).catch(() => undefined);
 }
 
 function versionOf(st: { dev: bigint; ino: bigint; size: bigint; mtimeNs: bigint; ctimeNs: bigint }): string {
