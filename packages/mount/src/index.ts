@@ -1,5 +1,5 @@
 export { FuseMount, type MountOptions, type MountExit } from "./mount";
 export { planView, type FilePlan, type Extent, type SourceFile, type Sidecar, type ComputedPart, type PlannableView, type PlanOptions } from "./plan";
-export { SidecarStore } from "./sidecar";
+export { SidecarStore, SIDECAR_DIGEST_BYTES, type SidecarCheck } from "./sidecar";
 export { fuseSupport, type FuseSupport } from "./daemon";
 export { MountError, type MountErrorCode } from "./errors";
