@@ -9,3 +9,4 @@ export { addBlob, addBlobBytes, writeManifest, removeManifest, sweepStaging, has
 export { blobPathIn, manifestPathIn, installBlob, writeBlobBytesChecked, writeModelManifest, copyModel, deleteModel, removeUnreferenced, manifestDigests } from "./store-write";
 export { RegistryClient, RegistryError, parseChallenge, type RegistryErrorCode, type RegistryOptions } from "./registry";
 export { pullModel, type PullOptions, type PullProgress, type PulledModel } from "./pull";
+export { openPull, fetchLayerBytes, streamBlob, type OpenedPull, type BlobStream } from "./blob-stream";
