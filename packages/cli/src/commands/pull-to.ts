@@ -105,6 +105,8 @@ export async function pullToCommand(ref: string, opts: PullToOptions, io: CliIo)
       await makeFolders(root, dirname(f), force);
       await checkReplaceable(root, f, record, force);
     }
+    // what an earlier pull of this model killed midway left (its temp files: this pull starts over)
+    await sweepLeftovers(finals.map((f) => dirname(f)));
 
     const targets: Target[] = [];
     try {
