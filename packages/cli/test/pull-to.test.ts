@@ -214,5 +214,15 @@ describe("pull --to DIR (real registry)", () => {
     expect(await sha256(paths.model)).toBe(await sha256(text));
     expect(await sha256(paths.mmproj)).toBe(await sha256(mmproj));
     expect(await tempFiles(to)).toEqual([]);
+
+    // Ctrl-C midway: the temp files go with the process
+    const again = await temp();
+    const s = start(["pull", pushed.ref, "--insecure", "--to", again, "--json"]);
+    await s.waitFor(/"completed":[1-9]/);
+    s.child.kill("SIGINT");
+    const { signal, code } = await s.closed;
+    expect(signal === "SIGINT" || code === 130, `${signal} ${code}`).toBe(true);
+    if (!s.out.stdout.includes('"status":"writing files"')) expect(await ggufs(again)).toEqual([]);
+    expect(await tempFiles(again)).toEqual([]);
   }, 300_000 + kills * 60_000);
 });

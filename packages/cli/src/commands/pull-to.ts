@@ -11,7 +11,7 @@
  */
 import { mkdir, open, rename, rm, type FileHandle } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
-import { tempPathFor } from "@compat/files";
+import { tempPathFor, trackTempFile, untrackTempFile } from "@compat/files";
 import { ArrivingSource, GgufError, parseGguf, planStream, StreamWriter, type GgufModel, type StreamOutput, type StreamPlan } from "@compat/gguf";
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
 import { modelFacts, type PreparedModel } from "@compat/prepare";
@@ -131,13 +131,11 @@ export async function pullToCommand(ref: string, opts: PullToOptions, io: CliIo)
         await t.fh.sync();
         await t.fh.close();
         await rename(t.temp, t.final);
+        untrackTempFile(t.temp);
       }
       for (const dir of new Set(targets.map((t) => dirname(t.final)))) await syncDir(dir);
     } catch (e) {
-      for (const t of targets) {
-        await t.fh.close().catch(() => undefined);
-        await rm(t.temp, { force: true });
-      }
+      await discard(targets);
       throw e;
     }
 
@@ -213,6 +211,7 @@ async function streamInto(
     let plain: Target | undefined;
     for (const o of outputs) {
       const temp = tempPathFor(o.final);
+      trackTempFile(temp); // removed by the binary's exit handler on SIGINT/SIGTERM
       const fh = await open(temp, "wx");
       const t = { final: o.final, temp, fh };
       targets.push(t);
@@ -239,11 +238,17 @@ async function streamInto(
     if (planned.length > 0 && !writer.done) throw new GgufError("DATA_LENGTH", `internal: ${layer.digest} ended with ops not run`);
     return targets;
   } catch (e) {
-    for (const t of targets) {
-      await t.fh.close().catch(() => undefined);
-      await rm(t.temp, { force: true });
-    }
+    await discard(targets);
     throw e;
+  }
+}
+
+/** Closes and removes temp files that will not get their names. */
+async function discard(targets: readonly Target[]): Promise<void> {
+  for (const t of targets) {
+    await t.fh.close().catch(() => undefined);
+    await rm(t.temp, { force: true });
+    untrackTempFile(t.temp);
   }
 }
 
