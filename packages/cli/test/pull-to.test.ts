@@ -152,6 +152,11 @@ describe("pull --to DIR (real registry)", () => {
     const lmPaths = exportPaths(lm, `${registry.host}/acme/eyes:2`, "lmstudio", true);
     expect(lmPaths.model).toContain(join(lm, "acme", "eyes-2"));
     expect(await ggufs(lm)).toEqual([lmPaths.model, lmPaths.mmproj].map((p) => p.slice(lm.length + 1)).sort());
+    // pulled again: the files it made are replaced, nothing else appears
+    const before = await sha256(lmPaths.model);
+    await pullCommand(vision.ref, { insecure: true, to: lm, layout: "lmstudio", quiet: true }, io());
+    expect(await sha256(lmPaths.model)).toBe(before);
+    expect(await ggufs(lm)).toHaveLength(2);
     const swap = join(dir, "swap");
     await pullCommand(plain.ref, { insecure: true, to: swap, layout: "llama-swap", quiet: true, llamaServer: "/opt/llama-server" }, io());
     const nativePath = exportPaths(swap, `${registry.host}/library/tiny:native`, "llama-swap", false).model;

@@ -16,7 +16,7 @@ import { ArrivingSource, GgufError, parseGguf, planStream, StreamWriter, type Gg
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
 import { modelFacts, type PreparedModel } from "@compat/prepare";
 import { modelArgs, presetSection } from "@compat/server-bridge";
-import { displayName, fetchLayerBytes, fullName, MediaType, openPull, streamBlob, type ManifestLayer, type PullProgress, type RegistryClient, type ResolvedModel } from "@compat/store";
+import { displayName, fetchLayerBytes, fullName, MediaType, openPull, streamBlob, type BlobStream, type ManifestLayer, type PullProgress, type RegistryClient, type ResolvedModel } from "@compat/store";
 import { openViews } from "@compat/views";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
@@ -107,6 +107,11 @@ export async function pullToCommand(ref: string, opts: PullToOptions, io: CliIo)
     }
     // what an earlier pull of this model killed midway left (its temp files: this pull starts over)
     await sweepLeftovers(finals.map((f) => dirname(f)));
+    // recorded before anything gets its name, as export does: a pull stopped after a rename
+    // leaves files known to be its own, which the next one replaces
+    for (const f of finals) record.files[relativeTo(root, f)] = "copy";
+    delete record.models[shownName];
+    await writeRecord(root, record);
 
     const targets: Target[] = [];
     try {
@@ -154,9 +159,7 @@ export async function pullToCommand(ref: string, opts: PullToOptions, io: CliIo)
     const warn = (m: string) => {
       if (!opts.json) io.err(`ollama-compat: warning: ${terminalSafe(m)}\n`);
     };
-    for (const f of finals) record.files[relativeTo(root, f)] = "copy";
     record.models[shownName] = { layout, files: finals.map((f) => relativeTo(root, f)), preset: presetSection(shownName, served, warn), args: [...modelArgs(served), "--alias", shownName] };
-    await writeRecord(root, record);
     const command = await writeFolderConfig(root, opts.to, layout, record, true, () => opts.llamaServer ?? llamaServerFor(io.env), (_n, m) => warn(m));
     report({ status: "success" });
     if (!opts.json) {
@@ -177,7 +180,7 @@ interface Head {
 }
 
 /** Range requests from the start of the blob, doubling until its GGUF header parses. */
-async function headOf(blob: ReturnType<typeof streamBlob>, layer: ManifestLayer, client: RegistryClient): Promise<Head> {
+async function headOf(blob: BlobStream, layer: ManifestLayer, client: RegistryClient): Promise<Head> {
   const label = `layer ${layer.digest} of ${fullName(client.name)}`;
   for (let n = FIRST_HEAD; ; n *= 2) {
     const bytes = await blob.head(n);
@@ -198,7 +201,7 @@ async function headOf(blob: ReturnType<typeof streamBlob>, layer: ManifestLayer,
  * pass over the blob), or null for the blob as it is. Returns the temp files, not yet synced.
  */
 async function streamInto(
-  blob: ReturnType<typeof streamBlob>,
+  blob: BlobStream,
   layer: ManifestLayer,
   head: Head,
   outputs: ReadonlyArray<{ view: TranslatedView | null; final: string }>,
