@@ -223,7 +223,7 @@ function buildProgram(argv: readonly string[], io: CliIo, result: { code: number
       footer(
         ["ollama-compat pull gemma3:4b", "ollama-compat pull localhost:5000/library/tiny:1 --insecure", "ollama-compat pull gemma3:4b --json", "ollama-compat pull gemma3:4b --to ~/llama-models && llama-server --models-preset ~/llama-models/models.ini"],
         ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT"],
-        "Exit codes: 0 pulled, 1 error (no network, no such model, a layer whose digest does not match: nothing of it is kept), 2 usage.\nAn interrupted pull continues where it stopped when run again.",
+        "Exit codes: 0 pulled, 1 error (no network, no such model, a layer whose digest does not match: nothing of it is kept), 2 usage, 3 (--to) Ollama-format but not supported by this version.\nAn interrupted pull into the store continues where it stopped when run again; one with --to leaves no file under a final name and starts over.",
       ),
     )
     .action(async (model: string, opts) => set(await (await commands.pull()).pullCommand(model, opts, io)));
