@@ -6,7 +6,7 @@
  * BENCH_BLOB_MIB (default 2048) sizes the vision blob (BENCH_PULL_MIB, default 2048, the one `pull --to` downloads), BENCH_RUNS (default 5) the repeats,
  * BENCH_DIR (default <tmpdir>/ollama-compat-bench) where the files go, BENCH_VERBOSE=1 prints every run's time, BENCH_REFLINK_DIR (optional, an
  * XFS or Btrfs mount) adds the metadata rewrite on a filesystem that shares extents. Sections (header, process,
- * translate, ops, ollama, mount, pull): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
+ * translate, ops, ollama, mount, user, peer, pull): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -22,6 +22,8 @@ import { mountBench } from "./mount";
 import { headerLength, readHeaderBytes } from "./header-bytes.mjs";
 import { median, race as raceRuns } from "./race.mjs";
 import { ollamaApiRows } from "./ollama-api";
+import { serveReady, translateAsUser } from "./as-user";
+import { peerRows } from "./peer";
 import { pullToRows } from "./pull-to";
 
 const ROOT = new URL("../..", import.meta.url).pathname;
@@ -309,8 +311,23 @@ function machine(): string {
 
 const only = process.argv.length > 2 ? process.argv.slice(2) : (process.env.BENCH_ONLY ?? "").split(",").filter((s) => s !== "");
 const mountRows = () => mountBench({ dir, cli: CLI, blobMiB: BLOB_MIB, runs: RUNS, race, row, ms });
-const pullRows = () => pullToRows({ root: ROOT, dir, runs: RUNS, run, race, row, ms });
-const sections: Record<string, () => Promise<void>> = { header: headerParse, process: processes, translate: fullTranslation, ops: loadOps, ollama: ollamaApi, mount: mountRows, pull: pullRows };
+const ctx = { dir, cli: CLI, blobMiB: BLOB_MIB, runs: RUNS, race, row, ms };
+const sections: Record<string, () => Promise<void>> = {
+  header: headerParse,
+  process: processes,
+  translate: fullTranslation,
+  ops: loadOps,
+  ollama: ollamaApi,
+  mount: mountRows,
+  // issue 40: commands timed as a user runs them, and Ollama's own runtime side by side
+  user: async () => {
+    await translateAsUser(ctx);
+    await serveReady(ctx);
+  },
+  peer: () => peerRows(ctx),
+  // issue 38: pull --to against curl
+  pull: () => pullToRows({ root: ROOT, dir, runs: RUNS, run, race, row, ms }),
+};
 for (const [name, fn] of Object.entries(sections)) {
   if (only.length > 0 && !only.includes(name)) continue;
   console.error(`[${name}]`);
