@@ -78,7 +78,7 @@ export async function servedViews(
 }
 
 /** What llama-server's arguments depend on, from the source model and its translation (null: served as it is). */
-function modelFacts(source: GgufModel, view: TranslatedView | null): Pick<PreparedModel, "architecture" | "embedding" | "hasChatTemplate"> {
+export function modelFacts(source: GgufModel, view: TranslatedView | null): Pick<PreparedModel, "architecture" | "embedding" | "hasChatTemplate"> {
   const architecture = source.getString("general.architecture", "");
   return {
     architecture,
