@@ -38,6 +38,8 @@ export interface PullOptions {
   signal?: AbortSignal;
   /** OLLAMA_NOPRUNE set: the layers of a replaced version are kept. */
   env?: Record<string, string | undefined>;
+  /** Blobs a running server still reads: a replaced version's are kept while this says so. */
+  keep?: (digest: string) => boolean;
   /** The smallest part (default Ollama's 100 MB); tests make it small to have many parts. */
   minPartBytes?: number;
 }
@@ -86,7 +88,7 @@ export async function pullModel(ref: string, opts: PullOptions): Promise<PulledM
   // PullModel does the same, unless OLLAMA_NOPRUNE is set)
   if (before.length > 0 && !opts.env?.OLLAMA_NOPRUNE) {
     report({ status: "removing unused layers" });
-    await removeUnreferenced(opts.root, before);
+    await removeUnreferenced(opts.root, before, opts.keep);
   }
   report({ status: "success" });
   return { name, manifestPath, layers: manifest.layers };

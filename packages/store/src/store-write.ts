@@ -207,6 +207,44 @@ export async function writeBlobBytesChecked(root: string, digest: string, bytes:
   return (await addBlobBytes(root, bytes)).path;
 }
 
+/**
+ * An uploaded blob (`POST /api/blobs/:digest`): `body` streamed into blobs/.ollama-compat-tmp
+ * while it is hashed, at most `maxBytes` of it, then fsynced and renamed to its content address
+ * only when it hashes to `digest`. A blob already there is kept and the body not read; a body
+ * too large, cut short or of another digest leaves nothing. Whether a new blob was written.
+ */
+export async function receiveBlob(root: string, digest: string, body: AsyncIterable<Uint8Array>, maxBytes: number): Promise<boolean> {
+  const final = blobPathIn(root, digest);
+  if ((await stat(final).catch(() => undefined))?.isFile()) return false;
+  const staging = blobStaging(root);
+  await mkdir(staging, { recursive: true });
+  await sweepTempFiles(staging);
+  const staged = tempPathFor(join(staging, "upload"));
+  const hash = createHash("sha256");
+  try {
+    const fh = await open(staged, "wx", 0o644);
+    try {
+      let size = 0;
+      for await (const chunk of body) {
+        size += chunk.length;
+        if (size > maxBytes) throw new StoreError("INVALID_CREATE", `the upload of ${digest} is larger than ${maxBytes} bytes, the most this server takes; nothing was kept`, { digest, maxBytes });
+        hash.update(chunk);
+        await fh.write(chunk);
+      }
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    const actual = `sha256:${hash.digest("hex")}`;
+    if (actual !== canonicalDigest(digest)) throw new StoreError("DIGEST_MISMATCH", `digest mismatch, expected ${JSON.stringify(digest)}, got ${JSON.stringify(actual)}; nothing was kept`, { digest, actual });
+    await rename(staged, final);
+    await fsyncDir(dirname(final));
+    return true;
+  } finally {
+    await rm(staged, { force: true }).catch(() => undefined);
+  }
+}
+
 /** writeManifest at the name's path; the path. */
 export async function writeModelManifest(root: string, name: ModelName, bytes: Uint8Array): Promise<string> {
   const path = manifestPathIn(root, name);
@@ -229,9 +267,10 @@ export async function copyModel(root: string, source: ModelName, destination: Mo
 
 /**
  * `ollama rm`: removes the model's manifest (and the folders it leaves empty), then each of its
- * blobs that no other manifest names, as Ollama's DeleteHandler does. Returns the blobs removed.
+ * blobs that no other manifest names, as Ollama's DeleteHandler does, except those `keep` holds
+ * (a running server still reads them). Returns the blobs removed.
  */
-export async function deleteModel(root: string, name: ModelName): Promise<string[]> {
+export async function deleteModel(root: string, name: ModelName, keep?: (digest: string) => boolean): Promise<string[]> {
   const path = manifestPathIn(root, name);
   let text: string;
   try {
@@ -241,11 +280,14 @@ export async function deleteModel(root: string, name: ModelName): Promise<string
     throw e;
   }
   await removeManifest(root, path);
-  return removeUnreferenced(root, digestsOf(text));
+  return removeUnreferenced(root, digestsOf(text), keep);
 }
 
-/** Removes each of `digests` that no manifest of the store names; returns those removed. */
-export async function removeUnreferenced(root: string, digests: readonly string[]): Promise<string[]> {
+/**
+ * Removes each of `digests` that no manifest of the store names and `keep` does not hold (a blob
+ * a running server still reads); returns those removed.
+ */
+export async function removeUnreferenced(root: string, digests: readonly string[], keep?: (digest: string) => boolean): Promise<string[]> {
   const store = new ModelStore(root, {});
   const used = new Set<string>();
   for (const other of await store.names()) {
@@ -256,7 +298,7 @@ export async function removeUnreferenced(root: string, digests: readonly string[
   }
   const removed: string[] = [];
   for (const d of new Set(digests)) {
-    if (used.has(d)) continue;
+    if (used.has(d) || keep?.(d)) continue;
     await rm(blobPathIn(root, d), { force: true });
     removed.push(d);
   }
