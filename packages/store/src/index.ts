@@ -10,3 +10,4 @@ export { blobPathIn, manifestPathIn, installBlob, writeBlobBytesChecked, writeMo
 export { RegistryClient, RegistryError, parseChallenge, type RegistryErrorCode, type RegistryOptions } from "./registry";
 export { pullModel, type PullOptions, type PullProgress, type PulledModel } from "./pull";
 export { createModel, goJson, humanNumber, type CreateSpec, type CreateOptions, type CreatedModel } from "./create";
+export { readIdentity, defaultIdentityPath, tokenUrl, signedText, type Identity } from "./registry-auth";
