@@ -125,11 +125,15 @@ function mergeUserRuns(messages: Json[]): Json[] {
   return out;
 }
 
-/** The model's system prompt first, unless the conversation starts with one (Ollama's ChatHandler). */
+/**
+ * The model's messages layer before the conversation, and its system prompt first unless the
+ * conversation starts with one (Ollama's ChatHandler: `append(m.Messages, req.Messages...)`).
+ */
 function withSystem(m: ApiModel, messages: Json[]): Json[] {
-  const system = m.prepared.resolved.system;
-  if (!system || messages[0]?.role === "system") return messages;
-  return [{ role: "system", content: system }, ...messages];
+  const { system, messages: turns = [] } = m.prepared.resolved;
+  const all = [...turns, ...messages];
+  if (!system || messages[0]?.role === "system") return all;
+  return [{ role: "system", content: system }, ...all];
 }
 
 function requireCompletion(m: ApiModel, caps: string[], what: "chat" | "generate"): void {

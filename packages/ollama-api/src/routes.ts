@@ -131,6 +131,7 @@ export class OllamaRoutes {
       parameters: parametersText(r.params),
       template: f.template,
       ...(r.system !== undefined ? { system: r.system } : {}),
+      ...(r.messages?.length ? { messages: r.messages } : {}),
       details: f.details,
       model_info: f.modelInfo,
       capabilities: f.capabilities,

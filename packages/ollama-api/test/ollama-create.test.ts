@@ -84,8 +84,12 @@ describe("/api/create from a model of the store (official ollama client, real ll
     expect(show.template).toBe(TEMPLATE);
     expect(show.parameters).toMatch(/temperature\s+0\.25/);
     expect(show.parameters).toMatch(/num_ctx\s+512/);
+    expect(show.messages).toEqual([{ role: "user", content: "ahoy" }]);
     // the system prompt reaches llama-server: the same question is a longer prompt
     expect(await promptTokens("pirate")).toBeGreaterThan(plain);
+    // and so do the messages layer's turns, put before the conversation as Ollama's chat does
+    expect(await ollama.create({ model: "chatty", from: "llama3.2", messages: [{ role: "user", content: "ahoy" }, { role: "assistant", content: "ahoy matey" }], stream: false })).toEqual({ status: "success" });
+    expect(await promptTokens("chatty")).toBeGreaterThan(plain);
   });
 
   it("create and copy over a served, loaded name: the new files answer at once, the old instance is gone, replaced layers go", async () => {
