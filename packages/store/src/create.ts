@@ -210,7 +210,9 @@ async function readManifest(root: string, name: ModelName): Promise<SourceManife
 async function blobSize(root: string, digest: string, what: string): Promise<number> {
   const path = blobPathIn(root, digest);
   const st = await stat(path).catch(() => undefined);
-  if (!st?.isFile()) throw new StoreError("MISSING_BLOB", `${what} is missing: ${path}`, { digest, path });
+  if (!st) throw new StoreError("MISSING_BLOB", `${what} is missing: ${path}`, { digest, path });
+  // the store is untrusted: a FIFO or a device named like a blob is never opened
+  if (!st.isFile()) throw new StoreError("UNSAFE_BLOB", `${what} at ${path} is not a regular file`, { digest, path });
   return st.size;
 }
 
@@ -223,6 +225,8 @@ async function readConfig(root: string, digest: string | undefined): Promise<Rec
 async function readJsonBlob(root: string, digest: string, what: string): Promise<Record<string, unknown>> {
   const path = blobPathIn(root, digest);
   const st = await stat(path);
+  // the store is untrusted: a FIFO or a device named like a blob is never opened
+  if (!st.isFile()) throw new StoreError("UNSAFE_BLOB", `${what} ${path} is not a regular file`, { digest, path });
   if (st.size > 1 << 20) throw new StoreError("UNSAFE_BLOB", `${what} ${path} is ${st.size} bytes, too large for a JSON layer`, { digest, path });
   const v = JSON.parse(await readFile(path, "utf8")) as unknown;
   if (typeof v !== "object" || v === null || Array.isArray(v)) throw new StoreError("CORRUPT_MANIFEST", `${what} ${path} is not a JSON object`, { digest, path });
@@ -242,8 +246,8 @@ async function adapterLayers(root: string, adapters: Record<string, string>, rep
   if (file.endsWith(".safetensors")) throw new StoreError("INVALID_CREATE", `adapter ${JSON.stringify(file)}: safetensors adapters need Ollama's converter; give a GGUF LoRA adapter (llama.cpp's convert_lora_to_gguf.py writes one)`, { file });
   report({ status: "parsing GGUF" });
   const path = blobPathIn(root, digest);
-  const size = await blobSize(root, digest, `adapter ${JSON.stringify(file)} (${digest}): upload it first (POST /api/blobs/${digest}); the blob`).catch((e: StoreError) => {
-    throw new StoreError("INVALID_CREATE", e.message, e.details);
+  const size = await blobSize(root, digest, `adapter ${JSON.stringify(file)} (${digest})`).catch((e: StoreError) => {
+    throw new StoreError("INVALID_CREATE", e.code === "MISSING_BLOB" ? `adapter ${JSON.stringify(file)}: blob ${digest} is not in the store; upload it first (POST /api/blobs/${digest})` : e.message, e.details);
   });
   let type: string | undefined;
   try {

@@ -3,7 +3,9 @@
  * a create or an upload ends with (nothing left behind), and Go's JSON encoding as a round trip.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { readdir, readFile } from "node:fs/promises";
+import { execFileSync } from "node:child_process";
+import { symlinkSync } from "node:fs";
+import { readdir, readFile, rm } from "node:fs/promises";
 import { join } from "node:path";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
@@ -52,6 +54,24 @@ describe("createModel", () => {
     await expect(createModel(root, { name: name("x"), from: name("base"), adapters: { "a.gguf": missing, "b.gguf": missing } })).rejects.toMatchObject({ code: "INVALID_CREATE", message: "only one adapter is currently supported" });
     await expect(createModel(root, { name: name("x"), from: name("nope") })).rejects.toMatchObject({ code: "UNKNOWN_MODEL" });
     expect(await manifests()).toEqual(["base"]);
+  });
+});
+
+describe("createModel on a hostile store", () => {
+  it("a FIFO or a link to /dev/zero where the source's params or model blob should be: refused, nothing opened for ever, nothing written", async () => {
+    for (const [mediaType, make] of [
+      [MediaType.params, (p: string) => execFileSync("mkfifo", [p])],
+      [MediaType.model, (p: string) => execFileSync("mkfifo", [p])],
+      [MediaType.params, (p: string) => symlinkSync("/dev/zero", p)],
+    ] as const) {
+      const root = await store();
+      const m = JSON.parse(await readFile(join(root, "manifests", "registry.ollama.ai", "library", "base", "latest"), "utf8")) as { layers: Array<{ mediaType: string; digest: string }> };
+      const blob = join(root, "blobs", m.layers.find((l) => l.mediaType === mediaType)!.digest.replace(":", "-"));
+      await rm(blob);
+      make(blob);
+      await expect(createModel(root, { name: name("x"), from: name("base"), system: "s" })).rejects.toMatchObject({ code: "UNSAFE_BLOB", message: expect.stringContaining("not a regular file") });
+      expect(await readdir(join(root, "manifests", "registry.ollama.ai", "library"))).toEqual(["base"]);
+    }
   });
 });
 
