@@ -380,7 +380,8 @@ export class OllamaRoutes {
       this.retiring.delete(old);
       const digests = [...this.deferred];
       this.deferred.clear();
-      if (digests.length > 0) await removeUnreferenced(this.o.storeRoot, digests, this.keep);
+      // a blob that cannot be removed now stays for Ollama's own prune: the store is right either way
+      if (digests.length > 0) await removeUnreferenced(this.o.storeRoot, digests, this.keep).catch(() => undefined);
     });
     if (!busy) await gone;
     else gone.catch(() => undefined);
