@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { blobDigest, blobFileName, canonicalDigest, copyModel, createModel, deleteModel, displayName, parseModelName, pullModel, receiveBlob, removeUnreferenced, StoreError, type ModelName, type CreateSpec, type PullProgress } from "@compat/store";
+import { blobDigest, blobFileName, canonicalDigest, copyModel, createModel, deleteModel, displayName, existingName, parseModelName, pullModel, receiveBlob, removeUnreferenced, StoreError, type ModelName, type CreateSpec, type PullProgress } from "@compat/store";
 import { BodyBudget, discard, jsonBody, parseJson, readUpTo } from "./body";
 import { chatRequest, generateRequest, isHousekeeping } from "./chat";
 import { embed, embeddings } from "./embed";
@@ -305,8 +305,9 @@ export class OllamaRoutes {
   async create(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const body = await this.body(req, res);
     const ref = typeof body.model === "string" && body.model !== "" ? body.model : body.name;
-    const name = typeof ref === "string" ? parseModelName(ref) : null;
-    if (!name) throw badRequest("invalid model name");
+    const parsed = typeof ref === "string" ? parseModelName(ref) : null;
+    if (!parsed) throw badRequest("invalid model name");
+    const name = await existingName(this.o.storeRoot, parsed);
     for (const k of ["quantize", "quantization", "draft_quantize"]) if (typeof body[k] === "string" && body[k] !== "") throw badRequest(NO_QUANTIZE);
     if (typeof body.remote_host === "string" && body.remote_host !== "") throw badRequest("ollama-compat serve --all does not create remote models (remote_host)");
     const from = typeof body.from === "string" && body.from !== "" ? body.from : undefined;

@@ -97,7 +97,9 @@ describe("/api/create from a model of the store (official ollama client, real ll
     const old = JSON.parse(await readFile(join(root, "manifests", "registry.ollama.ai", "library", "pirate", "latest"), "utf8")) as { layers: Array<{ mediaType: string; digest: string }> };
     const oldSystem = old.layers.find((l) => l.mediaType === MediaType.system)!.digest;
     const longer = `${SYSTEM} ${SYSTEM}`;
-    expect(await ollama.create({ model: "pirate", from: "pirate", system: longer, stream: false })).toEqual({ status: "success" });
+    // spelled otherwise, the installed name is the one replaced (Ollama's getExistingName)
+    expect(await ollama.create({ model: "Pirate", from: "pirate", system: longer, stream: false })).toEqual({ status: "success" });
+    expect(await readdir(join(root, "manifests", "registry.ollama.ai", "library"))).not.toContain("Pirate");
     expect((await ollama.ps()).models.map((m) => m.name)).not.toContain("pirate:latest");
     expect(await readdir(join(root, "blobs"))).not.toContain(oldSystem.replace(":", "-"));
     expect((await ollama.show({ model: "pirate" })).system).toBe(longer);

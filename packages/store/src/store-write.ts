@@ -171,6 +171,23 @@ export function blobPathIn(root: string, digest: string): string {
   return join(root, "blobs", blobFileName(digest));
 }
 
+/**
+ * `name` spelled as the store already spells it (Ollama's getExistingName, what create and pull
+ * write to): each part that equals an installed name's part but for case takes that spelling,
+ * so `Pirate` over an installed `pirate` replaces it instead of adding a second folder.
+ */
+export async function existingName(root: string, name: ModelName): Promise<ModelName> {
+  const out = { ...name };
+  const same = (a: string, b: string) => a.toLowerCase() === b.toLowerCase();
+  for (const e of await new ModelStore(root, {}).names()) {
+    if (same(e.host, out.host)) out.host = e.host;
+    if (same(e.namespace, out.namespace)) out.namespace = e.namespace;
+    if (same(e.model, out.model)) out.model = e.model;
+    if (same(e.tag, out.tag)) out.tag = e.tag;
+  }
+  return out;
+}
+
 /** The manifest path of `name` in the store at `root` (manifests/<host>/<namespace>/<model>/<tag>). */
 export function manifestPathIn(root: string, name: ModelName): string {
   return join(root, "manifests", ...manifestSegments(name));
