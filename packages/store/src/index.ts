@@ -8,6 +8,7 @@ export { migrateStore, planMigration, undoMigration, pruneMigration, PRUNE_GRACE
 export { addBlob, addBlobBytes, writeManifest, removeManifest, sweepStaging, hashFile, STAGING_DIR, type WrittenBlob } from "./store-write";
 export { blobPathIn, manifestPathIn, installBlob, writeBlobBytesChecked, writeModelManifest, copyModel, deleteModel, removeUnreferenced, manifestDigests, receiveBlob, existingName } from "./store-write";
 export { RegistryClient, RegistryError, parseChallenge, type RegistryErrorCode, type RegistryOptions } from "./registry";
+export { fetchRefusesPort } from "./fetch-ports";
 export { pullModel, type PullOptions, type PullProgress, type PulledModel } from "./pull";
 export { createModel, goJson, humanNumber, type CreateSpec, type CreateOptions, type CreatedModel } from "./create";
 export { readIdentity, defaultIdentityPath, tokenUrl, signedText, type Identity } from "./registry-auth";
