@@ -128,11 +128,15 @@ function mergeUserRuns(messages: Json[]): Json[] {
 /**
  * The model's messages layer before the conversation, and its system prompt first unless the
  * conversation starts with one (Ollama's ChatHandler: `append(m.Messages, req.Messages...)`).
+ * `generate`: a request's own system prompt stays first, the layer's turns after it, as
+ * Ollama's GenerateHandler orders them.
  */
-function withSystem(m: ApiModel, messages: Json[]): Json[] {
+function withSystem(m: ApiModel, messages: Json[], generate = false): Json[] {
   const { system, messages: turns = [] } = m.prepared.resolved;
+  const own = messages[0]?.role === "system";
+  if (generate && own) return [messages[0]!, ...turns, ...messages.slice(1)];
   const all = [...turns, ...messages];
-  if (!system || messages[0]?.role === "system") return all;
+  if (!system || own) return all;
   return [{ role: "system", content: system }, ...all];
 }
 
@@ -268,7 +272,7 @@ export async function generateRequest(m: ApiModel, body: Json): Promise<AnswerRe
     return { ...request, path: "/completion", body: { model: m.name, prompt: promptField, stream: true, cache_prompt: true, ...sampling, ...json }, decoder: completionDecoder };
   }
   const user: Json = { role: "user", content: prompt, ...(images.length ? { images } : {}) };
-  const messages = withSystem(m, [...(system ? [{ role: "system", content: system }] : []), user].map(chatMessage));
+  const messages = withSystem(m, [...(system ? [{ role: "system", content: system }] : []), user].map(chatMessage), true);
   return { ...request, path: "/v1/chat/completions", body: chatBody(m, caps, body, messages), decoder: chatDecoder };
 }
 
