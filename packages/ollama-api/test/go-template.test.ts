@@ -170,7 +170,7 @@ describe("Go's text/template semantics", () => {
     ['{{ lt 1 2 }}{{ ge "b" "a" }}{{ ne 1 1 }}{{ eq "x" "y" "x" }}', {}, "truetruefalsetrue"],
     ['{{ define "t" }}<{{ . }}>{{ end }}{{ template "t" .A }}', { A: "x" }, "<x>"],
     ["{{ `raw\\n` }}{{ 'a' }}{{ 0x10 }}", {}, "raw\\n9716"],
-    ['{{ json .M }}', { M: new GoMap(new Map([["b", 1], ["a", "<&>"]])) }, '{"a":"\\u003c\\u0026\\u003e","b":1}'],
+    ['{{ json .M }}', { M: new GoMap(new Map<string, unknown>([["b", 1], ["a", "<&>"]])) }, '{"a":"\\u003c\\u0026\\u003e","b":1}'],
   ])("%s", (text, data, want) => {
     expect(render(text, data)).toBe(want);
   });
