@@ -26,7 +26,7 @@ beforeAll(async () => {
   const stop = ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"];
   await buildOllamaStore(root, [
     { name: "gotools", model: await untemplatedLlamaFile(dir, 3), template: LLAMA31, params: { num_ctx: 1024, stop } },
-    { name: "gocaller", model: await toolCallingFile(dir, undefined), template: LLAMA31, params: { num_ctx: 1024 } },
+    { name: "gocaller", model: await toolCallingFile(dir, null), template: LLAMA31, params: { num_ctx: 1024 } },
     { name: "notools", model: await untemplatedLlamaFile(dir, 4), template: "{{ range .Messages }}<|start_header_id|>{{ .Role }}<|end_header_id|>\n\n{{ .Content }}<|eot_id|>{{ end }}<|start_header_id|>assistant<|end_header_id|>\n\n", params: { num_ctx: 512, stop } },
   ]);
   server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS, port: 0 });
@@ -59,7 +59,7 @@ describe("a Go template layer on a GGUF without a chat template", () => {
     expect(refused).toEqual({ status: 400, json: { error: '"notools:latest" does not support tools' } });
   });
 
-  it("a chat with tools is answered, and the prompt is the Go template's rendering (_debug_render_only, as Ollama answers it)", async () => {
+  it("a chat with tools is answered, and the prompt is the Go template's rendering (_debug_render_only, as Ollama answers it)", { timeout: 300_000 }, async () => {
     const expected = renderOllamaTemplate(ollamaTemplate(LLAMA31), { messages: messages as unknown as Record<string, unknown>[], tools: [weather] });
     expect(expected).toContain('"name":"get_weather"'); // the tools' JSON, before the last user message
     const debug = await post("/api/chat", { model: "gotools", messages, tools: [weather], _debug_render_only: true });
@@ -70,7 +70,7 @@ describe("a Go template layer on a GGUF without a chat template", () => {
     expect(answer.done_reason).toBe("length");
   });
 
-  it("llama-server received exactly that prompt: the same token count and the same greedy words as the prompt sent raw", async () => {
+  it("llama-server received exactly that prompt: the same token count and the same greedy words as the prompt sent raw", { timeout: 300_000 }, async () => {
     const expected = renderOllamaTemplate(ollamaTemplate(LLAMA31), { messages: messages as unknown as Record<string, unknown>[], tools: [weather] });
     const chat = await ollama.chat({ model: "gotools", messages, tools: [weather], options: greedy });
     const raw = await ollama.generate({ model: "gotools", prompt: expected, raw: true, options: greedy });
@@ -88,7 +88,7 @@ describe("a Go template layer on a GGUF without a chat template", () => {
     );
   });
 
-  it("a tool call in the model's raw output comes back as tool_calls (Ollama's tools parser on the template's tag)", async () => {
+  it("a tool call in the model's raw output comes back as tool_calls (Ollama's tools parser on the template's tag)", { timeout: 300_000 }, async () => {
     // the model writes the lowest token its grammar allows; the schema allows only this call
     const format = {
       type: "object",
