@@ -2,7 +2,7 @@ import { parseKeepAlive } from "./duration";
 import { ApiError, badRequest } from "./errors";
 import type { ApiModel } from "./models";
 import { renderOllamaTemplate, type OllamaTemplate } from "./ollama-template";
-import { goRenderingFor, promptField, renderedChatDecoder, thinkValues } from "./rendered";
+import { goRenderingFor, promptField, renderedDecoder, thinkValues } from "./rendered";
 import { samplingFields } from "./options";
 import type { AnswerRequest, AnswerShape } from "./respond";
 import { chatDecoder, completionDecoder } from "./stream";
@@ -156,10 +156,11 @@ function completionBody(m: ApiModel, prompt: string | Json, body: Json, sampling
  * the API has them, the tools, think), sent to llama-server as a raw prompt; with
  * `_debug_render_only` the prompt itself is the answer, as in Ollama.
  */
-function renderedRequest(m: ApiModel, t: OllamaTemplate, caps: string[], body: Json, messages: Json[], tools: unknown[] | undefined, keepAliveMs: number | undefined, stream: boolean, shape: AnswerShape, decoder: AnswerRequest["decoder"]): AnswerRequest | Housekeeping {
+function renderedRequest(m: ApiModel, t: OllamaTemplate, caps: string[], body: Json, messages: Json[], tools: unknown[] | undefined, keepAliveMs: number | undefined, stream: boolean, shape: AnswerShape): AnswerRequest | Housekeeping {
   thinkFields(body.think, m, caps); // the same refusals as a chat rendered by llama-server
-  const think = body.think ?? (caps.includes("thinking") ? true : undefined);
-  const prompt = renderOllamaTemplate(t, { messages, tools, ...thinkValues(think) });
+  const think = thinkValues(body.think ?? (caps.includes("thinking") ? true : undefined));
+  const prompt = renderOllamaTemplate(t, { messages, tools, ...think });
+  const decoder = renderedDecoder(t, prompt, think.think === true, tools);
   const images = messages.flatMap((msg) => (Array.isArray(msg.images) ? (msg.images as string[]) : []));
   if (body._debug_render_only === true) return { kind: "render", reply: { model: m.name, created_at: now(), debug_info: { rendered_template: prompt, ...(images.length ? { image_count: images.length } : {}) } } };
   images.forEach((im, j) => imagePart(im, `images[${j}]`));
@@ -189,7 +190,7 @@ export async function chatRequest(m: ApiModel, body: Json): Promise<AnswerReques
   const tools = Array.isArray(body.tools) && body.tools.length > 0 ? (body.tools as unknown[]) : undefined;
   if (tools && !caps.includes("tools")) throw badRequest(`"${m.name}" does not support tools`);
   const go = goRenderingFor(facts, tools !== undefined);
-  if (go) return renderedRequest(m, go, caps, body, withSystem(m, apiMessages(raw)), tools, c.keepAliveMs, c.stream, chatShape(m.name), renderedChatDecoder(go, tools));
+  if (go) return renderedRequest(m, go, caps, body, withSystem(m, apiMessages(raw)), tools, c.keepAliveMs, c.stream, chatShape(m.name));
   const messages = raw.map(chatMessage);
   const upstreamBody = chatBody(m, caps, body, withSystem(m, facts.alternating ? mergeUserRuns(messages) : messages));
   if (tools) upstreamBody.tools = tools;
@@ -301,7 +302,7 @@ export async function generateRequest(m: ApiModel, body: Json): Promise<AnswerRe
   }
   const user: Json = { role: "user", content: prompt, ...(images.length ? { images } : {}) };
   const go = goRenderingFor(facts, false);
-  if (go) return renderedRequest(m, go, caps, body, withSystem(m, apiMessages([...(system ? [{ role: "system", content: system }] : []), user])), undefined, c.keepAliveMs, c.stream, request.shape, completionDecoder);
+  if (go) return renderedRequest(m, go, caps, body, withSystem(m, apiMessages([...(system ? [{ role: "system", content: system }] : []), user])), undefined, c.keepAliveMs, c.stream, request.shape);
   const messages = withSystem(m, [...(system ? [{ role: "system", content: system }] : []), user].map(chatMessage));
   return { ...request, path: "/v1/chat/completions", body: chatBody(m, caps, body, messages), decoder: chatDecoder };
 }

@@ -165,8 +165,9 @@ function jsonValue(v: GgufValue): unknown {
  * model.Capability values, as Ollama derives them (server/images.go): embedding or completion,
  * vision and audio (a tower in the file or a projector), tools and thinking from the chat
  * template, tools also from the Go template when its Vars name `tools` (Template.Vars: the
- * fields it reads, so `.Tools` and `$.Tools`), insert when the Go template reads `.Suffix` and
- * the vocabulary has fill-in-the-middle tokens (/infill needs them).
+ * fields it reads, so `.Tools` and `$.Tools`), thinking also when the Go template shows the
+ * tags around `.Thinking`, insert when the Go template reads `.Suffix` and the vocabulary has
+ * fill-in-the-middle tokens (/infill needs them).
  */
 function capabilities(gguf: GgufModel, arch: string, p: PreparedModel, chatTemplate: string, go: OllamaTemplate | undefined): string[] {
   const caps: string[] = [gguf.has(archKey(arch, "pooling_type")) ? "embedding" : "completion"];
@@ -176,7 +177,7 @@ function capabilities(gguf: GgufModel, arch: string, p: PreparedModel, chatTempl
   if (hasTools(chatTemplate) || goCaps.includes("tools")) caps.push("tools");
   const fim = gguf.has("tokenizer.ggml.fim_pre_token_id") || gguf.has("tokenizer.ggml.prefix_token_id");
   if (fim && goCaps.includes("insert")) caps.push("insert");
-  if (THINKING.test(chatTemplate)) caps.push("thinking");
+  if (THINKING.test(chatTemplate) || goCaps.includes("thinking")) caps.push("thinking");
   return caps;
 }
 

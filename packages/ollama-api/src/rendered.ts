@@ -1,6 +1,7 @@
 import type { ModelFacts } from "./models";
 import type { OllamaTemplate, TemplateValues } from "./ollama-template";
 import { completionDecoder, type Decoder, type Finish, type Piece } from "./stream";
+import { ThinkingParser } from "./thinking";
 import { ToolCallParser } from "./tool-calls";
 
 type Json = Record<string, unknown>;
@@ -32,26 +33,34 @@ export function promptField(prompt: string, images: string[]): string | Json {
 }
 
 /**
- * /completion's stream for a chat: with tools, the text goes through Ollama's tools parser keyed
- * on the template's tool-call tag, so calls leave as `tool_calls` (each as it completes) and the
- * rest as content; what the parser still holds at the end is content when it held no call.
+ * /completion's stream of a rendered request. When thinking is on and the template shows its
+ * trace's tags, the trace at the start of the output is split off as `thinking` (the prompt may
+ * already end with the opening tag). With tools, the rest goes through Ollama's tools parser
+ * keyed on the template's tool-call tag, so calls leave as `tool_calls` (each as it completes)
+ * and the rest as content; what the parser still holds at the end is content when it held no call.
  */
-export function renderedChatDecoder(t: OllamaTemplate, tools: unknown[] | undefined): () => Decoder {
-  if (!tools || tools.length === 0) return completionDecoder;
+export function renderedDecoder(t: OllamaTemplate, prompt: string, think: boolean, tools: unknown[] | undefined): () => Decoder {
+  const [open, close] = t.thinking;
+  const thinks = think && open !== "" && close !== "";
+  const hasTools = tools !== undefined && tools.length > 0;
+  if (!thinks && !hasTools) return completionDecoder;
   return () => {
     const inner = completionDecoder();
-    const parser = new ToolCallParser(t.toolTag, tools);
+    const thinking = thinks ? new ThinkingParser(open, close) : undefined;
+    if (thinking && prompt.trimEnd().endsWith(open)) thinking.add(open);
+    const calls = hasTools ? new ToolCallParser(t.toolTag, tools) : undefined;
     return (event, emit) =>
       inner(event, (p: Piece | Finish) => {
         if (p.done) {
-          const rest = parser.rest();
+          const rest = calls?.rest();
           if (rest) emit({ done: false, content: rest, thinking: "" });
           emit(p);
           return;
         }
-        const { calls, content } = parser.add(p.content);
-        if (content) emit({ done: false, content, thinking: "" });
-        if (calls.length > 0) emit({ done: false, content: "", thinking: "", toolCalls: calls });
+        const split = thinking ? thinking.add(p.content) : { thinking: "", content: p.content };
+        const parsed = calls ? calls.add(split.content) : { calls: [], content: split.content };
+        if (parsed.content || split.thinking) emit({ done: false, content: parsed.content, thinking: split.thinking });
+        if (parsed.calls.length > 0) emit({ done: false, content: "", thinking: "", toolCalls: parsed.calls });
       });
   };
 }

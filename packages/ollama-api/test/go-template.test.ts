@@ -4,6 +4,7 @@ import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { executeGoTemplate, formatFloat, GoMap, GoTemplateError, goJson, parseGoTemplate, templateVars } from "../src/go-template";
 import { ollamaTemplate, renderOllamaTemplate, templateCapabilities } from "../src/ollama-template";
+import { ThinkingParser } from "../src/thinking";
 import { ToolCallParser } from "../src/tool-calls";
 
 /**
@@ -281,5 +282,32 @@ describe("tool calls in raw output (Ollama's tools parser)", () => {
     expect(r.calls).toEqual([{ function: { index: 0, name: "get_weather_hourly", arguments: { h: 3 } } }]);
     const q = new ToolCallParser("{", tools);
     expect(q.add('It is {"name": "get_weather"}')).toEqual({ calls: [], content: 'It is {"name": "get_weather"}' });
+  });
+});
+
+describe("a thinking trace in raw output (Ollama's thinking parser)", () => {
+  const pieces = (text: string, cuts: number[]) => {
+    const points = [...new Set(cuts.filter((c) => c > 0 && c < text.length))].sort((a, b) => a - b);
+    return [...points, text.length].map((c, i, all) => text.slice(i === 0 ? 0 : all[i - 1], c));
+  };
+  const run = (text: string, cuts: number[]) => {
+    const p = new ThinkingParser("<think>", "</think>");
+    let thinking = "";
+    let content = "";
+    for (const piece of pieces(text, cuts)) {
+      const r = p.add(piece);
+      thinking += r.thinking;
+      content += r.content;
+    }
+    return { thinking, content };
+  };
+
+  it("splits the trace from the answer, whatever pieces the text came in", () => {
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 1, max: 40 }), { maxLength: 10 }), (cuts) => {
+        expect(run("  <think>\n plan it </think>\n\nThe answer.", cuts)).toEqual({ thinking: "plan it ", content: "The answer." });
+        expect(run("No trace <think>x</think>", cuts)).toEqual({ thinking: "", content: "No trace <think>x</think>" });
+      }),
+    );
   });
 });
