@@ -14,6 +14,7 @@ import { buildOllamaStore } from "@compat/store";
 import { GgmlType, writeGguf } from "@compat/gguf";
 import { findLlamaTools, generateFixture, generateFixtureFiles } from "@compat/testkit";
 import { writeVisionBlob } from "./files";
+import { sidecarCheck } from "./sidecar-check";
 import { median } from "./race.mjs";
 
 export interface MountBenchContext {
@@ -236,11 +237,12 @@ export async function mountBench(ctx: MountBenchContext): Promise<void> {
   row({ scenario: `\`serve --all\` over 10 Ollama gemma3 vision models of ${(ctx.blobMiB / 1024).toFixed(0)} GiB (mounted; ${(wrote / MiB).toFixed(0)} MiB written) vs llama-server --models-dir over 10 GGUF files of the same size: time to a ready router`, ours: ms(tServe!), baseline: ms(tRouter!), ratio: tServe! / tRouter!, target: "≤ 1.5x", pass: tServe! / tRouter! <= 1.5 });
   await sidecarFills(ctx, work);
   await joinsOnly(ctx, work);
+  await sidecarCheck(ctx, work, blob);
   rmSync(work, { recursive: true, force: true });
 }
 
 /** Reads a file to its end in a child (`cat`), without blocking this process: it answers the mount's fills. */
-function catAsync(path: string): Promise<void> {
+export function catAsync(path: string): Promise<void> {
   return new Promise((resolve, reject) => {
     const child = spawn("cat", [path], { stdio: ["ignore", "ignore", "inherit"] });
     child.once("error", reject);
