@@ -1,7 +1,7 @@
 import { parseKeepAlive } from "./duration";
 import { ApiError, badRequest } from "./errors";
 import type { ApiModel } from "./models";
-import { renderOllamaTemplate, type OllamaTemplate } from "./ollama-template";
+import { ollamaTemplate, renderOllamaTemplate, type OllamaTemplate } from "./ollama-template";
 import { goRenderingFor, promptField, renderedDecoder, thinkValues } from "./rendered";
 import { samplingFields } from "./options";
 import type { AnswerRequest, AnswerShape } from "./respond";
@@ -168,6 +168,16 @@ function renderedRequest(m: ApiModel, t: OllamaTemplate, caps: string[], body: J
   return { model: m.name, keepAliveMs, stream, path: "/completion", body: completionBody(m, promptField(prompt, images), body, sampling), decoder, shape };
 }
 
+/** A Go template given in a generate request, used instead of the model's; one Go refuses is a 500 with the parser's error, as in Ollama. */
+function requestTemplate(text: string): OllamaTemplate | undefined {
+  if (text === "") return undefined;
+  try {
+    return ollamaTemplate(text);
+  } catch (e) {
+    throw new ApiError(500, e instanceof Error ? e.message : String(e));
+  }
+}
+
 /** The API's messages as the template reads them (api.Message: roles in lower case), each checked as for llama-server. */
 function apiMessages(raw: unknown[]): Json[] {
   return raw.map((r, i) => {
@@ -281,7 +291,7 @@ export async function generateRequest(m: ApiModel, body: Json): Promise<AnswerRe
   const base = { model: m.name, created_at: c.created(), response: "", done: true };
   if (prompt === "" && suffix === "") return { kind: c.keepAliveMs === 0 ? "unload" : "load", keepAliveMs: c.keepAliveMs, reply: { ...base, done_reason: c.keepAliveMs === 0 ? "unload" : "load" } };
   if (body.raw === true && (str("template") !== "" || system !== "" || Array.isArray(body.context))) throw badRequest("raw mode does not support template, system, or context");
-  if (str("template") !== "") throw badRequest("template: ollama-compat serves models with the chat template of their GGUF; a Go template given in the request cannot be applied");
+  const override = requestTemplate(str("template"));
   const facts = await m.facts;
   const caps = facts.capabilities;
   requireCompletion(m, caps, "generate");
@@ -301,7 +311,7 @@ export async function generateRequest(m: ApiModel, body: Json): Promise<AnswerRe
     return { ...request, path: "/completion", body: completionBody(m, promptField(tagged, images as string[]), body, sampling), decoder: completionDecoder };
   }
   const user: Json = { role: "user", content: prompt, ...(images.length ? { images } : {}) };
-  const go = goRenderingFor(facts, false);
+  const go = override ?? goRenderingFor(facts, false);
   if (go) return renderedRequest(m, go, caps, body, withSystem(m, apiMessages([...(system ? [{ role: "system", content: system }] : []), user])), undefined, c.keepAliveMs, c.stream, request.shape);
   const messages = withSystem(m, [...(system ? [{ role: "system", content: system }] : []), user].map(chatMessage));
   return { ...request, path: "/v1/chat/completions", body: chatBody(m, caps, body, messages), decoder: chatDecoder };

@@ -88,6 +88,13 @@ describe("a Go template layer on a GGUF without a chat template", () => {
     );
   });
 
+  it("/api/generate takes a Go template of its own, as Ollama does; one Go would refuse is a 500 naming where", async () => {
+    const debug = await post("/api/generate", { model: "gotools", prompt: "hi", template: "[{{ .System }}|{{ .Prompt }}]", _debug_render_only: true });
+    expect((debug.json.debug_info as { rendered_template: string }).rendered_template).toBe("[|hi]");
+    const bad = await post("/api/generate", { model: "gotools", prompt: "hi", template: "{{ if .Prompt }}x", stream: false });
+    expect(bad).toEqual({ status: 500, json: { error: "template: parse error at line 1, column 18 (offset 17): unexpected EOF" } });
+  });
+
   it("a tool call in the model's raw output comes back as tool_calls (Ollama's tools parser on the template's tag)", { timeout: 300_000 }, async () => {
     // the model writes the lowest token its grammar allows; the schema allows only this call
     const format = {
