@@ -731,7 +731,7 @@ class Executor {
         return;
       case "action": {
         const v = this.pipe(dot, n.pipe);
-        if (n.pipe.decl.length === 0) out.push(this.print(v, n.pos));
+        if (n.pipe.decl.length === 0) out.push(this.print(v));
         return;
       }
       case "if":
@@ -772,15 +772,13 @@ class Executor {
     const one = (key: unknown, elem: unknown): boolean => {
       if (n.pipe.decl.length === 1) this.vars.push({ name: n.pipe.decl[0]!, value: elem });
       else if (n.pipe.decl.length === 2) this.vars.push({ name: n.pipe.decl[0]!, value: key }, { name: n.pipe.decl[1]!, value: elem });
-      const inner = this.vars.length;
       try {
         this.walkList(out, elem, n.list);
       } catch (e) {
         if (e instanceof Break) return false;
         if (!(e instanceof Continue)) throw e;
       } finally {
-        this.vars.length = inner;
-        this.vars.length = mark;
+        this.vars.length = mark; // what the body declared ends with the iteration
       }
       return true;
     };
@@ -803,7 +801,7 @@ class Executor {
       }
     } else if (val === null || val === NO_VALUE) {
       // nil: nothing to range over
-    } else this.fail(`range can't iterate over ${this.print(v, n.pos)}`, n.pos);
+    } else this.fail(`range can't iterate over ${this.print(v)}`, n.pos);
     if (!any && n.elseList) this.walkList(out, dot, n.elseList);
     this.vars.length = mark;
   }
@@ -909,7 +907,7 @@ class Executor {
     }
   }
 
-  print(v: unknown, _pos: number): string {
+  print(v: unknown): string {
     if (v === NO_VALUE || v === undefined) return "<no value>";
     return fmtValue(v, 0);
   }

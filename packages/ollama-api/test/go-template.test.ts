@@ -10,7 +10,7 @@ import { ToolCallParser } from "../src/tool-calls";
 /**
  * Go's text/template as Ollama runs its TEMPLATE layers. The fixtures in templates/ are the
  * template texts Ollama publishes (ollama.com's llama3.1, qwen2.5, phi4-mini, gemma3:270m;
- * mistral from Ollama's docs/template.md; chatml, llama3-instruct and command-r from Ollama's
+ * mistral from Ollama's docs/template.md, qwen3 from its thinking/template_test.go; chatml, llama3-instruct and command-r from Ollama's
  * template/ folder, with the outputs Go wrote for them in go-outputs.json). The expected prompts
  * for the tool conversations were worked out by hand from Go's semantics: trim markers, `else
  * if` nesting, variable scope, printing a struct without String() as `{f1 f2}`, and JSON as
@@ -141,6 +141,11 @@ describe("Ollama's published templates", () => {
       { role: "tool", content: "t2" },
     ];
     expect(renderOllamaTemplate(t, { messages })).toBe("a\n\nb|system:a\n\nb;user:u1\n\n[img-0]u2;tool:t1;tool:t2;");
+  });
+
+  it("qwen3 (Ollama's thinking test): the trace's tags are <think> and </think>, the tool-call tag <tool_call>", () => {
+    const t = ollamaTemplate(fixture("qwen3.gotmpl"));
+    expect([t.thinking, t.toolTag, templateCapabilities(t)]).toEqual([["<think>", "</think>"], "<tool_call>", ["tools", "thinking"]]);
   });
 
   it("thinking: the tags around .Thinking inside the range over .Messages give the thinking capability", () => {
