@@ -38,7 +38,7 @@ function bytesUnder(dir: string): number {
 }
 
 /** `ollama-compat mount` in the background; resolves with a stop function once it is mounted. */
-function mount(cli: string, point: string, store: string, cacheDir: string): () => void {
+export function mount(cli: string, point: string, store: string, cacheDir: string): () => void {
   execFileSync(process.execPath, [cli, "mount", point, "--models", store, "--cache-dir", cacheDir, "--daemon"], { stdio: ["ignore", "ignore", "pipe"] });
   return () => {
     const pid = Number(execFileSync("cat", [`${point}.pid`], { encoding: "utf8" }).trim());
@@ -49,7 +49,7 @@ function mount(cli: string, point: string, store: string, cacheDir: string): () 
 
 const readAll = (...files: string[]) => () => execFileSync("sh", ["-c", 'cat "$@" > /dev/null', "cat", ...files]);
 
-function dropCaches(): boolean {
+export function dropCaches(): boolean {
   try {
     execFileSync("sync");
     writeFileSync("/proc/sys/vm/drop_caches", "3");
@@ -80,7 +80,7 @@ function rssOf(pid: number): number {
 }
 
 /** Starts llama-server, resolves when /health answers 200; the child is stopped after. */
-async function timeToHealth(server: string, args: string[]): Promise<void> {
+export async function timeToHealth(server: string, args: string[]): Promise<void> {
   const child = spawn(server, [...args, "--host", "127.0.0.1", "--port", "0", "--threads", "2", "--no-warmup", "-c", "512"], { stdio: ["ignore", "ignore", "pipe"] });
   await untilHealthy(child, (log) => /listening on (http:\/\/[\d.]+:\d+)/.exec(log)?.[1]);
   child.kill("SIGKILL");
@@ -88,7 +88,7 @@ async function timeToHealth(server: string, args: string[]): Promise<void> {
 }
 
 /** Polls the URL the child's log names until /health is 200. */
-async function untilHealthy(child: ChildProcess, urlOf: (log: string) => string | undefined, stream: "stdout" | "stderr" = "stderr", path = "/health"): Promise<void> {
+export async function untilHealthy(child: ChildProcess, urlOf: (log: string) => string | undefined, stream: "stdout" | "stderr" = "stderr", path = "/health"): Promise<void> {
   let log = "";
   child[stream]!.on("data", (d: Buffer) => (log += d));
   const deadline = Date.now() + 120_000;
