@@ -1126,6 +1126,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
       return;
     }
   }
+  // Replied first, the pages dropped after (off the read's latency): the reply can let the
+  // kernel release the handle, so the file is held until then.
+  atomic_fetch_add(&f->refs, 1);
   fuse_reply_buf(req, (const char *)buf, size);
   for (uint32_t i = lo; i < f->nextents && f->extents[i].at < end; i++) {
     const struct extent *e = &f->extents[i];
@@ -1133,6 +1136,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
     uint64_t from = e->at > start ? e->at : start, to = e->at + e->length < end ? e->at + e->length : end;
     source_served(f->sources[e->index], e->offset + (from - e->at), e->offset + (to - e->at), to == e->at + e->length && to == f->size);
   }
+  vfile_put(f);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
