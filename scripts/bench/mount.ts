@@ -159,6 +159,7 @@ export async function mountBench(ctx: MountBenchContext): Promise<void> {
 
   // 3. serve --all over ten models (sparse 2 GiB vision blobs, each its own digest) vs
   // llama-server's router over ten native files: time to a ready router.
+  const { server } = await findLlamaTools();
   const many = join(work, "store10");
   const natives = join(work, "natives");
   mkdirSync(natives, { recursive: true });
