@@ -6,7 +6,7 @@
  * BENCH_BLOB_MIB (default 2048) sizes the vision blob, BENCH_RUNS (default 5) the repeats,
  * BENCH_DIR (default <tmpdir>/ollama-compat-bench) where the files go, BENCH_VERBOSE=1 prints every run's time, BENCH_REFLINK_DIR (optional, an
  * XFS or Btrfs mount) adds the metadata rewrite on a filesystem that shares extents. Sections (header, process,
- * translate, ops, ollama, mount): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
+ * translate, ops, ollama, mount, user, peer): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -22,6 +22,8 @@ import { mountBench } from "./mount";
 import { headerLength, readHeaderBytes } from "./header-bytes.mjs";
 import { median, race as raceRuns } from "./race.mjs";
 import { ollamaApiRows } from "./ollama-api";
+import { serveReady, translateAsUser } from "./as-user";
+import { peerRows } from "./peer";
 
 const ROOT = new URL("../..", import.meta.url).pathname;
 const RUNS = Number(process.env.BENCH_RUNS ?? 5);
@@ -306,7 +308,21 @@ function machine(): string {
 
 const only = process.argv.length > 2 ? process.argv.slice(2) : (process.env.BENCH_ONLY ?? "").split(",").filter((s) => s !== "");
 const mountRows = () => mountBench({ dir, cli: CLI, blobMiB: BLOB_MIB, runs: RUNS, race, row, ms });
-const sections: Record<string, () => Promise<void>> = { header: headerParse, process: processes, translate: fullTranslation, ops: loadOps, ollama: ollamaApi, mount: mountRows };
+const ctx = { dir, cli: CLI, blobMiB: BLOB_MIB, runs: RUNS, race, row, ms };
+const sections: Record<string, () => Promise<void>> = {
+  header: headerParse,
+  process: processes,
+  translate: fullTranslation,
+  ops: loadOps,
+  ollama: ollamaApi,
+  mount: mountRows,
+  // issue 40: commands timed as a user runs them, and Ollama's own runtime side by side
+  user: async () => {
+    await translateAsUser(ctx);
+    await serveReady(ctx);
+  },
+  peer: () => peerRows(ctx),
+};
 for (const [name, fn] of Object.entries(sections)) {
   if (only.length > 0 && !only.includes(name)) continue;
   console.error(`[${name}]`);
