@@ -10,3 +10,4 @@ export { blobPathIn, manifestPathIn, installBlob, writeBlobBytesChecked, writeMo
 export { RegistryClient, RegistryError, parseChallenge, type RegistryErrorCode, type RegistryOptions } from "./registry";
 export { fetchRefusesPort } from "./fetch-ports";
 export { pullModel, type PullOptions, type PullProgress, type PulledModel } from "./pull";
+export { openPull, fetchLayerBytes, streamBlob, type OpenedPull, type BlobStream } from "./blob-stream";
