@@ -6,7 +6,7 @@
  * BENCH_BLOB_MIB (default 2048) sizes the vision blob, BENCH_RUNS (default 5) the repeats,
  * BENCH_DIR (default <tmpdir>/ollama-compat-bench) where the files go, BENCH_VERBOSE=1 prints every run's time, BENCH_REFLINK_DIR (optional, an
  * XFS or Btrfs mount) adds the metadata rewrite on a filesystem that shares extents. Sections (header, process,
- * translate, ops, ollama, mount): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
+ * translate, ops, ollama, mount, migrate): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -22,6 +22,7 @@ import { mountBench } from "./mount";
 import { headerLength, readHeaderBytes } from "./header-bytes.mjs";
 import { median, race as raceRuns } from "./race.mjs";
 import { ollamaApiRows } from "./ollama-api";
+import { migrateBench } from "./migrate";
 
 const ROOT = new URL("../..", import.meta.url).pathname;
 const RUNS = Number(process.env.BENCH_RUNS ?? 5);
@@ -306,7 +307,8 @@ function machine(): string {
 
 const only = process.argv.length > 2 ? process.argv.slice(2) : (process.env.BENCH_ONLY ?? "").split(",").filter((s) => s !== "");
 const mountRows = () => mountBench({ dir, cli: CLI, blobMiB: BLOB_MIB, runs: RUNS, race, row, ms });
-const sections: Record<string, () => Promise<void>> = { header: headerParse, process: processes, translate: fullTranslation, ops: loadOps, ollama: ollamaApi, mount: mountRows };
+const migrateRows = () => migrateBench({ dir, cli: CLI, runs: RUNS, row, ms });
+const sections: Record<string, () => Promise<void>> = { header: headerParse, process: processes, translate: fullTranslation, ops: loadOps, ollama: ollamaApi, mount: mountRows, migrate: migrateRows };
 for (const [name, fn] of Object.entries(sections)) {
   if (only.length > 0 && !only.includes(name)) continue;
   console.error(`[${name}]`);
