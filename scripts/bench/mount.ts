@@ -14,6 +14,7 @@ import { buildOllamaStore } from "@compat/store";
 import { GgmlType, writeGguf } from "@compat/gguf";
 import { findLlamaTools, generateFixture, generateFixtureFiles } from "@compat/testkit";
 import { writeVisionBlob } from "./files";
+import { sidecarCheck } from "./sidecar-check";
 import { median } from "./race.mjs";
 
 export interface MountBenchContext {
@@ -37,7 +38,7 @@ function bytesUnder(dir: string): number {
 }
 
 /** `ollama-compat mount` in the background; resolves with a stop function once it is mounted. */
-function mount(cli: string, point: string, store: string, cacheDir: string): () => void {
+export function mount(cli: string, point: string, store: string, cacheDir: string): () => void {
   execFileSync(process.execPath, [cli, "mount", point, "--models", store, "--cache-dir", cacheDir, "--daemon"], { stdio: ["ignore", "ignore", "pipe"] });
   return () => {
     const pid = Number(execFileSync("cat", [`${point}.pid`], { encoding: "utf8" }).trim());
@@ -48,7 +49,7 @@ function mount(cli: string, point: string, store: string, cacheDir: string): () 
 
 const readAll = (...files: string[]) => () => execFileSync("sh", ["-c", 'cat "$@" > /dev/null', "cat", ...files]);
 
-function dropCaches(): boolean {
+export function dropCaches(): boolean {
   try {
     execFileSync("sync");
     writeFileSync("/proc/sys/vm/drop_caches", "3");
@@ -79,7 +80,7 @@ function rssOf(pid: number): number {
 }
 
 /** Starts llama-server, resolves when /health answers 200; the child is stopped after. */
-async function timeToHealth(server: string, args: string[]): Promise<void> {
+export async function timeToHealth(server: string, args: string[]): Promise<void> {
   const child = spawn(server, [...args, "--host", "127.0.0.1", "--port", "0", "--threads", "2", "--no-warmup", "-c", "512"], { stdio: ["ignore", "ignore", "pipe"] });
   await untilHealthy(child, (log) => /listening on (http:\/\/[\d.]+:\d+)/.exec(log)?.[1]);
   child.kill("SIGKILL");
@@ -87,7 +88,7 @@ async function timeToHealth(server: string, args: string[]): Promise<void> {
 }
 
 /** Polls the URL the child's log names until /health is 200. */
-async function untilHealthy(child: ChildProcess, urlOf: (log: string) => string | undefined, stream: "stdout" | "stderr" = "stderr", path = "/health"): Promise<void> {
+export async function untilHealthy(child: ChildProcess, urlOf: (log: string) => string | undefined, stream: "stdout" | "stderr" = "stderr", path = "/health"): Promise<void> {
   let log = "";
   child[stream]!.on("data", (d: Buffer) => (log += d));
   const deadline = Date.now() + 120_000;
@@ -236,11 +237,12 @@ export async function mountBench(ctx: MountBenchContext): Promise<void> {
   row({ scenario: `\`serve --all\` over 10 Ollama gemma3 vision models of ${(ctx.blobMiB / 1024).toFixed(0)} GiB (mounted; ${(wrote / MiB).toFixed(0)} MiB written) vs llama-server --models-dir over 10 GGUF files of the same size: time to a ready router`, ours: ms(tServe!), baseline: ms(tRouter!), ratio: tServe! / tRouter!, target: "≤ 1.5x", pass: tServe! / tRouter! <= 1.5 });
   await sidecarFills(ctx, work);
   await joinsOnly(ctx, work);
+  await sidecarCheck(ctx, work, blob);
   rmSync(work, { recursive: true, force: true });
 }
 
 /** Reads a file to its end in a child (`cat`), without blocking this process: it answers the mount's fills. */
-function catAsync(path: string): Promise<void> {
+export function catAsync(path: string): Promise<void> {
   return new Promise((resolve, reject) => {
     const child = spawn("cat", [path], { stdio: ["ignore", "ignore", "inherit"] });
     child.once("error", reject);

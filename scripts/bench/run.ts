@@ -3,10 +3,10 @@
  * one machine, printed as one table (scenario, ours, baseline, ratio, target, pass).
  * Medians of repeated runs; ratios are taken between medians measured in this same run.
  * Files are generated here (sparse where the data bytes do not matter, real bytes where they do).
- * BENCH_BLOB_MIB (default 2048) sizes the vision blob, BENCH_RUNS (default 5) the repeats,
+ * BENCH_BLOB_MIB (default 2048) sizes the vision blob (BENCH_PULL_MIB, default 2048, the one `pull --to` downloads), BENCH_RUNS (default 5) the repeats,
  * BENCH_DIR (default <tmpdir>/ollama-compat-bench) where the files go, BENCH_VERBOSE=1 prints every run's time, BENCH_REFLINK_DIR (optional, an
  * XFS or Btrfs mount) adds the metadata rewrite on a filesystem that shares extents. Sections (header, process,
- * translate, ops, ollama, mount, migrate): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
+ * translate, ops, ollama, mount, user, peer, pull, migrate): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -22,6 +22,9 @@ import { mountBench } from "./mount";
 import { headerLength, readHeaderBytes } from "./header-bytes.mjs";
 import { median, race as raceRuns } from "./race.mjs";
 import { ollamaApiRows } from "./ollama-api";
+import { serveReady, translateAsUser } from "./as-user";
+import { peerRows } from "./peer";
+import { pullToRows } from "./pull-to";
 import { migrateBench } from "./migrate";
 
 const ROOT = new URL("../..", import.meta.url).pathname;
@@ -53,6 +56,8 @@ const race = (fns: Array<() => Promise<unknown> | unknown>, runs = RUNS, before?
 
 interface ProcStats {
   maxRssKiB: number;
+  /** Block outputs (512-byte units) the command caused (what it wrote to the disk). */
+  outBlocks: number;
 }
 /**
  * Runs a command under /usr/bin/time, for every candidate alike: a child's own
@@ -60,14 +65,14 @@ interface ProcStats {
  * parent's pages, and exec keeps that peak), hundreds of MiB after the header parsers.
  */
 function run(cmd: string, args: string[], env: Record<string, string> = {}): ProcStats | undefined {
-  const r = spawnSync("/usr/bin/time", ["-f", "BENCHRSS %M", cmd, ...args], {
+  const r = spawnSync("/usr/bin/time", ["-f", "BENCHRSS %M %O", cmd, ...args], {
     env: { ...process.env, ...env },
     encoding: "utf8",
     maxBuffer: 64 << 20,
   });
   if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed (${r.status}): ${r.stderr.slice(-2000)}`);
-  const t = /BENCHRSS (\d+)/.exec(r.stderr);
-  return t ? { maxRssKiB: Number(t[1]) } : undefined;
+  const t = /BENCHRSS (\d+) (\d+)/.exec(r.stderr);
+  return t ? { maxRssKiB: Number(t[1]), outBlocks: Number(t[2]) } : undefined;
 }
 const node = (...args: string[]) => () => run(process.execPath, args);
 
@@ -307,8 +312,25 @@ function machine(): string {
 
 const only = process.argv.length > 2 ? process.argv.slice(2) : (process.env.BENCH_ONLY ?? "").split(",").filter((s) => s !== "");
 const mountRows = () => mountBench({ dir, cli: CLI, blobMiB: BLOB_MIB, runs: RUNS, race, row, ms });
-const migrateRows = () => migrateBench({ dir, cli: CLI, runs: RUNS, row, ms });
-const sections: Record<string, () => Promise<void>> = { header: headerParse, process: processes, translate: fullTranslation, ops: loadOps, ollama: ollamaApi, mount: mountRows, migrate: migrateRows };
+const ctx = { dir, cli: CLI, blobMiB: BLOB_MIB, runs: RUNS, race, row, ms };
+const sections: Record<string, () => Promise<void>> = {
+  header: headerParse,
+  process: processes,
+  translate: fullTranslation,
+  ops: loadOps,
+  ollama: ollamaApi,
+  mount: mountRows,
+  // issue 40: commands timed as a user runs them, and Ollama's own runtime side by side
+  user: async () => {
+    await translateAsUser(ctx);
+    await serveReady(ctx);
+  },
+  peer: () => peerRows(ctx),
+  // issue 38: pull --to against curl
+  pull: () => pullToRows({ root: ROOT, dir, runs: RUNS, run, race, row, ms }),
+  // issue 37: migrate against cp + sync, and the disk it adds with reflinks
+  migrate: () => migrateBench({ dir, cli: CLI, runs: RUNS, row, ms }),
+};
 for (const [name, fn] of Object.entries(sections)) {
   if (only.length > 0 && !only.includes(name)) continue;
   console.error(`[${name}]`);

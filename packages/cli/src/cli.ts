@@ -209,14 +209,21 @@ function buildProgram(argv: readonly string[], io: CliIo, result: { code: number
     .argument("<model>", "model[:tag], namespace/model:tag, or host[:port]/namespace/model:tag")
     .option("--insecure", "plain HTTP to the registry (a local registry without TLS)")
     .option("--models <dir>", "the Ollama model store to pull into (default: $OLLAMA_MODELS or ~/.ollama/models)")
+    .option("--to <dir>", "instead of the store: straight into llama.cpp's layout in this folder, translated while it downloads (the files and configuration export writes)")
+    .addOption(
+      new Option("--layout <layout>", "with --to: models-dir (models.ini for llama-server --models-preset), llama-swap (llama-swap.yaml) or lmstudio").choices(["models-dir", "llama-swap", "lmstudio"]),
+    )
+    .option("--force", "with --to: replace files in DIR that export or pull did not make (never a folder)")
+    .option("--llama-server <path>", "with --to --layout llama-swap: the llama-server its configuration runs")
+    .addOption(profileOption())
     .option("--json", "print Ollama's progress objects ({status, digest, total, completed}), one per line")
     .option("-q, --quiet", "no progress")
     .addHelpText(
       "after",
       footer(
-        ["ollama-compat pull gemma3:4b", "ollama-compat pull localhost:5000/library/tiny:1 --insecure", "ollama-compat pull gemma3:4b --json"],
-        ["OLLAMA_MODELS"],
-        "Exit codes: 0 pulled, 1 error (no network, no such model, a layer whose digest does not match: nothing of it is kept), 2 usage.\nAn interrupted pull continues where it stopped when run again.",
+        ["ollama-compat pull gemma3:4b", "ollama-compat pull localhost:5000/library/tiny:1 --insecure", "ollama-compat pull gemma3:4b --json", "ollama-compat pull gemma3:4b --to ~/llama-models && llama-server --models-preset ~/llama-models/models.ini"],
+        ["OLLAMA_MODELS", "OLLAMA_LLAMA_CPP_COMPAT"],
+        "Exit codes: 0 pulled, 1 error (no network, no such model, a layer whose digest does not match: nothing of it is kept), 2 usage, 3 (--to) Ollama-format but not supported by this version.\nAn interrupted pull into the store continues where it stopped when run again; one with --to leaves no file under a final name and starts over.",
       ),
     )
     .action(async (model: string, opts) => set(await (await commands.pull()).pullCommand(model, opts, io)));

@@ -8,6 +8,7 @@ import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, readdir, rm, truncate, unlink, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { readGguf } from "@compat/gguf";
 import { Prng, fileDigest, generateFixture, guardSource, writeFixture, type SourceGuard } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bin, collect, exited, tsx, withZeroTensor } from "./helpers";
@@ -157,6 +158,30 @@ describe("the output's file system fills up", () => {
     const outDir = await mkdtemp(join(dir, "fsize-"));
     const msg = await expectCleanFailure(src, guard, outDir, "ulimit -f 4096");
     expect(msg).toMatch(/file too large/i);
+  }, 300_000);
+
+  it("text and projector are written at once: the text failing stops the run, no temp file of either is left, and the projector is absent or complete", async () => {
+    const vision = (await writeFixture(generateFixture("gemma3", { seed: 3, layout: "ollama", variant: "4b-vision" }), await mkdtemp(join(dir, "vision-src-")))).text;
+    const src = await withZeroTensor(vision, dir, "vision-fsize", 8 * 1024 * 1024);
+    const guard = await guardSource(src);
+    const outDir = await mkdtemp(join(dir, "vision-fsize-"));
+    const out = join(outDir, "out.gguf");
+    const mmproj = join(outDir, "proj.gguf");
+    const child = spawn("bash", ["-c", 'ulimit -f 4096; exec "$@"', "bash", process.execPath, "--import", tsx, bin, "translate", src, "-o", out, "--mmproj", mmproj], { stdio: ["ignore", "pipe", "pipe"] });
+    const err = collect(child.stderr);
+    expect((await exited(child)).code).toBe(1);
+    expect(err().trim().split("\n")).toHaveLength(1);
+    expect(err()).toContain(out);
+    expect(err()).toMatch(/file too large/i);
+    const left = await readdir(outDir);
+    expect(left.filter((e) => e !== "proj.gguf")).toEqual([]);
+    // the projector is small: it may have been complete before the text failed (each output is atomic)
+    if (left.includes("proj.gguf")) {
+      const m = await readGguf(mmproj);
+      expect(m.getString("general.architecture")).toBe("clip");
+      await m.close();
+    }
+    await guard.assertUnchanged();
   }, 300_000);
 });
 

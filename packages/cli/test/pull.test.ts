@@ -135,6 +135,11 @@ describe("ollama-compat pull (real registry)", () => {
     const down = await run(["pull", `127.0.0.1:${port}/library/x:1`, "--insecure", "--models", root]);
     expect(down.code).toBe(1);
     expect(down.stderr).toBe(`ollama-compat: REGISTRY_UNREACHABLE: cannot reach 127.0.0.1:${port}: connection refused: nothing listens there (ECONNREFUSED)\n`);
+    const barred = await run(["pull", "127.0.0.1:6665/library/x:1", "--insecure", "--models", root]);
+    expect(barred.code).toBe(1);
+    expect(barred.stderr).toBe(
+      "ollama-compat: REGISTRY_UNREACHABLE: cannot reach 127.0.0.1:6665: port 6665 is one of the ports fetch() refuses to connect to (the Fetch standard's bad ports), whatever listens there; put the registry on another port\n",
+    );
     const good = randomBytes(2 << 20);
     const pushed = await registry.pushModel({ name: "library/bad:1", model: good });
     const layer = pushed.layers[0]!;

@@ -9,11 +9,10 @@ import { mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { buildOllamaStore } from "@compat/store";
+import { buildOllamaStore, fetchRefusesPort } from "@compat/store";
 import { findLlamaTools, generateFixture, generateFixtureFiles, writeWithZeroTail } from "@compat/testkit";
 import type { CliIo } from "../src/io";
 import { cacheProgress } from "../src/progress";
-import { fetchRefusesPort } from "../src/commands/serve";
 import { httpGet, spawnCli } from "./helpers";
 
 const dirs: string[] = [];

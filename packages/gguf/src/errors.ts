@@ -20,6 +20,7 @@ export type GgufErrorCode =
   | "TENSOR_MISSING"
   | "BAD_VALUE"
   | "DATA_LENGTH"
+  | "NOT_ARRIVED"
   | "IO";
 
 export interface GgufErrorDetails {

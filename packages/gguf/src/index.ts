@@ -23,4 +23,5 @@ export { readGguf, parseGguf, type ReadOptions, type ParseOptions, type GgufInpu
 export { layoutGguf, extentsCovering, PADDING_KEY, SHARE_BLOCK, type GgufLayout, type LayoutExtent, type LayoutOptions } from "./layout";
 export { writeGguf, serializeGguf, type WriteTarget, type WriteOptions, type WriteResult, type GgufSink } from "./writer";
 export { readTensorData } from "./tensor-data";
+export { planStream, StreamWriter, ArrivingSource, type StreamPlan, type StreamOutput, type StreamSink } from "./stream-writer";
 export { summarize, type GgufSummary } from "./summary";

@@ -80,6 +80,11 @@ export interface ComputedData {
    * pieces it needs, a mount serves them as ranges of the source with nothing computed.
    */
   readonly parts?: readonly (RangeData | BytesData)[];
+  /**
+   * The data produce() reads, when the producer says so: a writer fed the source as it
+   * arrives (streamWrite) computes the op once these have arrived, holding only them.
+   */
+  readonly inputs?: readonly TensorData[];
 }
 
 /** Where a tensor's bytes come from. */

@@ -347,6 +347,7 @@ export class Translation {
       length,
       label,
       ...(parts !== undefined ? { parts } : {}),
+      inputs: captured.map((c) => c.data),
       async produce() {
         const inputs: OpInput[] = [];
         for (const c of captured) inputs.push({ name: c.name, type: c.type, shape: c.shape, bytes: await readTensorData(c) });

@@ -5,8 +5,9 @@
 // file: bytes held here (the GGUF header), byte ranges of source files (the Ollama blob),
 // zeros (alignment padding), and sidecar files (op tensors, computed once by the controller
 // and written into its cache). Reads are served here, on libfuse's worker threads, with
-// pread: no request goes through JavaScript, except the first read of a sidecar that is not
-// written yet, which asks the controller to write it and waits.
+// pread: no request goes through JavaScript, except the first read of a sidecar after its file
+// is opened, which asks the controller to vouch for it (check the sha256 written after its bytes,
+// or write it when it is missing or not whole) and waits.
 //
 // A source is opened when its file is added and identified by (dev, inode, size, mtime), as
 // the controller saw it when it planned the file, and by the ctime it had when we opened it
@@ -165,13 +166,20 @@ static void source_put(struct source *s) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Sidecars: files of computed bytes, written by the controller on first use.
+// Sidecars: files of computed bytes, written by the controller on first use. Their names say
+// what the bytes are made from, not what they are: each file ends with the sha256 of its bytes,
+// and one is opened only once the controller has checked it (or written it) for this open.
 
-enum { SIDECAR_ABSENT, SIDECAR_PENDING, SIDECAR_READY, SIDECAR_FAILED };
+/** The sha256 after a sidecar's bytes (src/sidecar.ts's SIDECAR_DIGEST_BYTES). */
+#define SIDECAR_DIGEST_BYTES 32
+
+// ABSENT: not vouched for since the file was (first) opened; PENDING: asked; VOUCHED: the
+// controller answered that it is whole; READY: open (sc->fd).
+enum { SIDECAR_ABSENT, SIDECAR_PENDING, SIDECAR_VOUCHED, SIDECAR_READY, SIDECAR_FAILED };
 
 struct sidecar {
   char *path;
-  uint64_t size;
+  uint64_t size; // of its bytes, without the digest after them
   int fd;
   int state; // under fill_lock
   int err;
@@ -203,6 +211,7 @@ struct vfile {
   uint8_t *memory;
   uint64_t memory_size;
   uint32_t nsources, nsidecars, nextents;
+  uint32_t handles; // open handles, under fill_lock: the first open has the sidecars vouched for again
   struct source **sources;
   struct sidecar *sidecars;
   struct extent *extents;
@@ -642,7 +651,7 @@ static void handle_message(uint8_t type, uint32_t id, struct reader *r) {
       for (size_t i = 0; i < npending; i++) {
         struct sidecar *sc = pending[i];
         if (sc->fill_id != id) continue;
-        sc->state = code == 0 ? SIDECAR_ABSENT : SIDECAR_FAILED; // ABSENT: the waiter opens it
+        sc->state = code == 0 ? SIDECAR_VOUCHED : SIDECAR_FAILED; // VOUCHED: the waiter opens it
         sc->err = code;
         pending[i] = pending[--npending];
         break;
@@ -868,6 +877,14 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino) {
   free(target);
 }
 
+/** An open handle of `f` is gone (released, or never handed out). */
+static void file_closed(struct vfile *f) {
+  pthread_mutex_lock(&fill_lock);
+  f->handles--;
+  pthread_mutex_unlock(&fill_lock);
+  vfile_put(f);
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
     fuse_reply_err(req, EROFS);
@@ -889,23 +906,38 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
       return;
     }
   }
+  // The first open (none other is open, so no read is using a sidecar's fd): every sidecar is
+  // vouched for again before its next byte is read, so one changed on disk since is found and
+  // written again. Pages already cached were read from a sidecar that was vouched for.
+  pthread_mutex_lock(&fill_lock);
+  if (f->handles++ == 0) {
+    for (uint32_t i = 0; i < f->nsidecars; i++) {
+      struct sidecar *sc = &f->sidecars[i];
+      if (sc->state != SIDECAR_READY) continue;
+      close(sc->fd);
+      sc->fd = -1;
+      sc->state = SIDECAR_ABSENT;
+      sc->fill_id = 0;
+    }
+  }
+  pthread_mutex_unlock(&fill_lock);
   fi->fh = (uint64_t)(uintptr_t)f;
   fi->keep_cache = 1; // the bytes of this inode never change: keep its pages across opens
   fi->noflush = 1;
-  if (fuse_reply_open(req, fi) != 0) vfile_put(f);
+  if (fuse_reply_open(req, fi) != 0) file_closed(f);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
   (void)ino;
-  vfile_put((struct vfile *)(uintptr_t)fi->fh);
+  file_closed((struct vfile *)(uintptr_t)fi->fh);
   fuse_reply_err(req, 0);
 }
 
 /**
- * The open fd of a sidecar, asking the controller to write it first when it is not there yet.
- * A fill that fails (no space left, the source gone) fails the reads that waited for it, and
- * only those: the next read asks again, so a moment of ENOSPC is not EIO for the life of the
- * mount.
+ * The open fd of a sidecar, once the controller has vouched for it: checked against the sha256
+ * written after its bytes, or written now when it was missing or not whole. A fill that fails
+ * (no space left, the source gone) fails the reads that waited for it, and only those: the next
+ * read asks again, so a moment of ENOSPC is not EIO for the life of the mount.
  */
 static int sidecar_fd(struct sidecar *sc) {
   uint32_t waited = 0; // the fill this read asked for or joined
@@ -921,25 +953,25 @@ static int sidecar_fd(struct sidecar *sc) {
       sc->state = SIDECAR_ABSENT; // failed before this read: try again
       sc->fill_id = 0;
     }
-    if (sc->state == SIDECAR_ABSENT) {
+    if (sc->state == SIDECAR_VOUCHED) {
       int fd = open(sc->path, O_RDONLY | O_CLOEXEC);
       struct stat st;
-      if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == sc->size) {
+      if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == sc->size + SIDECAR_DIGEST_BYTES) {
         sc->fd = fd;
         sc->state = SIDECAR_READY;
         break;
       }
       if (fd >= 0) close(fd);
+      sc->state = SIDECAR_FAILED; // vouched for and then not there (or the wrong size)
+      sc->err = EIO;
+      logf_("sidecar %s: not written as expected (%llu bytes and their sha256)", sc->path, (unsigned long long)sc->size);
+      continue;
+    }
+    if (sc->state == SIDECAR_ABSENT) {
       if (controller_gone) {
         pthread_mutex_unlock(&fill_lock);
         errno = EIO;
         return -1;
-      }
-      if (sc->fill_id != 0 && sc->fill_id == waited) { // filled for this read and still not there (or the wrong size)
-        sc->state = SIDECAR_FAILED;
-        sc->err = EIO;
-        logf_("sidecar %s: not written as expected (%llu bytes)", sc->path, (unsigned long long)sc->size);
-        continue;
       }
       sc->state = SIDECAR_PENDING;
       sc->fill_id = atomic_fetch_add(&next_fill_id, 1);

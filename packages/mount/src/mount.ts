@@ -34,9 +34,10 @@ const ERRNO_NAMES: Record<number, string> = { 2: "ENOENT", 5: "EIO", 22: "EINVAL
 /**
  * A read-only FUSE mount whose files are plans (header bytes, ranges of source files,
  * sidecars of computed bytes), served by the native daemon (native/mountd.c) on its own
- * threads. This object is the daemon's controller: it adds and removes files, and writes a
- * sidecar the first time the daemon needs it. The daemon unmounts when the controller goes
- * away, however it goes.
+ * threads. This object is the daemon's controller: it adds and removes files, writes a
+ * sidecar the first time the daemon needs it, and checks one already on disk against its
+ * sha256 before the daemon reads it. The daemon unmounts when the controller goes away,
+ * however it goes.
  */
 export class FuseMount {
   /** The mount point (absolute, resolved). */
@@ -46,9 +47,13 @@ export class FuseMount {
   private readonly child: ChildProcess;
   /** Where computed tensors are written on first read. */
   readonly sidecars: SidecarStore;
-  private readonly computed = new Map<string, ComputedPart>();
+  /**
+   * The sidecars the files read, by path: their length, how to compute them where that is known,
+   * and how many files read them (two names of one model share theirs).
+   */
+  private readonly needed = new Map<string, { length: number; part?: ComputedPart; files: number }>();
   /** Sidecar paths by the file that reads them, to forget them with the file. */
-  private readonly computedBy = new Map<string, string[]>();
+  private readonly neededBy = new Map<string, string[]>();
   private readonly onLog: ((line: string) => void) | undefined;
   private readonly waiting = new Map<number, { resolve(): void; reject(e: Error): void; what: string }>();
   private nextId = 1;
@@ -158,12 +163,17 @@ export class FuseMount {
 
   /**
    * Adds (or replaces) the file at `path` (relative to the mount point, `/`-separated; folders
-   * are made as needed). `computed` says how to write the plan's sidecars on first read.
+   * are made as needed). `computed` says how to write the plan's sidecars on first read; a
+   * sidecar already on disk is checked against its sha256 before the daemon reads it.
    */
   async addFile(path: string, plan: FilePlan, computed: readonly ComputedPart[] = []): Promise<void> {
     this.forget(path);
-    for (const c of computed) this.computed.set(c.path, c);
-    this.computedBy.set(path, computed.map((c) => c.path));
+    const parts = new Map(computed.map((c) => [c.path, c]));
+    for (const s of plan.sidecars) {
+      const known = this.needed.get(s.path);
+      this.needed.set(s.path, { length: s.length, part: parts.get(s.path) ?? known?.part, files: (known?.files ?? 0) + 1 });
+    }
+    this.neededBy.set(path, plan.sidecars.map((s) => s.path));
     await this.request((id) => addFileMessage(id, path, plan), path);
   }
 
@@ -180,10 +190,13 @@ export class FuseMount {
 
   /** Drops what the files at or under `path` needed for their sidecars. */
   private forget(path: string): void {
-    for (const [file, parts] of this.computedBy) {
+    for (const [file, parts] of this.neededBy) {
       if (file !== path && !file.startsWith(path + "/")) continue;
-      for (const p of parts) this.computed.delete(p);
-      this.computedBy.delete(file);
+      for (const p of parts) {
+        const n = this.needed.get(p);
+        if (n !== undefined && --n.files <= 0) this.needed.delete(p);
+      }
+      this.neededBy.delete(file);
     }
   }
 
@@ -219,18 +232,29 @@ export class FuseMount {
     else w.reject(new MountError(m.code === 116 ? "REJECTED" : "BAD_PLAN", `${w.what}: the mount daemon refused it (${ERRNO_NAMES[m.code] ?? `errno ${m.code}`}): ${m.text}`, { path: w.what }));
   }
 
-  /** Writes a sidecar the daemon asked for, one at a time (at most one op output in memory). */
+  /**
+   * Vouches for a sidecar the daemon is about to open (it asks before every first read of one
+   * after a file is opened): one on disk is checked against the sha256 written with it, and one
+   * that is missing or not whole (removed, with a line naming it) is computed and written. One
+   * at a time: at most one op output in memory.
+   */
   private fill(id: number, path: string): void {
-    const part = this.computed.get(path);
+    const want = this.needed.get(path);
     this.fills = this.fills.then(async () => {
       let errno = 0;
-      if (part === undefined) errno = 2;
+      if (want === undefined) errno = 2;
       else {
+        const part = want.part;
         try {
-          await this.sidecars.write(part);
+          const check = await this.sidecars.verify(path, want.length);
+          if (!check.ok && !check.missing) this.onLog?.(`sidecar ${path}${part ? ` (${part.label})` : ""}: ${check.why}: removed${part ? ", computing it again" : ""}`);
+          if (!check.ok) {
+            if (part === undefined) errno = 2;
+            else await this.sidecars.write(part);
+          }
         } catch (e) {
           errno = 5;
-          this.onLog?.(`cannot compute ${part.label} for ${path}: ${(e as Error).message}`);
+          this.onLog?.(`sidecar ${path}${part ? ` (${part.label})` : ""}: cannot check or compute it: ${(e as Error).message}`);
         }
       }
       if (this.alive) this.child.stdin!.write(filledMessage(id, errno));

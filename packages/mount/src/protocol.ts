@@ -14,7 +14,7 @@ export const Reply = {
   READY: 64,
   /** The answer to request `id`: `code` 0 or an errno, `text` why. */
   ACK: 65,
-  /** Write the sidecar file named by `text`, then answer FILLED with this id. */
+  /** Make sure the sidecar file named by `text` is whole (check it, or write it), then answer FILLED with this id. */
   FILL: 66,
 } as const;
 export type Reply = (typeof Reply)[keyof typeof Reply];

@@ -105,7 +105,7 @@ describe("bytes through the mount", () => {
     await addView(m1, "mmproj.gguf", g.mmproj, "mmproj");
     expect(await readdir(join(dir, "sidecars")).catch(() => [])).toEqual([]); // nothing computed before a read
     expect(await sha256(join(m1.dir, "mmproj.gguf"))).toBe(await sha256(join(dir, "mmproj.gguf")));
-    const written = execFileSync("find", [join(dir, "sidecars"), "-type", "f"], { encoding: "utf8" }).trim().split("\n");
+    const written = execFileSync("find", [join(dir, "sidecars"), "-name", "*.bin"], { encoding: "utf8" }).trim().split("\n");
     expect(written.length).toBe(computed.length);
     const mtimes = await Promise.all(written.map(async (p) => (await stat(p)).mtimeMs));
     await m1.close();
@@ -115,6 +115,66 @@ describe("bytes through the mount", () => {
     await m2.addFile("mmproj.gguf", plan, []); // no way to compute: it must not need to
     expect(await sha256(join(m2.dir, "mmproj.gguf"))).toBe(await sha256(join(dir, "mmproj.gguf")));
     expect(await Promise.all(written.map(async (p) => (await stat(p)).mtimeMs))).toEqual(mtimes);
+  });
+
+  it("a sidecar changed on disk with its size and mtime kept is found before it is served, removed and computed again", async () => {
+    const dir = await t.dir();
+    const g = await gemma3(dir);
+    const want = await sha256(join(dir, "mmproj.gguf"));
+    const m1 = await t.mount(dir);
+    await addView(m1, "mmproj.gguf", g.mmproj, "mmproj");
+    expect(await sha256(join(m1.dir, "mmproj.gguf"))).toBe(want);
+    await m1.close();
+    const sidecars = execFileSync("find", [join(dir, "sidecars"), "-name", "*.bin"], { encoding: "utf8" }).trim().split("\n");
+    const flip = async (path: string) => {
+      const before = await stat(path, { bigint: true });
+      execFileSync("touch", ["-r", path, join(dir, "times")]); // its times, to the nanosecond
+      const fh = await open(path, "r+");
+      const at = Math.floor((Number(before.size) - 32) / 2); // in the bytes, not in the digest after them
+      const b = Buffer.alloc(8);
+      await fh.read(b, 0, 8, at);
+      for (let i = 0; i < 8; i++) b[i]! ^= 0xff;
+      await fh.write(b, 0, 8, at);
+      await fh.close();
+      execFileSync("touch", ["-r", join(dir, "times"), path]);
+      const after = await stat(path, { bigint: true });
+      expect([after.size, after.mtimeNs]).toEqual([before.size, before.mtimeNs]);
+    };
+    // each version found whole is remembered beside it; a write moves the ctime, so it is no longer that version
+    for (const p of sidecars) expect((await stat(p + ".hashed")).isFile()).toBe(true);
+    // a new mount of the same translation: the flipped sidecar is not served
+    await flip(sidecars[0]!);
+    const lines: string[] = [];
+    const m2 = await t.mount(dir, { onLog: (l) => lines.push(l) });
+    await addView(m2, "mmproj.gguf", g.mmproj, "mmproj");
+    expect(await sha256(join(m2.dir, "mmproj.gguf")), lines.join("\n")).toBe(want);
+    expect(lines.filter((l) => l.includes(sidecars[0]!))).toEqual([expect.stringMatching(/do not match .*removed, computing it again/)]);
+    // in the same mount, between two opens of the file: checked again at the next open
+    await flip(sidecars[sidecars.length - 1]!);
+    await writeFile("/proc/sys/vm/drop_caches", "3"); // else the kernel serves its cached (good) pages without asking
+    expect(await sha256(join(m2.dir, "mmproj.gguf")), lines.join("\n")).toBe(want);
+    expect(lines.filter((l) => l.includes(sidecars[sidecars.length - 1]!))).toEqual([expect.stringMatching(/do not match .*removed, computing it again/)]);
+    // a sidecar with no digest after its bytes (a writer of another version) is not used either
+    const last = sidecars[sidecars.length - 1]!;
+    await truncate(last, (await stat(last)).size - 32);
+    await m2.close();
+    const m3 = await t.mount(dir, { onLog: (l) => lines.push(l) });
+    const { plan } = await planView(g.mmproj, { sidecarPath: (tn, i) => m3.sidecars.pathFor("mmproj", tn, i) });
+    await m3.addFile("mmproj.gguf", plan, []); // nothing can compute it here: EIO, never its bytes
+    await expectErrno(readAll(join(m3.dir, "mmproj.gguf")), "EIO");
+    expect(lines.some((l) => l.includes(last) && /bytes where \d+ and their sha256 were written: removed$/.test(l))).toBe(true);
+  });
+
+  it("two files that share their sidecars (two names of one model): removing one leaves the other whole", async () => {
+    const dir = await t.dir();
+    const g = await gemma3(dir);
+    const mount = await t.mount(dir);
+    await addView(mount, "a/mmproj.gguf", g.mmproj, "mmproj");
+    await addView(mount, "b/mmproj.gguf", g.mmproj, "mmproj");
+    const want = await sha256(join(dir, "mmproj.gguf"));
+    expect(await sha256(join(mount.dir, "a/mmproj.gguf"))).toBe(want);
+    await mount.remove("a/mmproj.gguf");
+    expect(await sha256(join(mount.dir, "b/mmproj.gguf"))).toBe(want); // its sidecars are still vouched for
   });
 
   it("serves ops that only join bytes from the source: glmocr's gate+up concat writes no sidecar", async () => {

@@ -8,7 +8,8 @@ export interface ApiModel {
   /** The Ollama name (`gemma3:4b`), also the model's name in the router. */
   name: string;
   prepared: PreparedModel;
-  facts: Promise<ModelFacts>;
+  /** Read from the manifest and the GGUF header on first use, then kept. */
+  readonly facts: Promise<ModelFacts>;
 }
 
 /** api.ModelDetails. */
@@ -40,9 +41,16 @@ export interface ModelFacts {
 }
 
 export function apiModel(name: string, prepared: PreparedModel): ApiModel {
-  const facts = readFacts(prepared);
-  facts.catch(() => undefined); // read again (and reported) when asked
-  return { name, prepared, facts };
+  // Read when first asked, not at start: reading every model's header again as serve --all
+  // starts kept the API from answering for as long (a header parse per model after "ready").
+  let facts: Promise<ModelFacts> | undefined;
+  return {
+    name,
+    prepared,
+    get facts() {
+      return (facts ??= readFacts(prepared));
+    },
+  };
 }
 
 async function readFacts(p: PreparedModel): Promise<ModelFacts> {

@@ -1,5 +1,6 @@
 export { PrepareError, type PrepareErrorCode } from "./errors";
 export type { ModelPreparer, PreparedModel } from "./preparer";
+export { modelFacts } from "./preparer";
 export { TranslationCache, defaultCacheDir, TRANSLATOR_VERSION, type CacheEntry, type CacheKind, type CacheOptions, type ObtainOptions } from "./cache";
 export { prepareModel, cachePreparer, type PrepareOptions } from "./prepare";
 export { StoreMount, defaultSidecarDir, type StoreMountOptions, type MountedModel } from "./store-mount";

@@ -8,4 +8,6 @@ export { migrateStore, planMigration, undoMigration, pruneMigration, PRUNE_GRACE
 export { addBlob, addBlobBytes, writeManifest, removeManifest, sweepStaging, hashFile, STAGING_DIR, type WrittenBlob } from "./store-write";
 export { blobPathIn, manifestPathIn, installBlob, writeBlobBytesChecked, writeModelManifest, copyModel, deleteModel, removeUnreferenced, manifestDigests } from "./store-write";
 export { RegistryClient, RegistryError, parseChallenge, type RegistryErrorCode, type RegistryOptions } from "./registry";
+export { fetchRefusesPort } from "./fetch-ports";
 export { pullModel, type PullOptions, type PullProgress, type PulledModel } from "./pull";
+export { openPull, fetchLayerBytes, streamBlob, type OpenedPull, type BlobStream } from "./blob-stream";

@@ -93,7 +93,7 @@ export async function pullModel(ref: string, opts: PullOptions): Promise<PulledM
 }
 
 /** What a layer is called in messages: its media type, digest and model. */
-function layerLabel(client: RegistryClient, layer: ManifestLayer): string {
+export function layerLabel(client: RegistryClient, layer: ManifestLayer): string {
   return `layer ${layer.digest} (${layer.mediaType}) of ${fullName(client.name)}`;
 }
 

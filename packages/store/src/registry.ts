@@ -9,6 +9,7 @@ import { MediaType } from "./media-types";
 import { fullName, type ModelName } from "./name";
 import { parseManifest, type Manifest } from "./store";
 import { canonicalDigest } from "./digest";
+import { fetchRefusesPort } from "./fetch-ports";
 
 export type RegistryErrorCode =
   | "REGISTRY_UNREACHABLE" // no network, no such host, connection refused or reset
@@ -197,6 +198,15 @@ export function unreachable(url: URL, e: unknown): RegistryError {
     UND_ERR_SOCKET: "the connection was closed",
     EPROTO: "TLS handshake failed (an HTTP-only registry needs --insecure)",
   };
+  const port = Number(url.port || (url.protocol === "https:" ? 443 : 80));
+  if (fetchRefusesPort(port) || /bad port/i.test(cause?.message ?? "")) {
+    // fetch refused it before connecting: nothing about the registry, everything about the port
+    return new RegistryError(
+      "REGISTRY_UNREACHABLE",
+      `cannot reach ${url.host}: port ${port} is one of the ports fetch() refuses to connect to (the Fetch standard's bad ports), whatever listens there; put the registry on another port`,
+      { url: url.href, code: "BAD_PORT" },
+    );
+  }
   const text = (code && why[code]) ?? cause?.message ?? (e as Error).message;
   return new RegistryError("REGISTRY_UNREACHABLE", `cannot reach ${url.host}: ${text}${code ? ` (${code})` : ""}`, { url: url.href, code });
 }

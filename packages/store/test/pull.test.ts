@@ -156,6 +156,10 @@ describe("pullModel (real registry)", () => {
     expect(e).toBeInstanceOf(RegistryError);
     expect(e.code).toBe("REGISTRY_UNREACHABLE");
     expect(e.message).toBe(`cannot reach 127.0.0.1:${port}: connection refused: nothing listens there (ECONNREFUSED)`);
+    // a port fetch() refuses (the Fetch standard's bad ports, the list serve warns with): said so, and what to do
+    const barred = await errorOf(pullModel("127.0.0.1:6000/library/x:1", { root, insecure: true }));
+    expect(barred.code).toBe("REGISTRY_UNREACHABLE");
+    expect(barred.message).toBe("cannot reach 127.0.0.1:6000: port 6000 is one of the ports fetch() refuses to connect to (the Fetch standard's bad ports), whatever listens there; put the registry on another port");
     const missing = await errorOf(pullModel(`${registry.host}/library/nothing:here`, { root, insecure: true }));
     expect(missing.code).toBe("NOT_IN_REGISTRY");
     const insecure = await errorOf(pullModel(`http://${registry.host}/library/nothing:here`, { root }));

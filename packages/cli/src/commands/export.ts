@@ -11,7 +11,7 @@ import { ExitCode, type CliIo } from "../io";
 import { cacheProgress, progressBar } from "../progress";
 import { bridgeEnv, commandCache } from "./cache-dir";
 import { LLAMA_SWAP_FILE, llamaSwapFile, PRESET_FILE, presetFile, shellWord } from "./export-configs";
-import { checkReplaceable, makeFolders, placeCopy, placeLink, readRecord, relativeTo, sweepLeftovers, writeRecord } from "./export-files";
+import { checkReplaceable, makeFolders, placeCopy, placeLink, readRecord, relativeTo, sweepLeftovers, writeRecord, type ExportRecord } from "./export-files";
 
 /** Where the files go (a llama-swap folder is laid out as a models-dir one) and which configuration is written beside them. */
 export type ExportLayout = "models-dir" | "llama-swap" | "lmstudio";
@@ -103,31 +103,11 @@ export async function exportCommand(refs: string[], opts: ExportFlags, io: CliIo
     }
   }
 
-  // the record keeps only models whose files are still there; the configuration lists them all
-  for (const [name, m] of Object.entries(record.models)) {
-    if (!(await lstat(join(root, m.files[0]!)).catch(() => undefined))) delete record.models[name];
-  }
-  await writeRecord(root, record);
-  let command: string | undefined;
   const exported = done.filter((d) => !d.error);
-  if (config !== undefined && exported.length > 0) {
-    record.files[relativeTo(root, config)] = "file";
-    await writeRecord(root, record);
-    if (layout === "models-dir") {
-      await writeFileAtomic(config, presetFile(record));
-      command = `llama-server --models-preset ${shellWord(join(opts.to, PRESET_FILE))}`;
-    } else {
-      const server = opts.llamaServer ?? llamaServerFor(env);
-      // warnings about models exported before were given then
-      await writeFileAtomic(
-        config,
-        llamaSwapFile(record, server, (name, m) => {
-          if (now.has(name)) warn(m);
-        }),
-      );
-      command = `llama-swap --config ${shellWord(join(opts.to, LLAMA_SWAP_FILE))}`;
-    }
-  }
+  const command = await writeFolderConfig(root, opts.to, layout, record, exported.length > 0, () => opts.llamaServer ?? llamaServerFor(env), (name, m) => {
+    // warnings about models exported before were given then
+    if (now.has(name)) warn(m);
+  });
 
   if (opts.json) {
     io.out(JSON.stringify({ to: opts.to, layout, models: done, ...(config && command ? { config } : {}), ...(command ? { command } : {}), warnings }, null, 2) + "\n");
@@ -197,6 +177,42 @@ export async function exportCommand(refs: string[], opts: ExportFlags, io: CliIo
   }
 }
 
+/**
+ * Writes the record (keeping only models whose files are still there) and, when `any` model was
+ * placed now, the layout's configuration listing every recorded model (models.ini or
+ * llama-swap.yaml; nothing for lmstudio). Returns the command that serves the folder.
+ */
+export async function writeFolderConfig(
+  root: string,
+  to: string,
+  layout: ExportLayout,
+  record: ExportRecord,
+  any: boolean,
+  llamaServer: () => string,
+  warn: (name: string, msg: string) => void,
+): Promise<string | undefined> {
+  for (const [name, m] of Object.entries(record.models)) {
+    if (!(await lstat(join(root, m.files[0]!)).catch(() => undefined))) delete record.models[name];
+  }
+  await writeRecord(root, record);
+  const configName = CONFIG_FILE[layout];
+  if (configName === undefined || !any) return undefined;
+  const config = join(root, configName);
+  record.files[relativeTo(root, config)] = "file";
+  await writeRecord(root, record);
+  if (layout === "models-dir") {
+    await writeFileAtomic(config, presetFile(record));
+    return `llama-server --models-preset ${shellWord(join(to, PRESET_FILE))}`;
+  }
+  await writeFileAtomic(config, llamaSwapFile(record, llamaServer(), warn));
+  return `llama-swap --config ${shellWord(join(to, LLAMA_SWAP_FILE))}`;
+}
+
+/** The configuration file each layout writes beside the models, if any. */
+export function configFileOf(layout: ExportLayout): string | undefined {
+  return CONFIG_FILE[layout];
+}
+
 /** An errno in words (the message of a failed mkdir is "ENOTDIR: not a directory, mkdir '…'"). */
 function why(e: unknown): string {
   const code = (e as NodeJS.ErrnoException).code;
@@ -212,7 +228,7 @@ function why(e: unknown): string {
 }
 
 /** The llama-server llama-swap is to run: the one `serve` would (LLAMA_SERVER, PATH, the tools build cache), else plain `llama-server` from llama-swap's PATH. */
-function llamaServerFor(env: Record<string, string | undefined>): string {
+export function llamaServerFor(env: Record<string, string | undefined>): string {
   try {
     return findLlamaTool("llama-server", { env });
   } catch {

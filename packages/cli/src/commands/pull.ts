@@ -1,4 +1,6 @@
+import type { TranslationProfile } from "@compat/handlers";
 import { ModelStore, pullModel, type PullProgress } from "@compat/store";
+import { CliError } from "../errors";
 import { humanBytes } from "../format";
 import type { CliIo } from "../io";
 import { progressBar, type ProgressBar } from "../progress";
@@ -9,6 +11,12 @@ export interface PullCommandOptions {
   models?: string;
   json?: boolean;
   quiet?: boolean;
+  /** Straight into llama.cpp's layout in this folder (pull-to.ts) instead of the store. */
+  to?: string;
+  layout?: "models-dir" | "lmstudio" | "llama-swap";
+  force?: boolean;
+  profile?: TranslationProfile;
+  llamaServer?: string;
 }
 
 /**
@@ -17,6 +25,12 @@ export interface PullCommandOptions {
  * objects, one per line; a terminal gets a bar per layer; a log gets one line per step.
  */
 export async function pullCommand(ref: string, opts: PullCommandOptions, io: CliIo): Promise<void> {
+  if (opts.to !== undefined) {
+    if (opts.models !== undefined) throw new CliError("usage", "--to and --models: a pull goes into the store or into a folder, not both");
+    const { pullToCommand } = await import("./pull-to");
+    return pullToCommand(ref, { ...opts, to: opts.to }, io);
+  }
+  if (opts.layout !== undefined && opts.layout !== "models-dir") throw new CliError("usage", "--layout needs --to DIR");
   const store = new ModelStore(opts.models, io.env);
   const minPart = Number(io.env.OLLAMA_COMPAT_PULL_MIN_PART_BYTES);
   const show = opts.json ? (p: PullProgress) => io.out(jsonText(p) + "\n") : humanProgress(io, opts.quiet === true);
@@ -34,7 +48,7 @@ export async function pullCommand(ref: string, opts: PullCommandOptions, io: Cli
  * A bar per layer and the steps between them on a terminal; in a log, one line per layer (a
  * failure before any layer is then the error's line alone).
  */
-function humanProgress(io: CliIo, quiet: boolean): (p: PullProgress) => void {
+export function humanProgress(io: CliIo, quiet: boolean): (p: PullProgress) => void {
   let bar: ProgressBar | undefined;
   let current = "";
   return (p) => {

@@ -2,7 +2,7 @@ import type { TranslationProfile } from "@compat/handlers";
 import { ollamaAddress, serveOllama, type ServeOllamaOptions } from "@compat/ollama-api";
 import { cachePreparer, ServeMount, type PrepareOptions } from "@compat/prepare";
 import { apiKeyOf, bindingFromArgs, BridgeError, crashCause, isLoopback, readKeyFile, startServer, type ExitInfo } from "@compat/server-bridge";
-import { ModelStore } from "@compat/store";
+import { fetchRefusesPort, ModelStore } from "@compat/store";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
 import { startFailureText } from "../llama-check";
@@ -49,22 +49,6 @@ export function takeSignals(onSignal: (sig: NodeJS.Signals) => void): () => void
       for (const l of listeners) process.on(sig, l);
     }
   };
-}
-
-/**
- * The Fetch standard's "bad ports": fetch() (Node's, browsers', and so the `openai` npm
- * package's) refuses to connect to them. llama-server serves there all the same, so
- * `--port 6000` works for curl but not for those clients: say so.
- */
-const FETCH_BAD_PORTS = new Set([
-  1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102, 103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143,
-  161, 179, 389, 427, 465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563, 587, 601, 636, 989, 990, 993, 995, 1719, 1720, 1723, 2049, 3659, 4045,
-  4190, 5060, 5061, 6000, 6566, 6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080,
-]);
-
-/** Whether browsers and fetch() refuse `port` (exported for the test that checks the list against Node's fetch). */
-export function fetchRefusesPort(port: number): boolean {
-  return FETCH_BAD_PORTS.has(port);
 }
 
 /**

@@ -88,9 +88,11 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
       return;
     }
 
-    if (text !== null) await writeWithBar(text, opts.output!, io, opts.quiet);
+    const outputs: Array<[TranslatedView, string]> = [];
+    if (text !== null) outputs.push([text, opts.output!]);
+    if (clip !== null) outputs.push([clip, mmprojOut!]);
+    await writeWithBar(outputs, io, opts.quiet);
     if (clip !== null) {
-      await writeWithBar(clip, mmprojOut!, io, opts.quiet);
       // Vision must never disappear quietly: say where the projector went when nobody asked.
       if (opts.mmproj === undefined && !standaloneProjector) {
         io.err(terminalSafe(`ollama-compat: ${file} embeds a vision/audio projector; wrote it to ${mmprojOut} (pass it to llama.cpp as --mmproj, or choose the path with --mmproj)`) + "\n");
@@ -110,10 +112,39 @@ export async function translateCommand(file: string, opts: TranslateFlags, io: C
   }
 }
 
-async function writeWithBar(view: TranslatedView, path: string, io: CliIo, quiet?: boolean): Promise<void> {
-  const bar = progressBar(io, basename(path), { quiet });
+/**
+ * Writes the outputs at once, under one bar: the projector's computed tensors and each file's
+ * final fsync overlap the other file's copying, where one after the other left the disk idle
+ * between the two files. The first failure stops the others (each removes its temp file).
+ */
+async function writeWithBar(outputs: ReadonlyArray<[TranslatedView, string]>, io: CliIo, quiet?: boolean): Promise<void> {
+  const bar = progressBar(io, outputs.map(([, path]) => basename(path)).join(" + "), { quiet });
+  const total = outputs.reduce((n, [view]) => n + view.size, 0);
+  const written = outputs.map(() => 0);
+  const stop = new AbortController();
   try {
-    await view.writeTo(path, { onProgress: (written, total) => bar.update(written, total) });
+    const done = await Promise.allSettled(
+      outputs.map(([view, path], i) =>
+        view
+          .writeTo(path, {
+            signal: stop.signal,
+            onProgress: (n) => {
+              written[i] = n;
+              bar.update(
+                written.reduce((a, b) => a + b, 0),
+                total,
+              );
+            },
+          })
+          .catch((e: unknown) => {
+            stop.abort(e);
+            throw e;
+          }),
+      ),
+    );
+    // the failure that stopped the others, not their aborts
+    const failed = done.find((r): r is PromiseRejectedResult => r.status === "rejected" && r.reason === stop.signal.reason);
+    if (failed !== undefined) throw failed.reason;
   } finally {
     bar.done();
   }

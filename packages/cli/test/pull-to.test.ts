@@ -1,0 +1,233 @@
+/**
+ * `ollama-compat pull NAME --to DIR` against a real OCI registry (Debian's docker-registry, seeded
+ * through its upload API): the files of every vision fixture equal what `translate` writes (text
+ * GGUF and --mmproj), the folder is served by the real llama-server through its models.ini and
+ * llama-mtmd-cli answers an image with the pair; a corrupted layer or a pull killed midway leaves
+ * no file under a final name, and the next pull starts over cleanly.
+ */
+import type { ChildProcess } from "node:child_process";
+import { createHash } from "node:crypto";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { freePort, LlamaChild, waitHealthy } from "@compat/server-bridge";
+import { allFixtureVariants, findLlamaTools, generateFixtureFiles, runMtmdCli, startOciRegistry, type OciRegistry } from "@compat/testkit";
+import { exportPaths } from "../src/commands/export";
+import { pullCommand } from "../src/commands/pull";
+import { translateCommand } from "../src/commands/translate";
+import type { CliIo } from "../src/io";
+import { testImage } from "../src/llama-check";
+import { spawnCli, withZeroTensor } from "./helpers";
+
+const dirs: string[] = [];
+const children: ChildProcess[] = [];
+let registry: OciRegistry;
+async function temp(): Promise<string> {
+  const d = await mkdtemp(join(tmpdir(), "compat-cli-pull-to-"));
+  dirs.push(d);
+  return d;
+}
+beforeAll(async () => {
+  registry = await startOciRegistry();
+}, 120_000);
+afterEach(() => {
+  for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+});
+afterAll(async () => {
+  await registry?.stop();
+  for (const d of dirs) await rm(d, { recursive: true, force: true });
+});
+
+function start(args: string[], env: Record<string, string> = {}) {
+  const s = spawnCli(args, env);
+  children.push(s.child);
+  return s;
+}
+
+async function run(args: string[], env: Record<string, string> = {}) {
+  const s = start(args, env);
+  const { code } = await s.closed;
+  return { code, ...s.out };
+}
+
+/** The command in this process (no binary start-up per fixture), its output collected. */
+function io(): CliIo & { stdout: string; stderr: string } {
+  const r = { stdout: "", stderr: "", env: { ...process.env }, out: (t: string) => void (r.stdout += t), err: (t: string) => void (r.stderr += t) };
+  return r;
+}
+
+async function sha256(path: string): Promise<string> {
+  return createHash("sha256").update(await readFile(path)).digest("hex");
+}
+
+/** Every name under `dir` (recursively) that is not a finished file: temp files of writers. */
+async function tempFiles(dir: string): Promise<string[]> {
+  const names = await readdir(dir, { recursive: true }).catch(() => [] as string[]);
+  return names.filter((n) => /(^|\/)\.[^/]+\.\d+\.[0-9a-f]+\.tmp$/.test(n));
+}
+
+/** The .gguf files under `dir`. */
+async function ggufs(dir: string): Promise<string[]> {
+  return (await readdir(dir, { recursive: true }).catch(() => [] as string[])).filter((n) => n.endsWith(".gguf")).sort();
+}
+
+describe("pull --to DIR (real registry)", () => {
+  it("every vision fixture: the text GGUF and the mmproj equal translate's output and its --mmproj output", async () => {
+    const fixtures = await temp();
+    const to = await temp();
+    const vision = allFixtureVariants().filter((v) => v.vision);
+    expect(vision.length).toBeGreaterThan(5);
+    for (const [i, v] of vision.entries()) {
+      const fx = await generateFixtureFiles(v.arch, { seed: 7, layout: "ollama", variant: v.variant }, join(fixtures, String(i)));
+      const pushed = await registry.pushModel({ name: `library/v${i}:${v.variant.replace(/[^A-Za-z0-9_.-]/g, "_")}`, model: fx.text, params: { num_ctx: 512 }, template: "{{ .Prompt }}" });
+      const out = io();
+      await pullCommand(pushed.ref, { insecure: true, to, quiet: true }, out);
+      const name = out.stdout.split(" -> ")[0]!;
+      const paths = exportPaths(to, name, "models-dir", true);
+      const text = join(fixtures, `${i}.text.gguf`);
+      const mmproj = join(fixtures, `${i}.mmproj.gguf`);
+      await translateCommand(fx.text, { output: text, mmproj, quiet: true }, io());
+      expect(await sha256(paths.model), `${v.arch} ${v.variant}: text`).toBe(await sha256(text));
+      expect(await sha256(paths.mmproj), `${v.arch} ${v.variant}: mmproj`).toBe(await sha256(mmproj));
+    }
+    // one models.ini for them all, each model's section naming its pair
+    const ini = await readFile(join(to, "models.ini"), "utf8");
+    expect(ini.match(/^\[/gm)?.length).toBe(vision.length);
+    expect(ini.match(/^mmproj = /gm)?.length).toBe(vision.length);
+    expect(await tempFiles(to)).toEqual([]);
+  }, 900_000);
+
+  it("the binary: llama-server serves the folder through its models.ini (text and image), llama-mtmd-cli answers an image with the pair", async () => {
+    const fx = await generateFixtureFiles("gemma3", { seed: 5, layout: "ollama", variant: "4b-vision" }, await temp());
+    const pushed = await registry.pushModel({ name: "library/gemma3:4b", model: fx.text, params: { num_ctx: 1024 } });
+    const to = await temp();
+    const r = await run(["pull", pushed.ref, "--insecure", "--to", to, "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    const events = r.stdout.trim().split("\n").map((l) => JSON.parse(l) as { status: string; digest?: string; total?: number; completed?: number });
+    expect(events[0]).toEqual({ status: "pulling manifest" });
+    expect(events.at(-1)).toEqual({ status: "success" });
+    const model = pushed.layers.find((l) => l.mediaType.endsWith(".model"))!;
+    expect(events).toContainEqual({ status: `pulling ${model.digest.slice(7, 19)}`, digest: model.digest, total: model.size, completed: model.size });
+    const name = `${registry.host}/library/gemma3:4b`;
+    const paths = exportPaths(to, name, "models-dir", true);
+    expect(await ggufs(to)).toEqual([paths.model, paths.mmproj].map((p) => p.slice(to.length + 1)).sort());
+
+    const tools = await findLlamaTools();
+    const port = await freePort();
+    const url = `http://127.0.0.1:${port}`;
+    const router = new LlamaChild({ command: tools.server, args: ["--models-preset", join(to, "models.ini"), "--port", String(port), "--no-webui", "--offline", "--models-max", "1", "--threads", "2", "--no-warmup"] });
+    try {
+      await waitHealthy(router, url, 120_000);
+      const chat = (content: unknown) =>
+        fetch(`${url}/v1/chat/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ model: name, messages: [{ role: "user", content }], max_tokens: 3, temperature: 0, grammar: "root ::= [ -~]*" }),
+          signal: AbortSignal.timeout(240_000),
+        });
+      const text = await chat("hello");
+      expect(text.status, await text.clone().text()).toBe(200);
+      const image = `data:image/ppm;base64,${testImage().toString("base64")}`;
+      const seen = await chat([{ type: "text", text: "what is it?" }, { type: "image_url", image_url: { url: image } }]);
+      expect(seen.status, await seen.clone().text()).toBe(200);
+    } finally {
+      await router.stop();
+    }
+    const picture = join(to, "image.ppm");
+    await writeFile(picture, testImage());
+    const mtmd = await runMtmdCli({ model: paths.model, mmproj: paths.mmproj, image: picture, prompt: "What is in this image?", timeoutMs: 600_000 });
+    expect(mtmd.ok, mtmd.stderr.slice(-2000)).toBe(true);
+  }, 900_000);
+
+  it("--layout lmstudio and llama-swap: export's file names and configuration; a native model is its blob, digest-checked", async () => {
+    const dir = await temp();
+    const fx = await generateFixtureFiles("gemma3", { seed: 5, layout: "ollama", variant: "4b-vision" }, join(dir, "o"));
+    const native = await generateFixtureFiles("llama", { seed: 3, layout: "native" }, join(dir, "n"));
+    const vision = await registry.pushModel({ name: "acme/eyes:2", model: fx.text });
+    const plain = await registry.pushModel({ name: "library/tiny:native", model: native.text, params: { stop: ["User:"] } });
+    const lm = join(dir, "lmstudio");
+    const a = io();
+    await pullCommand(vision.ref, { insecure: true, to: lm, layout: "lmstudio", quiet: true }, a);
+    const lmPaths = exportPaths(lm, `${registry.host}/acme/eyes:2`, "lmstudio", true);
+    expect(lmPaths.model).toContain(join(lm, "acme", "eyes-2"));
+    expect(await ggufs(lm)).toEqual([lmPaths.model, lmPaths.mmproj].map((p) => p.slice(lm.length + 1)).sort());
+    // pulled again: the files it made are replaced, nothing else appears
+    const before = await sha256(lmPaths.model);
+    await pullCommand(vision.ref, { insecure: true, to: lm, layout: "lmstudio", quiet: true }, io());
+    expect(await sha256(lmPaths.model)).toBe(before);
+    expect(await ggufs(lm)).toHaveLength(2);
+    const swap = join(dir, "swap");
+    await pullCommand(plain.ref, { insecure: true, to: swap, layout: "llama-swap", quiet: true, llamaServer: "/opt/llama-server" }, io());
+    const nativePath = exportPaths(swap, `${registry.host}/library/tiny:native`, "llama-swap", false).model;
+    expect(Buffer.compare(await readFile(nativePath), await readFile(native.text))).toBe(0);
+    const yaml = await readFile(join(swap, "llama-swap.yaml"), "utf8");
+    expect(yaml).toContain("/opt/llama-server");
+    expect(yaml).toContain(nativePath);
+    expect(yaml).toContain("--reverse-prompt User:");
+  }, 300_000);
+
+  it("a corrupted layer: one line naming the layer, no file under a final name, no temp file", async () => {
+    const fx = await generateFixtureFiles("gemma3", { seed: 6, layout: "ollama", variant: "4b-vision" }, await temp());
+    const pushed = await registry.pushModel({ name: "library/bad:vision", model: fx.text });
+    const layer = pushed.layers.find((l) => l.mediaType.endsWith(".model"))!;
+    const bad = await readFile(registry.blobDataPath(layer.digest));
+    bad[bad.length - 5]! ^= 1; // in the tensor data: the header parses, the digest is found wrong at the end
+    await writeFile(registry.blobDataPath(layer.digest), bad);
+    const to = await temp();
+    const r = await run(["pull", pushed.ref, "--insecure", "--to", to, "-q"]);
+    expect(r.code).toBe(1);
+    expect(r.stderr.split("\n").filter(Boolean)).toHaveLength(1);
+    expect(r.stderr).toContain(`DIGEST_MISMATCH: layer ${layer.digest} (application/vnd.ollama.image.model) of ${pushed.ref}`);
+    expect(await ggufs(to)).toEqual([]);
+    expect(await tempFiles(to)).toEqual([]);
+    expect((await readdir(to)).filter((n) => n === "models.ini")).toEqual([]);
+  }, 300_000);
+
+  const kills = Number(process.env.PULL_KILLS ?? 3);
+  it("SIGKILLed midway N times ($PULL_KILLS, default 3): never a final name; the next pull starts over and leaves nothing else", async () => {
+    const dir = await temp();
+    const small = await generateFixtureFiles("gemma3", { seed: 8, layout: "ollama", variant: "4b-vision" }, dir);
+    const big = await withZeroTensor(small.text, dir, "big", 48 << 20);
+    const pushed = await registry.pushModel({ name: "library/killed:vision", model: big });
+    const layer = pushed.layers.find((l) => l.mediaType.endsWith(".model"))!;
+    const to = await temp();
+    let midway = 0;
+    for (let i = 0; i < kills; i++) {
+      const s = start(["pull", pushed.ref, "--insecure", "--to", to, "--json"]);
+      const share = (i + 1) / (kills + 1);
+      for (;;) {
+        const done = [...s.out.stdout.matchAll(/"completed":(\d+)/g)].map((m) => Number(m[1]));
+        if ((done.at(-1) ?? 0) >= share * layer.size * 0.9 || s.child.exitCode !== null) break;
+        await new Promise((r) => setTimeout(r, 2));
+      }
+      s.child.kill("SIGKILL");
+      await s.closed;
+      // killed before the renames: nothing final (a pull that won the race is whole, as checked below)
+      if (!s.out.stdout.includes('"status":"writing files"')) {
+        midway++;
+        expect(await ggufs(to)).toEqual([]);
+      }
+    }
+    expect(midway).toBeGreaterThan(0);
+    const r = await run(["pull", pushed.ref, "--insecure", "--to", to, "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    const paths = exportPaths(to, `${registry.host}/library/killed:vision`, "models-dir", true);
+    const text = join(dir, "t.gguf");
+    const mmproj = join(dir, "m.gguf");
+    await translateCommand(big, { output: text, mmproj, quiet: true }, io());
+    expect(await sha256(paths.model)).toBe(await sha256(text));
+    expect(await sha256(paths.mmproj)).toBe(await sha256(mmproj));
+    expect(await tempFiles(to)).toEqual([]);
+
+    // Ctrl-C midway: the temp files go with the process
+    const again = await temp();
+    const s = start(["pull", pushed.ref, "--insecure", "--to", again, "--json"]);
+    await s.waitFor(/"completed":[1-9]/);
+    s.child.kill("SIGINT");
+    const { signal, code } = await s.closed;
+    expect(signal === "SIGINT" || code === 130, `${signal} ${code}`).toBe(true);
+    if (!s.out.stdout.includes('"status":"writing files"')) expect(await ggufs(again)).toEqual([]);
+    expect(await tempFiles(again)).toEqual([]);
+  }, 300_000 + kills * 60_000);
+});

@@ -1,0 +1,58 @@
+import { existsSync } from "node:fs";
+import { mkdtemp, open, rm, truncate } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import fc from "fast-check";
+import { afterAll, describe, expect, it } from "vitest";
+import { SIDECAR_DIGEST_BYTES, SidecarStore, type ComputedPart } from "@compat/mount";
+
+const dirs: string[] = [];
+afterAll(async () => {
+  for (const d of dirs) await rm(d, { recursive: true, force: true });
+});
+
+function part(path: string, bytes: Uint8Array): ComputedPart {
+  return { path, length: bytes.length, tensor: { index: 0, name: "t" }, label: "t (test)", produce: async () => bytes };
+}
+
+describe("SidecarStore.verify", () => {
+  it("finds any changed byte, a cut or an extra byte, however soon after the write; an intact sidecar is whole from any store", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "compat-sidecar-"));
+    dirs.push(dir);
+    let n = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.uint8Array({ minLength: 1, maxLength: 4096 }),
+        fc.nat(),
+        fc.integer({ min: 1, max: 255 }),
+        fc.constantFrom("flip", "cut", "extra"),
+        fc.boolean(),
+        async (bytes, where, xor, how, checkedFirst) => {
+          const path = join(dir, `${n++}.bin`);
+          await new SidecarStore(dir).write(part(path, bytes));
+          // changed right after it was written (likely in the same clock tick as its `.hashed` file), or after a check
+          if (checkedFirst) expect(await new SidecarStore(dir).verify(path, bytes.length)).toEqual({ ok: true });
+          const fh = await open(path, "r+");
+          if (how === "flip") {
+            const at = where % (bytes.length + SIDECAR_DIGEST_BYTES); // the bytes or their digest
+            const b = Buffer.alloc(1);
+            await fh.read(b, 0, 1, at);
+            b[0]! ^= xor;
+            await fh.write(b, 0, 1, at);
+          } else if (how === "extra") {
+            await fh.write(Buffer.from([xor]), 0, 1, bytes.length + SIDECAR_DIGEST_BYTES);
+          }
+          await fh.close();
+          if (how === "cut") await truncate(path, where % (bytes.length + SIDECAR_DIGEST_BYTES));
+          // the store that wrote it and a new one alike: the write moved the ctime
+          const check = await new SidecarStore(dir).verify(path, bytes.length);
+          expect(check).toMatchObject({ ok: false, missing: false });
+          expect(existsSync(path)).toBe(false);
+          expect(existsSync(`${path}.hashed`)).toBe(false);
+          expect(await new SidecarStore(dir).verify(path, bytes.length)).toEqual({ ok: false, missing: true });
+        },
+      ),
+      { numRuns: 80 },
+    );
+  });
+});

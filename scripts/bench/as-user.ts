@@ -1,0 +1,112 @@
+// The rows of `npm run bench` that time a command the way a user runs it (issue 40): whole
+// processes timed from outside, each run as a user would start it (a new output file, a store
+// not seen before by the process), against what the command stands on.
+import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { freePort } from "@compat/server-bridge";
+import { buildOllamaStore } from "@compat/store";
+import { findLlamaTools } from "@compat/testkit";
+import { writeVisionBlob } from "./files";
+import { untilHealthy } from "./mount";
+import type { MountBenchContext as BenchContext } from "./mount";
+
+/** Runs a command to its end; throws with its last output when it fails. */
+function runToEnd(cmd: string, args: string[]): void {
+  const r = spawnSync(cmd, args, { encoding: "utf8", stdio: ["ignore", "ignore", "pipe"] });
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(" ")} failed (${r.status}): ${r.stderr.slice(-2000)}`);
+}
+
+/**
+ * `translate` of a 1 GiB Ollama blob as a user runs it: a whole process, a new output file
+ * every run (no earlier output's pages or blocks to reuse), against `cp` + `sync` of the blob to
+ * a new file (the same durability: translate fsyncs before its rename). Pairs alternate; what a
+ * run left dirty is synced (untimed) before the next, and its output removed.
+ */
+export async function translateAsUser(ctx: BenchContext): Promise<void> {
+  const { dir, cli, race, row, ms } = ctx;
+  const blob = join(dir, "gemma3-1g.gguf");
+  if (!existsSync(blob)) await writeVisionBlob(blob, 1024, false);
+  const out = join(dir, "as-user");
+  rmSync(out, { recursive: true, force: true });
+  mkdirSync(out, { recursive: true });
+  let n = 0;
+  const fresh = () => {
+    rmSync(out, { recursive: true, force: true });
+    mkdirSync(out, { recursive: true });
+    execFileSync("sync");
+    n++;
+  };
+  const [tOurs, tCp] = await race(
+    [
+      () => runToEnd(process.execPath, [cli, "translate", blob, "-o", join(out, `t${n}.gguf`), "--mmproj", join(out, `m${n}.gguf`), "--quiet"]),
+      () => runToEnd("sh", ["-c", 'cp "$0" "$1" && sync "$1"', blob, join(out, `c${n}.gguf`)]),
+    ],
+    Math.max(5, ctx.runs),
+    fresh,
+  );
+  rmSync(out, { recursive: true, force: true });
+  row({
+    scenario: `\`ollama-compat translate\` of a ${(statSync(blob).size / 2 ** 30).toFixed(1)} GiB Ollama gemma3 vision blob as a user runs it (whole process, a new output each run) vs \`cp\` + \`sync\` to a new file`,
+    ours: ms(tOurs!),
+    baseline: ms(tCp!),
+    ratio: tOurs! / tCp!,
+    target: "≤ 1.25x",
+    pass: tOurs! / tCp! <= 1.25,
+  });
+}
+
+/**
+ * `serve --all` over ten models, started as a user starts it (a process of its own; the sidecar
+ * cache kept from an earlier start), until Ollama's API answers, against what it stands on: `node -e 0` plus
+ * llama-server's own router started on a preset of the same ten models (what serve --all hands
+ * it), until /health answers.
+ */
+export async function serveReady(ctx: BenchContext): Promise<void> {
+  const { dir, cli, race, row, ms } = ctx;
+  const work = join(dir, "serve-ready");
+  rmSync(work, { recursive: true, force: true });
+  mkdirSync(work, { recursive: true });
+  const { server } = await findLlamaTools();
+  const specs = [];
+  const sections = ["version = 1", ""];
+  for (let i = 0; i < 10; i++) {
+    // sparse blobs of the bench's size, each its own digest; the router only names them at start
+    const p = join(work, `vision-${i}.gguf`);
+    await writeVisionBlob(p, ctx.blobMiB, true, `bench model ${i}`);
+    specs.push({ name: `vision${i}:4b`, model: p });
+    sections.push(`[vision${i}@4b]`, `alias = vision${i}:4b`, `model = ${p}`, "");
+  }
+  const store = join(work, "store");
+  await buildOllamaStore(store, specs);
+  const preset = join(work, "models.ini");
+  writeFileSync(preset, sections.join("\n"));
+  // one cache folder for every run, as a user's restarts share theirs: the warm-up run writes
+  // the projectors' sidecars that the router's first look at each mmproj asks for
+  const serveAll = async () => {
+    const env = { ...process.env, OLLAMA_HOST: `127.0.0.1:${await freePort()}` };
+    const child = spawn(process.execPath, [cli, "serve", "--all", "--models", store, "--cache-dir", join(work, "cache"), "--llama-server", server], { stdio: ["ignore", "pipe", "pipe"], env });
+    child.stderr!.resume();
+    await untilHealthy(child, (log) => /^(http:\/\/[\d.]+:\d+)$/m.exec(log)?.[1], "stdout", "/api/version");
+    child.kill("SIGTERM");
+    await new Promise((r) => child.once("close", r));
+  };
+  const nodeStart = () => runToEnd(process.execPath, ["-e", "0"]);
+  const router = async () => {
+    const child = spawn(server, ["--models-preset", preset, "--host", "127.0.0.1", "--port", "0", "--no-webui", "--offline"], { stdio: ["ignore", "ignore", "pipe"] });
+    await untilHealthy(child, (log) => /listening on (http:\/\/[\d.]+:\d+)/.exec(log)?.[1]);
+    child.kill("SIGTERM");
+    await new Promise((r) => child.once("close", r));
+  };
+  const [tServe, tNode, tRouter] = await race([serveAll, nodeStart, router]);
+  const floor = tNode! + tRouter!;
+  row({
+    scenario: `\`serve --all\` over 10 Ollama gemma3 vision models of ${(ctx.blobMiB / 1024).toFixed(0)} GiB (a process of its own, sidecars kept from an earlier start) until /api/version answers vs \`node -e 0\` (${ms(tNode!)}) + llama-server --models-preset over the same 10 (${ms(tRouter!)}) until /health`,
+    ours: ms(tServe!),
+    baseline: ms(floor),
+    ratio: tServe! / floor,
+    target: "≤ 1.5x",
+    pass: tServe! / floor <= 1.5,
+  });
+  rmSync(work, { recursive: true, force: true });
+}
