@@ -187,6 +187,7 @@ export class OllamaRoutes {
     const r = await build(m, body);
     const want = await this.want(m, body.options);
     if (!isHousekeeping(r)) return answer(this.o.scheduler, this.o.upstream, res, r, want);
+    if (r.kind === "render") return sendJson(res, 200, r.reply);
     if (r.kind === "unload") await this.o.scheduler.unload(m.name);
     else (await this.o.scheduler.acquire(m.name, want, r.keepAliveMs)).release();
     sendJson(res, 200, r.reply);
