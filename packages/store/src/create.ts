@@ -14,7 +14,7 @@ import { canonicalDigest } from "./digest";
 import { StoreError } from "./errors";
 import { MediaType } from "./media-types";
 import { displayName, type ModelName } from "./name";
-import { addBlobBytes, blobPathIn, manifestDigests, manifestPathIn, removeUnreferenced, writeModelManifest } from "./store-write";
+import { addBlobBytes, blobPathIn, manifestDigests, manifestPathIn, readInstalledManifest, removeUnreferenced, writeModelManifest } from "./store-write";
 
 /** A create request as Ollama's API takes it (api.CreateRequest), the fields this supports. */
 export interface CreateSpec {
@@ -181,14 +181,7 @@ interface SourceManifest {
 }
 
 async function readManifest(root: string, name: ModelName): Promise<SourceManifest> {
-  const path = manifestPathIn(root, name);
-  let text: string;
-  try {
-    text = await readFile(path, "utf8");
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new StoreError("UNKNOWN_MODEL", `model ${JSON.stringify(displayName(name))} is not installed (no manifest at ${path})`, { manifestPath: path });
-    throw e;
-  }
+  const { path, text } = await readInstalledManifest(root, name);
   let m: { config?: { digest?: unknown }; layers?: unknown };
   try {
     m = JSON.parse(text) as typeof m;

@@ -19,12 +19,12 @@
  */
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { mkdir, open, readdir, readFile, rename, rm, rmdir, stat, unlink } from "node:fs/promises";
+import { mkdir, open, readdir, rename, rm, rmdir, stat, unlink } from "node:fs/promises";
 import { dirname, join, relative, sep } from "node:path";
 import { sweepTempFiles, tempPathFor, writeFileAtomic } from "@compat/files";
 import { StoreError } from "./errors";
 import { displayName, manifestSegments, type ModelName } from "./name";
-import { ModelStore } from "./store";
+import { ModelStore, readManifestText } from "./store";
 import { blobFileName, canonicalDigest } from "./digest";
 
 /** The staging folder's name, in blobs/ and in manifests/. */
@@ -269,17 +269,24 @@ export async function writeModelManifest(root: string, name: ModelName, bytes: U
   return path;
 }
 
-/** `ollama cp`: the source manifest's bytes under a second name (the blobs are shared). */
-export async function copyModel(root: string, source: ModelName, destination: ModelName): Promise<string> {
-  const from = manifestPathIn(root, source);
-  let bytes: Buffer;
+/**
+ * The installed manifest of `name`, read as every manifest is (readManifestText: a regular file
+ * of bounded size, opened without blocking), or UNKNOWN_MODEL when there is none.
+ */
+export async function readInstalledManifest(root: string, name: ModelName): Promise<{ path: string; text: string }> {
+  const path = manifestPathIn(root, name);
   try {
-    bytes = await readFile(from);
+    return { path, text: await readManifestText(path) };
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new StoreError("UNKNOWN_MODEL", `model ${JSON.stringify(displayName(source))} is not installed (no manifest at ${from})`, { manifestPath: from });
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new StoreError("UNKNOWN_MODEL", `model ${JSON.stringify(displayName(name))} is not installed (no manifest at ${path})`, { manifestPath: path });
     throw e;
   }
-  return writeModelManifest(root, destination, bytes);
+}
+
+/** `ollama cp`: the source manifest's bytes under a second name (the blobs are shared). */
+export async function copyModel(root: string, source: ModelName, destination: ModelName): Promise<string> {
+  const { text } = await readInstalledManifest(root, source);
+  return writeModelManifest(root, destination, Buffer.from(text, "utf8"));
 }
 
 /**
@@ -288,14 +295,7 @@ export async function copyModel(root: string, source: ModelName, destination: Mo
  * (a running server still reads them). Returns the blobs removed.
  */
 export async function deleteModel(root: string, name: ModelName, keep?: (digest: string) => boolean): Promise<string[]> {
-  const path = manifestPathIn(root, name);
-  let text: string;
-  try {
-    text = await readFile(path, "utf8");
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new StoreError("UNKNOWN_MODEL", `model ${JSON.stringify(displayName(name))} is not installed (no manifest at ${path})`, { manifestPath: path });
-    throw e;
-  }
+  const { path, text } = await readInstalledManifest(root, name);
   await removeManifest(root, path);
   return removeUnreferenced(root, digestsOf(text), keep);
 }
@@ -308,7 +308,7 @@ export async function removeUnreferenced(root: string, digests: readonly string[
   const store = new ModelStore(root, {});
   const used = new Set<string>();
   for (const other of await store.names()) {
-    const t = await readFile(store.manifestPath(other), "utf8").catch(() => undefined);
+    const t = await readManifestText(store.manifestPath(other)).catch(() => undefined);
     // a manifest that cannot be read keeps every blob: better a blob too many than one missing
     if (t === undefined) return [];
     for (const d of digestsOf(t)) used.add(d);
@@ -324,7 +324,7 @@ export async function removeUnreferenced(root: string, digests: readonly string[
 
 /** The digests the manifest at `path` names; none when there is none (or it is not one). */
 export async function manifestDigests(path: string): Promise<string[]> {
-  return digestsOf(await readFile(path, "utf8").catch(() => ""));
+  return digestsOf(await readManifestText(path).catch(() => ""));
 }
 
 /** The digests a manifest names (config and layers); none when it is not one. */
