@@ -87,16 +87,16 @@ describe("addBlob and writeManifest", () => {
 describe("copy and delete on an untrusted store", () => {
   it("a FIFO where a manifest should be: copy and delete refuse it at once (CORRUPT_MANIFEST), and no other model's blobs are removed", async () => {
     const root = join(dir, "fifo-store");
-    const victim = parseModelName("victim:latest");
+    const victim = parseModelName("victim:latest")!;
     const victimPath = manifestPathIn(root, victim);
     await mkdir(dirname(victimPath), { recursive: true });
     execFileSync("mkfifo", [victimPath]);
     // a second model whose blob a careless delete would take for unreferenced
-    const blob = await addBlobBytes(root, new TextEncoder().encode("kept"));
-    const other = parseModelName("other:latest");
+    const { digest: blob } = await addBlobBytes(root, new TextEncoder().encode("kept"));
+    const other = parseModelName("other:latest")!;
     await writeManifest(root, manifestPathIn(root, other), new TextEncoder().encode(JSON.stringify({ schemaVersion: 2, layers: [{ mediaType: "application/vnd.ollama.image.model", digest: blob, size: 4 }] })));
     // readFile would block on the FIFO's open for ever; these must answer
-    await expect(copyModel(root, victim, parseModelName("copy:latest"))).rejects.toMatchObject({ code: "CORRUPT_MANIFEST" });
+    await expect(copyModel(root, victim, parseModelName("copy:latest")!)).rejects.toMatchObject({ code: "CORRUPT_MANIFEST" });
     await expect(deleteModel(root, victim)).rejects.toMatchObject({ code: "CORRUPT_MANIFEST" });
     // a store with an unreadable manifest keeps every blob
     expect(await removeUnreferenced(root, [blob])).toEqual([]);
