@@ -7,7 +7,9 @@
 # time, through which `npm run bench` runs every command it measures (peak RSS), curl, with
 # which a test runs the README's curl example against a served model, and libfuse 3 (fuse3 for
 # fusermount3, libfuse3-dev and pkg-config to build @compat/mount's daemon), and docker-registry
-# (CNCF distribution: the real OCI registry the pull tests download from).
+# (CNCF distribution: the real OCI registry the pull tests download from), with openssl and
+# ssh-keygen (openssh-client) for its token-auth test (a certificate the registry trusts, and the
+# ed25519 key Ollama signs token requests with).
 # Installs what is missing; needs root and apt-get.
 set -euo pipefail
 # "command-or-file package" pairs
@@ -28,6 +30,8 @@ needs=(
   "/usr/include/fuse3/fuse_lowlevel.h libfuse3-dev"
   "pkg-config pkg-config"
   "/usr/bin/docker-registry docker-registry"
+  "openssl openssl"
+  "ssh-keygen openssh-client"
 )
 missing=()
 for pair in "${needs[@]}"; do

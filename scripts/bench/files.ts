@@ -20,6 +20,8 @@ function ollamaGemma3Header(vocab: GgufModel): GgufModel {
   m.setU32("gemma3.embedding_length", 4096);
   m.setU32("gemma3.block_count", 8);
   m.setU32("gemma3.mm.tokens_per_image", 256);
+  // as in Ollama's vision files: its Capabilities() reads vision from this key (migrate compares it)
+  m.setU32("gemma3.vision.block_count", 4);
   m.setString("tokenizer.ggml.model", "llama");
   for (const key of ["tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type"]) {
     const arr = vocab.getArray(key);

@@ -1,4 +1,5 @@
-/** Requests that prove a running llama-server works: a few tokens, one image answer, one embedding; and what to say when it did not start. */
+/** Requests that prove a running llama-server works: a few tokens, one image or audio answer, one embedding; and what to say when it did not start. */
+import { readGguf } from "@compat/gguf";
 import { BridgeError } from "@compat/server-bridge";
 
 /** A 16x16 grey test image as PPM, a format llama.cpp's image loader (stb_image) reads. */
@@ -52,6 +53,76 @@ export async function imageAnswer(url: string, prompt = "What is in this image?"
       grammar: PRINTABLE,
     }),
   );
+}
+
+/** One second of a 440 Hz tone as a 16 kHz mono 16-bit WAV, which llama.cpp's audio loader reads (and resamples as it needs). */
+export function testWav(): Buffer {
+  const rate = 16_000;
+  const pcm = Buffer.alloc(rate * 2);
+  for (let i = 0; i < rate; i++) pcm.writeInt16LE(Math.round(8000 * Math.sin((2 * Math.PI * 440 * i) / rate)), i * 2);
+  const head = Buffer.alloc(44);
+  head.write("RIFF", 0);
+  head.writeUInt32LE(36 + pcm.length, 4);
+  head.write("WAVEfmt ", 8);
+  head.writeUInt32LE(16, 16); // the fmt chunk's size
+  head.writeUInt16LE(1, 20); // PCM
+  head.writeUInt16LE(1, 22); // mono
+  head.writeUInt32LE(rate, 24);
+  head.writeUInt32LE(rate * 2, 28); // bytes per second
+  head.writeUInt16LE(2, 32); // bytes per frame
+  head.writeUInt16LE(16, 34); // bits per sample
+  head.write("data", 36);
+  head.writeUInt32LE(pcm.length, 40);
+  return Buffer.concat([head, pcm]);
+}
+
+/** A chat completion about testWav(): the projector encoded it when the prompt has more tokens than the text alone. */
+export async function audioAnswer(url: string, prompt = "What is this sound?", maxTokens = 4): Promise<Answer> {
+  return answer(
+    await post(`${url}/v1/chat/completions`, {
+      messages: [{ role: "user", content: [{ type: "text", text: prompt }, { type: "input_audio", input_audio: { data: testWav().toString("base64"), format: "wav" } }] }],
+      max_tokens: maxTokens,
+      temperature: 0,
+      grammar: PRINTABLE,
+    }),
+  );
+}
+
+/**
+ * What a projector (mmproj GGUF) encodes, so that its check asks for that: images
+ * (clip.has_vision_encoder) and sound (clip.has_audio_encoder). A projector that says
+ * neither is a vision one (old LLaVA projectors carry no such key).
+ */
+export async function projectorInputs(path: string): Promise<{ image: boolean; audio: boolean }> {
+  const m = await readGguf(path);
+  try {
+    const audio = m.tryGetBool("clip.has_audio_encoder") === true;
+    return { image: m.tryGetBool("clip.has_vision_encoder") ?? !audio, audio };
+  } finally {
+    await m.close();
+  }
+}
+
+/**
+ * The answers that prove a projector loaded in llama-server at `url` works: an image answer
+ * where it encodes images, an audio answer where it encodes sound (an audio-only projector is
+ * asked no image), each with more prompt tokens than the same question without the input.
+ * Returns one line per check; throws naming the input that was not encoded.
+ */
+export async function projectorAnswers(url: string, mmproj: string): Promise<Array<{ input: "image" | "audio"; ok: boolean; detail: string }>> {
+  const inputs = await projectorInputs(mmproj);
+  const out: Array<{ input: "image" | "audio"; ok: boolean; detail: string }> = [];
+  if (inputs.image) {
+    const without = await textAnswer(url, "What is in this image?");
+    const a = await imageAnswer(url);
+    out.push({ input: "image", ok: a.promptTokens > without.promptTokens, detail: `${a.promptTokens - without.promptTokens} image tokens, answer ${JSON.stringify(a.text)}` });
+  }
+  if (inputs.audio) {
+    const without = await textAnswer(url, "What is this sound?");
+    const a = await audioAnswer(url);
+    out.push({ input: "audio", ok: a.promptTokens > without.promptTokens, detail: `${a.promptTokens - without.promptTokens} audio tokens, answer ${JSON.stringify(a.text)}` });
+  }
+  return out;
 }
 
 /** An embedding: its length. */

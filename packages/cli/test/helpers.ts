@@ -4,13 +4,15 @@
  */
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdir, open, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, open, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { request } from "node:http";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { GgmlType, fileSource, readGguf, writeGguf } from "@compat/gguf";
-import { generateFixture } from "@compat/testkit";
+import { generateFixture, startOciRegistry, type OciRegistry } from "@compat/testkit";
+import { afterAll, afterEach, beforeAll } from "vitest";
 import { DEMO_FIXTURE, demoModelPath } from "../src/demo-fixture";
 
 /** src/bin.ts, run as `node --import <tsx> <bin> …`. */
@@ -118,4 +120,44 @@ export async function ensureDemoModel(): Promise<void> {
   await mkdir(dirname(demoModelPath()), { recursive: true });
   const { arch, ...options } = DEMO_FIXTURE;
   await writeGguf(generateFixture(arch, options).text, demoModelPath());
+}
+
+/**
+ * One test file's real OCI registry (Debian's docker-registry) and the CLI runs it drives: every
+ * run still going after a test is killed, and the registry and the file's temp folders go with
+ * the file. Call at the top level of the file.
+ */
+export function registryHarness(prefix: string) {
+  const dirs: string[] = [];
+  const children: ChildProcess[] = [];
+  const h = {
+    /** Set before the first test runs. */
+    registry: undefined as unknown as OciRegistry,
+    async temp(): Promise<string> {
+      const d = await mkdtemp(join(tmpdir(), prefix));
+      dirs.push(d);
+      return d;
+    },
+    start(args: string[], env: Record<string, string> = {}) {
+      const s = spawnCli(args, env);
+      children.push(s.child);
+      return s;
+    },
+    async run(args: string[], env: Record<string, string> = {}) {
+      const s = h.start(args, env);
+      const { code } = await s.closed;
+      return { code, ...s.out };
+    },
+  };
+  beforeAll(async () => {
+    h.registry = await startOciRegistry();
+  }, 120_000);
+  afterEach(() => {
+    for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
+  });
+  afterAll(async () => {
+    await h.registry?.stop();
+    for (const d of dirs) await rm(d, { recursive: true, force: true });
+  });
+  return h;
 }

@@ -191,7 +191,7 @@ describe("ollama-compat serve on a mount of its own", () => {
     await chatOk(all.url, "llama3.2:1b");
     all.child.kill("SIGTERM");
     expect((await exited(all.child)).code).toBe(143);
-  });
+  }, 240_000);
 
   it("serve MODEL and serve --all read from a mount (nothing written to the cache); --no-mount uses the cache", async () => {
     const { dir, store } = await storeDir();
@@ -220,7 +220,7 @@ describe("ollama-compat serve on a mount of its own", () => {
     cached.child.kill("SIGINT");
     await exited(cached.child);
     expect((await readdir(join(cache, "translated", "entries"))).length).toBe(1);
-  });
+  }, 240_000);
 
   it("falls back to the cache, with the reason in one line, where FUSE cannot be used", async () => {
     const { dir, store } = await storeDir();

@@ -5,51 +5,21 @@
  * llama-mtmd-cli answers an image with the pair; a corrupted layer or a pull killed midway leaves
  * no file under a final name, and the next pull starts over cleanly.
  */
-import type { ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { freePort, LlamaChild, waitHealthy } from "@compat/server-bridge";
-import { allFixtureVariants, findLlamaTools, generateFixtureFiles, runMtmdCli, startOciRegistry, type OciRegistry } from "@compat/testkit";
+import { allFixtureVariants, findLlamaTools, generateFixtureFiles, runMtmdCli } from "@compat/testkit";
 import { exportPaths } from "../src/commands/export";
 import { pullCommand } from "../src/commands/pull";
 import { translateCommand } from "../src/commands/translate";
 import type { CliIo } from "../src/io";
 import { testImage } from "../src/llama-check";
-import { spawnCli, withZeroTensor } from "./helpers";
+import { registryHarness, withZeroTensor } from "./helpers";
 
-const dirs: string[] = [];
-const children: ChildProcess[] = [];
-let registry: OciRegistry;
-async function temp(): Promise<string> {
-  const d = await mkdtemp(join(tmpdir(), "compat-cli-pull-to-"));
-  dirs.push(d);
-  return d;
-}
-beforeAll(async () => {
-  registry = await startOciRegistry();
-}, 120_000);
-afterEach(() => {
-  for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
-});
-afterAll(async () => {
-  await registry?.stop();
-  for (const d of dirs) await rm(d, { recursive: true, force: true });
-});
-
-function start(args: string[], env: Record<string, string> = {}) {
-  const s = spawnCli(args, env);
-  children.push(s.child);
-  return s;
-}
-
-async function run(args: string[], env: Record<string, string> = {}) {
-  const s = start(args, env);
-  const { code } = await s.closed;
-  return { code, ...s.out };
-}
+const harness = registryHarness("compat-cli-pull-to-");
+const { temp, start, run } = harness;
 
 /** The command in this process (no binary start-up per fixture), its output collected. */
 function io(): CliIo & { stdout: string; stderr: string } {
@@ -80,7 +50,7 @@ describe("pull --to DIR (real registry)", () => {
     expect(vision.length).toBeGreaterThan(5);
     for (const [i, v] of vision.entries()) {
       const fx = await generateFixtureFiles(v.arch, { seed: 7, layout: "ollama", variant: v.variant }, join(fixtures, String(i)));
-      const pushed = await registry.pushModel({ name: `library/v${i}:${v.variant.replace(/[^A-Za-z0-9_.-]/g, "_")}`, model: fx.text, params: { num_ctx: 512 }, template: "{{ .Prompt }}" });
+      const pushed = await harness.registry.pushModel({ name: `library/v${i}:${v.variant.replace(/[^A-Za-z0-9_.-]/g, "_")}`, model: fx.text, params: { num_ctx: 512 }, template: "{{ .Prompt }}" });
       const out = io();
       await pullCommand(pushed.ref, { insecure: true, to, quiet: true }, out);
       const name = out.stdout.split(" -> ")[0]!;
@@ -100,7 +70,7 @@ describe("pull --to DIR (real registry)", () => {
 
   it("the binary: llama-server serves the folder through its models.ini (text and image), llama-mtmd-cli answers an image with the pair", async () => {
     const fx = await generateFixtureFiles("gemma3", { seed: 5, layout: "ollama", variant: "4b-vision" }, await temp());
-    const pushed = await registry.pushModel({ name: "library/gemma3:4b", model: fx.text, params: { num_ctx: 1024 } });
+    const pushed = await harness.registry.pushModel({ name: "library/gemma3:4b", model: fx.text, params: { num_ctx: 1024 } });
     const to = await temp();
     const r = await run(["pull", pushed.ref, "--insecure", "--to", to, "--json"]);
     expect(r.code, r.stderr).toBe(0);
@@ -109,7 +79,7 @@ describe("pull --to DIR (real registry)", () => {
     expect(events.at(-1)).toEqual({ status: "success" });
     const model = pushed.layers.find((l) => l.mediaType.endsWith(".model"))!;
     expect(events).toContainEqual({ status: `pulling ${model.digest.slice(7, 19)}`, digest: model.digest, total: model.size, completed: model.size });
-    const name = `${registry.host}/library/gemma3:4b`;
+    const name = `${harness.registry.host}/library/gemma3:4b`;
     const paths = exportPaths(to, name, "models-dir", true);
     expect(await ggufs(to)).toEqual([paths.model, paths.mmproj].map((p) => p.slice(to.length + 1)).sort());
 
@@ -144,12 +114,12 @@ describe("pull --to DIR (real registry)", () => {
     const dir = await temp();
     const fx = await generateFixtureFiles("gemma3", { seed: 5, layout: "ollama", variant: "4b-vision" }, join(dir, "o"));
     const native = await generateFixtureFiles("llama", { seed: 3, layout: "native" }, join(dir, "n"));
-    const vision = await registry.pushModel({ name: "acme/eyes:2", model: fx.text });
-    const plain = await registry.pushModel({ name: "library/tiny:native", model: native.text, params: { stop: ["User:"] } });
+    const vision = await harness.registry.pushModel({ name: "acme/eyes:2", model: fx.text });
+    const plain = await harness.registry.pushModel({ name: "library/tiny:native", model: native.text, params: { stop: ["User:"] } });
     const lm = join(dir, "lmstudio");
     const a = io();
     await pullCommand(vision.ref, { insecure: true, to: lm, layout: "lmstudio", quiet: true }, a);
-    const lmPaths = exportPaths(lm, `${registry.host}/acme/eyes:2`, "lmstudio", true);
+    const lmPaths = exportPaths(lm, `${harness.registry.host}/acme/eyes:2`, "lmstudio", true);
     expect(lmPaths.model).toContain(join(lm, "acme", "eyes-2"));
     expect(await ggufs(lm)).toEqual([lmPaths.model, lmPaths.mmproj].map((p) => p.slice(lm.length + 1)).sort());
     // pulled again: the files it made are replaced, nothing else appears
@@ -159,7 +129,7 @@ describe("pull --to DIR (real registry)", () => {
     expect(await ggufs(lm)).toHaveLength(2);
     const swap = join(dir, "swap");
     await pullCommand(plain.ref, { insecure: true, to: swap, layout: "llama-swap", quiet: true, llamaServer: "/opt/llama-server" }, io());
-    const nativePath = exportPaths(swap, `${registry.host}/library/tiny:native`, "llama-swap", false).model;
+    const nativePath = exportPaths(swap, `${harness.registry.host}/library/tiny:native`, "llama-swap", false).model;
     expect(Buffer.compare(await readFile(nativePath), await readFile(native.text))).toBe(0);
     const yaml = await readFile(join(swap, "llama-swap.yaml"), "utf8");
     expect(yaml).toContain("/opt/llama-server");
@@ -169,11 +139,11 @@ describe("pull --to DIR (real registry)", () => {
 
   it("a corrupted layer: one line naming the layer, no file under a final name, no temp file", async () => {
     const fx = await generateFixtureFiles("gemma3", { seed: 6, layout: "ollama", variant: "4b-vision" }, await temp());
-    const pushed = await registry.pushModel({ name: "library/bad:vision", model: fx.text });
+    const pushed = await harness.registry.pushModel({ name: "library/bad:vision", model: fx.text });
     const layer = pushed.layers.find((l) => l.mediaType.endsWith(".model"))!;
-    const bad = await readFile(registry.blobDataPath(layer.digest));
+    const bad = await readFile(harness.registry.blobDataPath(layer.digest));
     bad[bad.length - 5]! ^= 1; // in the tensor data: the header parses, the digest is found wrong at the end
-    await writeFile(registry.blobDataPath(layer.digest), bad);
+    await writeFile(harness.registry.blobDataPath(layer.digest), bad);
     const to = await temp();
     const r = await run(["pull", pushed.ref, "--insecure", "--to", to, "-q"]);
     expect(r.code).toBe(1);
@@ -189,7 +159,7 @@ describe("pull --to DIR (real registry)", () => {
     const dir = await temp();
     const small = await generateFixtureFiles("gemma3", { seed: 8, layout: "ollama", variant: "4b-vision" }, dir);
     const big = await withZeroTensor(small.text, dir, "big", 48 << 20);
-    const pushed = await registry.pushModel({ name: "library/killed:vision", model: big });
+    const pushed = await harness.registry.pushModel({ name: "library/killed:vision", model: big });
     const layer = pushed.layers.find((l) => l.mediaType.endsWith(".model"))!;
     const to = await temp();
     let midway = 0;
@@ -212,7 +182,7 @@ describe("pull --to DIR (real registry)", () => {
     expect(midway).toBeGreaterThan(0);
     const r = await run(["pull", pushed.ref, "--insecure", "--to", to, "--json"]);
     expect(r.code, r.stderr).toBe(0);
-    const paths = exportPaths(to, `${registry.host}/library/killed:vision`, "models-dir", true);
+    const paths = exportPaths(to, `${harness.registry.host}/library/killed:vision`, "models-dir", true);
     const text = join(dir, "t.gguf");
     const mmproj = join(dir, "m.gguf");
     await translateCommand(big, { output: text, mmproj, quiet: true }, io());

@@ -3,46 +3,16 @@
  * its upload API): the pulled model is listed and served; killed with SIGKILL at random
  * moments and run again, it ends with the same bytes and nothing left over; failures are one line.
  */
-import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { readdir, readFile, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { join } from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { findLlamaTools, generateFixtureFiles, startOciRegistry, type OciRegistry } from "@compat/testkit";
-import { spawnCli } from "./helpers";
+import { describe, expect, it } from "vitest";
+import { findLlamaTools, generateFixtureFiles } from "@compat/testkit";
+import { registryHarness } from "./helpers";
 
-const dirs: string[] = [];
-const children: ChildProcess[] = [];
-let registry: OciRegistry;
-async function temp(): Promise<string> {
-  const d = await mkdtemp(join(tmpdir(), "compat-cli-pull-"));
-  dirs.push(d);
-  return d;
-}
-beforeAll(async () => {
-  registry = await startOciRegistry();
-}, 120_000);
-afterEach(() => {
-  for (const c of children.splice(0)) if (c.exitCode === null && c.signalCode === null) c.kill("SIGKILL");
-});
-afterAll(async () => {
-  await registry?.stop();
-  for (const d of dirs) await rm(d, { recursive: true, force: true });
-});
-
-function start(args: string[], env: Record<string, string> = {}) {
-  const s = spawnCli(args, env);
-  children.push(s.child);
-  return s;
-}
-
-async function run(args: string[], env: Record<string, string> = {}) {
-  const s = start(args, env);
-  const { code } = await s.closed;
-  return { code, ...s.out };
-}
+const harness = registryHarness("compat-cli-pull-");
+const { temp, start, run } = harness;
 
 /** Names in blobs/ that are neither a final blob nor anything else a finished pull keeps. */
 async function leftovers(root: string): Promise<string[]> {
@@ -65,7 +35,7 @@ function prng(seed: number): () => number {
 describe("ollama-compat pull (real registry)", () => {
   it("pulls into the store: ls lists it, serve answers it", async () => {
     const fx = await generateFixtureFiles("gemma3", { seed: 5, layout: "ollama", variant: "1b" }, await temp());
-    const pushed = await registry.pushModel({ name: "library/gemma3:1b", model: fx.text, params: { num_ctx: 512 } });
+    const pushed = await harness.registry.pushModel({ name: "library/gemma3:1b", model: fx.text, params: { num_ctx: 512 } });
     const root = await temp();
     const r = await run(["pull", pushed.ref, "--insecure", "--models", root]);
     expect(r.code, r.stderr).toBe(0);
@@ -95,7 +65,7 @@ describe("ollama-compat pull (real registry)", () => {
     const seed = Number(process.env.PULL_SEED ?? Date.now() % 1e9);
     const random = prng(seed);
     const bytes = randomBytes(40 << 20);
-    const pushed = await registry.pushModel({ name: "library/killed:1", model: bytes, params: { num_ctx: 512 } });
+    const pushed = await harness.registry.pushModel({ name: "library/killed:1", model: bytes, params: { num_ctx: 512 } });
     const root = await temp();
     const env = { OLLAMA_COMPAT_PULL_MIN_PART_BYTES: String(1 << 20) };
     const layer = pushed.layers[0]!;
@@ -126,7 +96,7 @@ describe("ollama-compat pull (real registry)", () => {
     expect(events.at(-1)).toEqual({ status: "success" });
     expect(Buffer.compare(await readFile(join(root, "blobs", `sha256-${layer.digest.slice(7)}`)), bytes), `seed ${seed}`).toBe(0);
     expect(await leftovers(root), `seed ${seed}`).toEqual([]);
-    expect(Buffer.compare(await readFile(join(root, "manifests", registry.host, "library", "killed", "1")), Buffer.from(pushed.manifest))).toBe(0);
+    expect(Buffer.compare(await readFile(join(root, "manifests", harness.registry.host, "library", "killed", "1")), Buffer.from(pushed.manifest))).toBe(0);
   }, 120_000 + kills * 30_000);
 
   it("failures are one line: no registry there, a corrupted layer (and nothing of it kept)", async () => {
@@ -141,11 +111,11 @@ describe("ollama-compat pull (real registry)", () => {
       "ollama-compat: REGISTRY_UNREACHABLE: cannot reach 127.0.0.1:6665: port 6665 is one of the ports fetch() refuses to connect to (the Fetch standard's bad ports), whatever listens there; put the registry on another port\n",
     );
     const good = randomBytes(2 << 20);
-    const pushed = await registry.pushModel({ name: "library/bad:1", model: good });
+    const pushed = await harness.registry.pushModel({ name: "library/bad:1", model: good });
     const layer = pushed.layers[0]!;
     const bad = Buffer.from(good);
     bad[7]! ^= 1;
-    await writeFile(registry.blobDataPath(layer.digest), bad);
+    await writeFile(harness.registry.blobDataPath(layer.digest), bad);
     const r = await run(["pull", pushed.ref, "--insecure", "--models", root, "-q"]);
     expect(r.code).toBe(1);
     expect(r.stderr.split("\n").filter(Boolean)).toHaveLength(1);

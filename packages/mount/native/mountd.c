@@ -48,6 +48,10 @@ enum { EXT_ZERO = 0, EXT_MEMORY = 1, EXT_SOURCE = 2, EXT_SIDECAR = 3 };
 
 /** The largest read the kernel sends (max_read): 1 MiB, FUSE's max_pages limit. */
 #define MAX_READ (1u << 20)
+/** How far ahead of the reads a source is asked of the disk (source_prefetch). */
+#define PREFETCH (32u << 20)
+/** How far behind the reads a source's pages are dropped from the cache, and in what steps (source_served). */
+#define DROP_STEP (8u << 20)
 /** How long the kernel may keep names and attributes: every change is also invalidated at once. */
 #define CACHE_SECONDS 1.0
 
@@ -75,6 +79,8 @@ struct source {
   int fd;
   atomic_int bad;         // set once: the path no longer names the file we opened
   atomic_int invalidated; // the kernel was told to drop the pages of files using it
+  _Atomic uint64_t ahead;   // asked of the disk up to here (source_prefetch)
+  _Atomic uint64_t dropped; // its pages dropped from the cache up to here (source_served)
   int refs;       // under sources_lock
   struct source *next;
 };
@@ -996,6 +1002,52 @@ static int sidecar_fd(struct sidecar *sc) {
   return fd;
 }
 
+/**
+ * Asks the disk for the source's bytes up to PREFETCH past a read of [at, end), so they are
+ * cached by the time the kernel's next requests come. The kernel's own readahead of the source
+ * does not do it: our workers read it concurrently, out of order, and its per-file window takes
+ * that for random reads (synchronous 1 MiB reads from the disk). One frontier per source: a
+ * read far behind it (another file's bytes, a jump back) starts a new one.
+ */
+static void source_prefetch(struct source *s, uint64_t at, uint64_t end) {
+  uint64_t ahead = atomic_load(&s->ahead);
+  for (;;) {
+    if (end + PREFETCH / 2 <= ahead && at + 2 * PREFETCH >= ahead) return; // far enough ahead already
+    uint64_t from = at + 2 * PREFETCH < ahead || ahead < at ? at : ahead;
+    uint64_t to = end + PREFETCH < (uint64_t)s->size ? end + PREFETCH : (uint64_t)s->size;
+    if (to <= from) return;
+    if (atomic_compare_exchange_weak(&s->ahead, &ahead, to)) {
+      posix_fadvise(s->fd, (off_t)from, (off_t)(to - from), POSIX_FADV_WILLNEED);
+      return;
+    }
+  }
+}
+
+/**
+ * Drops the source's pages from the page cache once they are served: the mount's own pages
+ * (kept across opens) hold these bytes now, and keeping both would cache the model twice.
+ * Dropped a step behind the reads (workers serve them out of order, and a page at the edge of a
+ * read is needed by the next), a DROP_STEP at a time (each drop drains every CPU's page lists).
+ * A read that jumps back starts the watermark again there; `last` (the file's last bytes) drops
+ * up to the end of the read.
+ */
+static void source_served(struct source *s, uint64_t at, uint64_t end, int last) {
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  uint64_t upto = last ? end / page * page : (at / DROP_STEP > 0 ? (at / DROP_STEP - 1) * DROP_STEP : 0);
+  uint64_t dropped = atomic_load(&s->dropped);
+  for (;;) {
+    if (at + 2 * DROP_STEP < dropped) { // jumped back: the watermark starts again here
+      if (atomic_compare_exchange_weak(&s->dropped, &dropped, at / DROP_STEP * DROP_STEP)) return;
+      continue;
+    }
+    if (upto < dropped + (last ? 1 : DROP_STEP)) return;
+    if (atomic_compare_exchange_weak(&s->dropped, &dropped, upto)) {
+      posix_fadvise(s->fd, (off_t)dropped, (off_t)(upto - dropped), POSIX_FADV_DONTNEED);
+      return;
+    }
+  }
+}
+
 static int pread_all(int fd, uint8_t *out, uint64_t length, uint64_t offset) {
   while (length > 0) {
     ssize_t n = pread(fd, out, length, (off_t)offset);
@@ -1074,7 +1126,12 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
         break;
       case EXT_SOURCE: {
         struct source *s = f->sources[e->index];
-        if (!source_ok(s) || pread_all(s->fd, dst, n, at) != 0) {
+        if (!source_ok(s)) {
+          fuse_reply_err(req, EIO);
+          return;
+        }
+        source_prefetch(s, at, at + n);
+        if (pread_all(s->fd, dst, n, at) != 0) {
           fuse_reply_err(req, EIO);
           return;
         }
@@ -1101,7 +1158,17 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
       return;
     }
   }
+  // Replied first, the pages dropped after (off the read's latency): the reply can let the
+  // kernel release the handle, so the file is held until then.
+  atomic_fetch_add(&f->refs, 1);
   fuse_reply_buf(req, (const char *)buf, size);
+  for (uint32_t i = lo; i < f->nextents && f->extents[i].at < end; i++) {
+    const struct extent *e = &f->extents[i];
+    if (e->kind != EXT_SOURCE) continue;
+    uint64_t from = e->at > start ? e->at : start, to = e->at + e->length < end ? e->at + e->length : end;
+    source_served(f->sources[e->index], e->offset + (from - e->at), e->offset + (to - e->at), to == e->at + e->length && to == f->size);
+  }
+  vfile_put(f);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
@@ -1251,7 +1318,9 @@ int main(int argc, char **argv) {
 
   struct fuse_loop_config *cfg = fuse_loop_cfg_create();
   fuse_loop_cfg_set_max_threads(cfg, (unsigned)threads);
-  fuse_loop_cfg_set_idle_threads(cfg, (unsigned)(threads < 4 ? threads : 4));
+  // Idle workers stay: retiring them made libfuse start and stop a thread (and map its buffers)
+  // every few requests of a cold load, about 150 for 1 GiB read.
+  fuse_loop_cfg_set_idle_threads(cfg, (unsigned)threads);
   int rc = fuse_session_loop_mt(session, cfg);
   fuse_loop_cfg_destroy(cfg);
 

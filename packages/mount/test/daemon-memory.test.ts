@@ -1,11 +1,13 @@
 // The daemon's memory stays flat while libfuse's worker threads come and go: each worker's
-// 1 MiB read buffer goes with it (it used to stay: about 1 MiB per retired worker).
-import { spawn } from "node:child_process";
+// 1 MiB read buffer goes with it (it used to stay: about 1 MiB per retired worker). And over
+// many cold reads its workers stay (none started and retired per read) and its memory with them.
+import { execFileSync, spawn } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
 import { readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import type { ComputedPart, FilePlan } from "@compat/mount";
-import { tempDirs } from "./helpers";
+import { sha256, tempDirs } from "./helpers";
 
 const t = tempDirs();
 
@@ -99,4 +101,71 @@ describe("the daemon's memory", () => {
     // bounded by the buffer size, not by how many workers came and went (up to THREADS a round).
     expect(after - before).toBeLessThanOrEqual(2 * THREADS * MAX_READ);
   }, 300_000);
+
+  it("keeps its workers and its memory over many cold reads of the mounted files", async () => {
+    const dir = await t.dir();
+    const source = join(dir, "source.bin");
+    const HEAD = 4096;
+    const PART = 8 * MAX_READ; // read ahead by the kernel: several requests in flight at once
+    const FILES = 4;
+    const bytes = randomBytes(FILES * PART);
+    await writeFile(source, bytes);
+    const st = await stat(source, { bigint: true });
+    const mount = await t.mount(dir, { threads: THREADS });
+    const files: string[] = [];
+    for (let i = 0; i < FILES; i++) {
+      const plan: FilePlan = {
+        size: HEAD + PART,
+        mtimeNs: st.mtimeNs,
+        memory: new Uint8Array(HEAD).fill(i),
+        sources: [{ path: source, dev: st.dev, ino: st.ino, size: bytes.length, mtimeNs: st.mtimeNs }],
+        sidecars: [],
+        extents: [
+          { kind: "memory", at: 0, offset: 0, length: HEAD },
+          { kind: "source", at: HEAD, source: 0, offset: i * PART, length: PART },
+        ],
+      };
+      await mount.addFile(`f${i}.bin`, plan, []);
+      files.push(join(mount.dir, `f${i}.bin`));
+    }
+    // Cold: the page cache of the mounted files and of the source dropped before every round
+    // (dd's nocache is fadvise DONTNEED on the file: no root needed).
+    const uncache = (p: string) => execFileSync("dd", [`if=${p}`, "iflag=nocache", "count=0", "status=none"]);
+    const round = async () => {
+      for (const p of [...files, source]) uncache(p);
+      await readAllAtOnce(files);
+    };
+    await round();
+    await round();
+    const want = (i: number) => sha256Of(Buffer.concat([Buffer.alloc(HEAD, i), bytes.subarray(i * PART, (i + 1) * PART)]));
+    expect(await sha256(files[1]!)).toBe(want(1));
+    const threadsBefore = await threadsOf(mount.pid);
+    const before = await rss(mount.pid);
+    // the most threads seen while reading (sampled: the peak may fall between samples)
+    let peak = threadsBefore;
+    let reading = true;
+    const sampler = (async () => {
+      while (reading) {
+        peak = Math.max(peak, await threadsOf(mount.pid));
+        await new Promise((w) => setTimeout(w, 10));
+      }
+    })();
+    for (let r = 0; r < 20; r++) await round();
+    reading = false;
+    await sampler;
+    const threadsAfter = await threadsOf(mount.pid);
+    const after = await rss(mount.pid);
+    expect(await sha256(files[3]!)).toBe(want(3));
+    // Idle workers are kept (up to THREADS): none retired, so no thread (with its stack and
+    // buffers) is started again for the next read.
+    expect(threadsAfter).toBeGreaterThanOrEqual(peak);
+    expect(threadsAfter).toBeLessThanOrEqual(OTHER_THREADS + THREADS);
+    // What may grow: the workers started meanwhile (if any), each with its read buffer and
+    // libfuse's request buffer, and 1 MiB of slack for the allocator. Not a MiB per read.
+    expect(after - before).toBeLessThanOrEqual((threadsAfter - threadsBefore) * 2.5 * MAX_READ + MAX_READ);
+  }, 300_000);
 });
+
+function sha256Of(b: Buffer): string {
+  return createHash("sha256").update(b).digest("hex");
+}

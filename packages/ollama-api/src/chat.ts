@@ -1,6 +1,8 @@
 import { parseKeepAlive } from "./duration";
 import { ApiError, badRequest } from "./errors";
 import type { ApiModel } from "./models";
+import { ollamaTemplate, renderOllamaTemplate, type OllamaTemplate } from "./ollama-template";
+import { goRenderingFor, promptField, renderedDecoder, thinkValues } from "./rendered";
 import { samplingFields } from "./options";
 import type { AnswerRequest, AnswerShape } from "./respond";
 import { chatDecoder, completionDecoder } from "./stream";
@@ -125,19 +127,73 @@ function mergeUserRuns(messages: Json[]): Json[] {
   return out;
 }
 
-/** The model's system prompt first, unless the conversation starts with one (Ollama's ChatHandler). */
-function withSystem(m: ApiModel, messages: Json[]): Json[] {
-  const system = m.prepared.resolved.system;
-  if (!system || messages[0]?.role === "system") return messages;
-  return [{ role: "system", content: system }, ...messages];
+/**
+ * The model's messages layer before the conversation, and its system prompt first unless the
+ * conversation starts with one (Ollama's ChatHandler: `append(m.Messages, req.Messages...)`).
+ * `generate`: a request's own system prompt stays first, the layer's turns after it, as
+ * Ollama's GenerateHandler orders them.
+ */
+function withSystem(m: ApiModel, messages: Json[], generate = false): Json[] {
+  const { system, messages: turns = [] } = m.prepared.resolved;
+  const own = messages[0]?.role === "system";
+  if (generate && own) return [messages[0]!, ...turns, ...messages.slice(1)];
+  const all = [...turns, ...messages];
+  if (!system || own) return all;
+  return [{ role: "system", content: system }, ...all];
 }
 
 function requireCompletion(m: ApiModel, caps: string[], what: "chat" | "generate"): void {
   if (!caps.includes("completion")) throw badRequest(`"${m.name}" does not support ${what}`);
 }
 
-/** A request that only loads or unloads the model (no messages / empty prompt). */
-export type Housekeeping = { kind: "load" | "unload"; keepAliveMs?: number; reply: Json };
+/**
+ * A request that only loads or unloads the model (no messages / empty prompt), or that asks
+ * only for the prompt it would send (`_debug_render_only`, answered without loading anything).
+ */
+export type Housekeeping = { kind: "load" | "unload" | "render"; keepAliveMs?: number; reply: Json };
+
+/** llama-server's /completion body for a prompt already rendered (`raw`, or by the Go template): format as its json_schema. */
+function completionBody(m: ApiModel, prompt: string | Json, body: Json, sampling: Json): Json {
+  const format = responseFormat(body.format);
+  const json = format?.type === "json_object" ? { json_schema: {} } : format ? { json_schema: (format.json_schema as Json).schema } : {};
+  return { model: m.name, prompt, stream: true, cache_prompt: true, ...sampling, ...json };
+}
+
+/**
+ * A conversation rendered with the model's Go template, as Ollama renders it (the messages as
+ * the API has them, the tools, think), sent to llama-server as a raw prompt; with
+ * `_debug_render_only` the prompt itself is the answer, as in Ollama.
+ */
+function renderedRequest(m: ApiModel, t: OllamaTemplate, caps: string[], body: Json, messages: Json[], tools: unknown[] | undefined, keepAliveMs: number | undefined, stream: boolean, shape: AnswerShape): AnswerRequest | Housekeeping {
+  thinkFields(body.think, m, caps); // the same refusals as a chat rendered by llama-server
+  const think = thinkValues(body.think ?? (caps.includes("thinking") ? true : undefined));
+  const prompt = renderOllamaTemplate(t, { messages, tools, ...think });
+  const decoder = renderedDecoder(t, prompt, think.think === true, tools);
+  const images = messages.flatMap((msg) => (Array.isArray(msg.images) ? (msg.images as string[]) : []));
+  if (body._debug_render_only === true) return { kind: "render", reply: { model: m.name, created_at: now(), debug_info: { rendered_template: prompt, ...(images.length ? { image_count: images.length } : {}) } } };
+  images.forEach((im, j) => imagePart(im, `images[${j}]`));
+  const sampling = samplingFields(m.prepared.resolved.params, body.options);
+  return { model: m.name, keepAliveMs, stream, path: "/completion", body: completionBody(m, promptField(prompt, images), body, sampling), decoder, shape };
+}
+
+/** A Go template given in a generate request, used instead of the model's; one Go refuses is a 500 with the parser's error, as in Ollama. */
+function requestTemplate(text: string): OllamaTemplate | undefined {
+  if (text === "") return undefined;
+  try {
+    return ollamaTemplate(text);
+  } catch (e) {
+    throw new ApiError(500, e instanceof Error ? e.message : String(e));
+  }
+}
+
+/** The API's messages as the template reads them (api.Message: roles in lower case), each checked as for llama-server. */
+function apiMessages(raw: unknown[]): Json[] {
+  return raw.map((r, i) => {
+    chatMessage(r, i);
+    const msg = r as Json;
+    return { ...msg, role: String(msg.role).toLowerCase() };
+  });
+}
 
 /** POST /api/chat as llama-server's /v1/chat/completions. */
 export async function chatRequest(m: ApiModel, body: Json): Promise<AnswerRequest | Housekeeping> {
@@ -149,12 +205,13 @@ export async function chatRequest(m: ApiModel, body: Json): Promise<AnswerReques
   const facts = await m.facts;
   const caps = facts.capabilities;
   requireCompletion(m, caps, "chat");
+  const tools = Array.isArray(body.tools) && body.tools.length > 0 ? (body.tools as unknown[]) : undefined;
+  if (tools && !caps.includes("tools")) throw badRequest(`"${m.name}" does not support tools`);
+  const go = goRenderingFor(facts, tools !== undefined);
+  if (go) return renderedRequest(m, go, caps, body, withSystem(m, apiMessages(raw)), tools, c.keepAliveMs, c.stream, chatShape(m.name));
   const messages = raw.map(chatMessage);
   const upstreamBody = chatBody(m, caps, body, withSystem(m, facts.alternating ? mergeUserRuns(messages) : messages));
-  if (Array.isArray(body.tools) && body.tools.length > 0) {
-    if (!caps.includes("tools")) throw badRequest(`"${m.name}" does not support tools`);
-    upstreamBody.tools = body.tools;
-  }
+  if (tools) upstreamBody.tools = tools;
   return {
     model: m.name,
     keepAliveMs: c.keepAliveMs,
@@ -242,8 +299,9 @@ export async function generateRequest(m: ApiModel, body: Json): Promise<AnswerRe
   const base = { model: m.name, created_at: c.created(), response: "", done: true };
   if (prompt === "" && suffix === "") return { kind: c.keepAliveMs === 0 ? "unload" : "load", keepAliveMs: c.keepAliveMs, reply: { ...base, done_reason: c.keepAliveMs === 0 ? "unload" : "load" } };
   if (body.raw === true && (str("template") !== "" || system !== "" || Array.isArray(body.context))) throw badRequest("raw mode does not support template, system, or context");
-  if (str("template") !== "") throw badRequest("template: ollama-compat serves models with the chat template of their GGUF; a Go template given in the request cannot be applied");
-  const caps = (await m.facts).capabilities;
+  const override = requestTemplate(str("template"));
+  const facts = await m.facts;
+  const caps = facts.capabilities;
   requireCompletion(m, caps, "generate");
   const images = body.images ?? [];
   if (!Array.isArray(images)) throw badRequest("images: expected an array of base64 strings");
@@ -256,15 +314,14 @@ export async function generateRequest(m: ApiModel, body: Json): Promise<AnswerRe
   }
   if (body.raw === true) {
     // llama-server's media marker stands where Ollama's [img-N] tags were, else before the text
-    const promptString = images.length === 0 ? prompt : /\[img-\d+\]/.test(prompt) ? prompt.replace(/\[img-\d+\]/g, "<__media__>") : "<__media__>".repeat(images.length) + prompt;
+    const tagged = images.length === 0 || /\[img-\d+\]/.test(prompt) ? prompt : images.map((_, j) => `[img-${j}]`).join("") + prompt;
     images.forEach((im, j) => imagePart(im, `images[${j}]`));
-    const promptField = images.length === 0 ? prompt : { prompt_string: promptString, multimodal_data: images };
-    const format = responseFormat(body.format);
-    const json = format?.type === "json_object" ? { json_schema: {} } : format ? { json_schema: (format.json_schema as Json).schema } : {};
-    return { ...request, path: "/completion", body: { model: m.name, prompt: promptField, stream: true, cache_prompt: true, ...sampling, ...json }, decoder: completionDecoder };
+    return { ...request, path: "/completion", body: completionBody(m, promptField(tagged, images as string[]), body, sampling), decoder: completionDecoder };
   }
   const user: Json = { role: "user", content: prompt, ...(images.length ? { images } : {}) };
-  const messages = withSystem(m, [...(system ? [{ role: "system", content: system }] : []), user].map(chatMessage));
+  const go = override ?? goRenderingFor(facts, false);
+  if (go) return renderedRequest(m, go, caps, body, withSystem(m, apiMessages([...(system ? [{ role: "system", content: system }] : []), user]), true), undefined, c.keepAliveMs, c.stream, request.shape);
+  const messages = withSystem(m, [...(system ? [{ role: "system", content: system }] : []), user].map(chatMessage), true);
   return { ...request, path: "/v1/chat/completions", body: chatBody(m, caps, body, messages), decoder: chatDecoder };
 }
 

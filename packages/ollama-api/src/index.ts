@@ -112,7 +112,7 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
   };
   const maxBodyBytes = opts.maxBodyBytes ?? 256 * 2 ** 20;
   const maxHeldBodyBytes = opts.maxHeldBodyBytes ?? Math.max(512 * 2 ** 20, maxBodyBytes);
-  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, instances, storeRoot: store.root, maxBodyBytes, maxHeldBodyBytes, addModel });
+  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, instances, storeRoot: store.root, maxBodyBytes, maxHeldBodyBytes, addModel, env });
   const access = { origins: allowedOrigins(env), listenHost: host, apiKey: opts.apiKey };
   const matchers = originMatchers(access.origins);
   const http = createServer({ noDelay: true, keepAliveTimeout: 65_000 }, (req, res) => {

@@ -151,6 +151,15 @@ export class LoadConfigs {
     });
   }
 
+  /** Drops the variants of `name` (its files changed): the next request that needs one builds it from the new model. */
+  forget(name: string): void {
+    for (const n of [...this.variants.keys()]) {
+      if (!n.startsWith(`${name}~`)) continue;
+      this.variants.delete(n);
+      this.known.delete(n);
+    }
+  }
+
   private serially(job: () => Promise<void>): Promise<void> {
     const run = this.writing.then(job, job);
     this.writing = run.catch(() => undefined);

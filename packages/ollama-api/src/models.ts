@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import { readFile, stat } from "node:fs/promises";
 import { archKey, fileTypeName, ggmlTypeName, GgufKeys, readGguf, summarize, type GgufModel, type GgufValue } from "@compat/gguf";
 import type { PreparedModel } from "@compat/prepare";
+import { ollamaTemplate, templateCapabilities, type OllamaTemplate } from "./ollama-template";
 
 /** One served model as the Ollama API describes it. */
 export interface ApiModel {
@@ -23,7 +24,7 @@ interface ModelDetails {
 }
 
 /** What /api/tags, /api/show and /api/ps say about a model, read once from its manifest and GGUF header. */
-interface ModelFacts {
+export interface ModelFacts {
   details: ModelDetails;
   /** sha256 of the manifest (what `ollama list` shows as ID). */
   digest: string;
@@ -38,6 +39,15 @@ interface ModelFacts {
   template: string;
   /** The chat template refuses two messages of one role in a row (gemma's "Conversation roles must alternate"). */
   alternating: boolean;
+  /**
+   * The Go template layer, parsed; undefined without one, or when Go would refuse it (Ollama
+   * then logs it and gives it no capabilities).
+   */
+  goTemplate?: OllamaTemplate;
+  /** The file llama-server loads has a chat template; without one, chats are rendered with the Go template. */
+  servedHasChatTemplate: boolean;
+  /** That chat template takes tools (Ollama's test: it names `tools` or `tool_call`). */
+  chatTemplateTools: boolean;
 }
 
 export function apiModel(name: string, prepared: PreparedModel): ApiModel {
@@ -65,7 +75,7 @@ async function readFacts(p: PreparedModel): Promise<ModelFacts> {
     // a file llama-server reads but our reader does not (a string that is not UTF-8): listed
     // all the same, with what the manifest says
     const details: ModelDetails = { parent_model: "", format: "gguf", family: "", families: null, parameter_size: "", quantization_level: "" };
-    return { details, digest, modifiedAt, size: r.size, architecture: "", contextLength: 0, modelInfo: {}, capabilities: ["completion"], template: r.template ?? "", alternating: false };
+    return { details, digest, modifiedAt, size: r.size, architecture: "", contextLength: 0, modelInfo: {}, capabilities: ["completion"], template: r.template ?? "", alternating: false, servedHasChatTemplate: true, chatTemplateTools: false };
   }
   try {
     const arch = gguf.getString(GgufKeys.ARCHITECTURE, "");
@@ -74,6 +84,8 @@ async function readFacts(p: PreparedModel): Promise<ModelFacts> {
     const str = (k: string) => (typeof cfg[k] === "string" ? (cfg[k] as string) : "");
     const family = str("model_family") || arch;
     const summary = summarize(gguf);
+    const served = p.modelPath === r.modelPath ? chatTemplate : await servedChatTemplate(p.modelPath);
+    const goTemplate = parsedTemplate(r.template);
     const details: ModelDetails = {
       parent_model: "",
       format: str("model_format") || "gguf",
@@ -90,14 +102,29 @@ async function readFacts(p: PreparedModel): Promise<ModelFacts> {
       architecture: arch,
       contextLength: gguf.tryGetNumber(archKey(arch, "context_length")) ?? 0,
       modelInfo: modelInfo(gguf, false),
-      capabilities: capabilities(gguf, arch, p, chatTemplate),
+      capabilities: capabilities(gguf, arch, p, chatTemplate, goTemplate),
       template: r.template ?? chatTemplate,
-      alternating: /roles must alternate/i.test(p.modelPath === r.modelPath ? chatTemplate : await servedChatTemplate(p.modelPath)),
+      alternating: /roles must alternate/i.test(served),
+      goTemplate,
+      servedHasChatTemplate: served !== "",
+      chatTemplateTools: hasTools(served),
     };
   } finally {
     await gguf.close();
   }
 }
+
+/** A TEMPLATE layer parsed as Ollama parses it; one Go would refuse counts as none (Ollama warns and goes on). */
+function parsedTemplate(text: string | undefined): OllamaTemplate | undefined {
+  if (text === undefined || text === "") return undefined;
+  try {
+    return ollamaTemplate(text);
+  } catch {
+    return undefined;
+  }
+}
+
+const hasTools = (chatTemplate: string) => chatTemplate.includes("tools") || chatTemplate.includes("tool_call");
 
 /** The chat template of the file llama-server loads (a translation may have added one: gemma3's). */
 async function servedChatTemplate(path: string): Promise<string> {
@@ -143,19 +170,22 @@ function jsonValue(v: GgufValue): unknown {
 }
 
 /**
- * model.Capability values, as Ollama derives them (server/images.go) for a model that
- * llama-server serves with the GGUF's chat template: embedding or completion, vision and audio
- * (a tower in the file or a projector), tools and thinking from the chat template, insert when
- * the Go template has a suffix and the vocabulary has fill-in-the-middle tokens (/infill needs them).
+ * model.Capability values, as Ollama derives them (server/images.go): embedding or completion,
+ * vision and audio (a tower in the file or a projector), tools and thinking from the chat
+ * template, tools also from the Go template when its Vars name `tools` (Template.Vars: the
+ * fields it reads, so `.Tools` and `$.Tools`), thinking also when the Go template shows the
+ * tags around `.Thinking`, insert when the Go template reads `.Suffix` and the vocabulary has
+ * fill-in-the-middle tokens (/infill needs them).
  */
-function capabilities(gguf: GgufModel, arch: string, p: PreparedModel, chatTemplate: string): string[] {
+function capabilities(gguf: GgufModel, arch: string, p: PreparedModel, chatTemplate: string, go: OllamaTemplate | undefined): string[] {
   const caps: string[] = [gguf.has(archKey(arch, "pooling_type")) ? "embedding" : "completion"];
   if (p.mmproj || gguf.has(archKey(arch, "vision.block_count"))) caps.push("vision");
   if (gguf.has(archKey(arch, "audio.block_count"))) caps.push("audio");
-  if (chatTemplate.includes("tools") || chatTemplate.includes("tool_call")) caps.push("tools");
+  const goCaps = go ? templateCapabilities(go) : [];
+  if (hasTools(chatTemplate) || goCaps.includes("tools")) caps.push("tools");
   const fim = gguf.has("tokenizer.ggml.fim_pre_token_id") || gguf.has("tokenizer.ggml.prefix_token_id");
-  if (fim && (p.resolved.template ?? "").includes(".Suffix")) caps.push("insert");
-  if (THINKING.test(chatTemplate)) caps.push("thinking");
+  if (fim && goCaps.includes("insert")) caps.push("insert");
+  if (THINKING.test(chatTemplate) || goCaps.includes("thinking")) caps.push("thinking");
   return caps;
 }
 

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { blobFileName, canonicalDigest, copyModel, deleteModel, displayName, parseModelName, pullModel, StoreError, type PullProgress } from "@compat/store";
+import { blobDigest, blobFileName, canonicalDigest, copyModel, createModel, deleteModel, displayName, existingName, parseModelName, pullModel, receiveBlob, removeUnreferenced, StoreError, type ModelName, type CreateSpec, type PullProgress } from "@compat/store";
 import { BodyBudget, discard, jsonBody, parseJson, readUpTo } from "./body";
 import { chatRequest, generateRequest, isHousekeeping } from "./chat";
 import { embed, embeddings } from "./embed";
@@ -18,8 +18,14 @@ import type { InstanceLog } from "./instance-log";
 /** The Ollama release whose API this implements (what /api/version says; clients check minimums). */
 export const OLLAMA_API_VERSION = "0.32.15";
 
-const STORE_READ_ONLY =
-  "ollama-compat serve --all cannot create or push models yet: do it with the ollama command, then restart ollama-compat serve --all";
+const NO_PUSH = "ollama-compat serve --all does not push models: push with the ollama command";
+const NO_FILES =
+  "ollama-compat serve --all creates a model only from one in the store (\"from\"), not from uploaded files (GGUF or safetensors): create it with the ollama command, then it is served here";
+const NO_QUANTIZE =
+  "ollama-compat serve --all does not quantize: create the model without quantize, or quantize the GGUF with llama.cpp's llama-quantize (or the ollama command)";
+
+/** The largest blob POST /api/blobs/:digest takes (an adapter is far smaller; a model upload is for a create from files, which is refused). */
+const MAX_BLOB_UPLOAD_BYTES = 8 * 2 ** 30;
 
 type Json = Record<string, unknown>;
 
@@ -36,8 +42,10 @@ export interface RoutesOptions {
   maxBodyBytes: number;
   /** Request-body bytes held at once across all requests (see BodyBudget). */
   maxHeldBodyBytes: number;
-  /** Makes a model just written to the store servable (prepared, in the router's preset); /api/pull calls it. */
+  /** Makes a model just written to the store servable (prepared, in the router's preset); /api/pull, /api/copy and /api/create call it. */
   addModel?: (name: string) => Promise<ApiModel>;
+  /** OLLAMA_NOPRUNE and the like, as pull and create read them. */
+  env?: Record<string, string | undefined>;
 }
 
 /**
@@ -47,6 +55,10 @@ export interface RoutesOptions {
 export class OllamaRoutes {
   private readonly byName = new Map<string, ApiModel>();
   private readonly bodies: BodyBudget;
+  /** Models replaced or deleted whose instance may still be loaded: their blobs stay until it is gone. */
+  private readonly retiring = new Set<ApiModel>();
+  /** Blobs nothing names any more that were kept for a running instance; removed once it is gone. */
+  private readonly deferred = new Set<string>();
 
   constructor(private readonly o: RoutesOptions) {
     for (const m of o.models) this.byName.set(m.name.toLowerCase(), m);
@@ -119,6 +131,7 @@ export class OllamaRoutes {
       parameters: parametersText(r.params),
       template: f.template,
       ...(r.system !== undefined ? { system: r.system } : {}),
+      ...(r.messages?.length ? { messages: r.messages } : {}),
       details: f.details,
       model_info: f.modelInfo,
       capabilities: f.capabilities,
@@ -174,6 +187,7 @@ export class OllamaRoutes {
     const r = await build(m, body);
     const want = await this.want(m, body.options);
     if (!isHousekeeping(r)) return answer(this.o.scheduler, this.o.upstream, res, r, want);
+    if (r.kind === "render") return sendJson(res, 200, r.reply);
     if (r.kind === "unload") await this.o.scheduler.unload(m.name);
     else (await this.o.scheduler.acquire(m.name, want, r.keepAliveMs)).release();
     sendJson(res, 200, r.reply);
@@ -221,13 +235,14 @@ export class OllamaRoutes {
         root: this.o.storeRoot,
         insecure: body.insecure === true,
         signal: abort.signal,
+        env: this.o.env,
+        keep: this.keep,
         onProgress: (p) => {
           // "success" is said once the model is served too
           if (stream && p.status !== "success") send(p);
         },
       });
-      const name = displayName(pulled.name);
-      if (!this.find(name) && this.o.addModel) this.serve(await this.o.addModel(name));
+      await this.reserve(pulled.name);
       if (!stream) return sendJson(res, 200, { status: "success" });
       send({ status: "success" });
       res.end();
@@ -253,8 +268,7 @@ export class OllamaRoutes {
       if (e instanceof StoreError && e.code === "UNKNOWN_MODEL") throw modelNotFound(String(body.source));
       throw e;
     }
-    const name = displayName(destination);
-    if (!this.find(name) && this.o.addModel) this.serve(await this.o.addModel(name));
+    await this.reserve(destination);
     res.writeHead(200).end();
   }
 
@@ -268,7 +282,7 @@ export class OllamaRoutes {
     const n = typeof ref === "string" ? parseModelName(ref) : null;
     if (!n) throw badRequest("invalid model name");
     try {
-      await deleteModel(this.o.storeRoot, n);
+      await deleteModel(this.o.storeRoot, n, this.keep);
     } catch (e) {
       if (e instanceof StoreError && e.code === "UNKNOWN_MODEL") throw modelNotFound(String(ref));
       throw e;
@@ -277,10 +291,116 @@ export class OllamaRoutes {
     if (m) {
       this.byName.delete(m.name.toLowerCase());
       this.o.models.splice(this.o.models.indexOf(m), 1);
-      await this.o.scheduler.unload(m.name).catch(() => undefined);
+      await this.retire(m);
     }
     res.writeHead(200).end();
   }
+
+  /**
+   * POST /api/create from a model of the store (`from`), as Ollama's CreateHandler writes it
+   * (see createModel): progress objects streamed as NDJSON (`stream: false`: the last one
+   * alone), then the model served by the running router, replacing a served one of that name.
+   * A `from` not in the store is pulled first, as Ollama does. Create from uploaded files and
+   * quantize are refused with a message.
+   */
+  async create(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await this.body(req, res);
+    const ref = typeof body.model === "string" && body.model !== "" ? body.model : body.name;
+    const parsed = typeof ref === "string" ? parseModelName(ref) : null;
+    if (!parsed) throw badRequest("invalid model name");
+    const name = await existingName(this.o.storeRoot, parsed);
+    for (const k of ["quantize", "quantization", "draft_quantize"]) if (typeof body[k] === "string" && body[k] !== "") throw badRequest(NO_QUANTIZE);
+    if (typeof body.remote_host === "string" && body.remote_host !== "") throw badRequest("ollama-compat serve --all does not create remote models (remote_host)");
+    const from = typeof body.from === "string" && body.from !== "" ? body.from : undefined;
+    if (from === undefined || isFilled(body.draft_files)) {
+      if (isFilled(body.files) || isFilled(body.draft_files)) throw new ApiError(403, NO_FILES);
+      throw badRequest("neither 'from' or 'files' was specified");
+    }
+    const fromName = parseModelName(from);
+    if (!fromName) throw badRequest("invalid model name");
+    const spec = createSpec(body, name, fromName);
+    const stream = body.stream !== false;
+    const abort = new AbortController();
+    res.on("close", () => {
+      if (!res.writableFinished) abort.abort(new Error("the client went away"));
+    });
+    const send = (p: PullProgress | { error: string }) => {
+      if (!stream) return;
+      if (!res.headersSent) res.writeHead(200, { "content-type": "application/x-ndjson" });
+      res.write(JSON.stringify(p) + "\n");
+    };
+    try {
+      try {
+        await createModel(this.o.storeRoot, spec, { onProgress: send, keep: this.keep, env: this.o.env });
+      } catch (e) {
+        if (!(e instanceof StoreError && e.code === "UNKNOWN_MODEL")) throw e;
+        // parseFromModel: a source that is not installed is pulled
+        await pullModel(from, { root: this.o.storeRoot, signal: abort.signal, env: this.o.env, keep: this.keep, onProgress: (p) => p.status !== "success" && send(p) });
+        await createModel(this.o.storeRoot, spec, { onProgress: send, keep: this.keep, env: this.o.env });
+      }
+      await this.reserve(name);
+      if (!stream) return sendJson(res, 200, { status: "success" });
+      send({ status: "success" });
+      res.end();
+    } catch (e) {
+      if (abort.signal.aborted) return;
+      const message = e instanceof Error ? e.message : String(e);
+      const status = e instanceof ApiError ? e.status : e instanceof StoreError && e.code === "INVALID_CREATE" ? 400 : 500;
+      if (res.headersSent) {
+        send({ error: message });
+        res.end();
+      } else sendJson(res, status, { error: message });
+    }
+  }
+
+  /**
+   * Serves what the store now has under `name`: added to the router, or, over a served model
+   * whose manifest changed, swapped in for it, the old instance retired (see retire).
+   */
+  private async reserve(n: ModelName): Promise<void> {
+    if (!this.o.addModel) return;
+    const name = displayName(n);
+    const old = this.find(name);
+    const fresh = await this.o.addModel(name);
+    if (!old) return this.serve(fresh);
+    if ((await old.facts).digest === (await fresh.facts).digest) return;
+    this.byName.set(old.name.toLowerCase(), fresh);
+    this.o.models.splice(this.o.models.indexOf(old), 1, fresh);
+    this.o.configs.forget(old.name);
+    await this.retire(old);
+  }
+
+  /**
+   * A model whose files are no longer what its name serves: its instance takes no new request
+   * and goes once idle (the next request loads the new files); the blobs kept for it go then.
+   * Waits for that when no request holds it; else it happens when the last one is done.
+   */
+  private async retire(old: ApiModel): Promise<void> {
+    const busy = this.o.scheduler.busy(old.name);
+    this.retiring.add(old);
+    const gone = this.o.scheduler.retire(old.name).then(async () => {
+      this.retiring.delete(old);
+      const digests = [...this.deferred];
+      this.deferred.clear();
+      // a blob that cannot be removed now stays for Ollama's own prune: the store is right either way
+      if (digests.length > 0) await removeUnreferenced(this.o.storeRoot, digests, this.keep).catch(() => undefined);
+    });
+    if (!busy) await gone;
+    else gone.catch(() => undefined);
+  }
+
+  /** Whether a blob must stay for a served or retiring model's instance (it is then removed later, see retire). */
+  private readonly keep = (digest: string): boolean => {
+    for (const m of [...this.o.models, ...this.retiring]) {
+      const r = m.prepared.resolved;
+      const paths = [r.modelPath, ...r.projectors, ...r.adapters, ...(r.draft ? [r.draft] : [])];
+      if (r.modelDigest === digest || paths.some((p) => blobDigest(p) === digest)) {
+        this.deferred.add(digest);
+        return true;
+      }
+    }
+    return false;
+  };
 
   /** Lists and serves a model added while running. */
   private serve(m: ApiModel): void {
@@ -288,9 +408,39 @@ export class OllamaRoutes {
     this.o.models.push(m);
   }
 
-  async readOnly(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  async push(req: IncomingMessage, res: ServerResponse): Promise<void> {
     discard(req, res);
-    sendJson(res, 403, { error: STORE_READ_ONLY });
+    sendJson(res, 403, { error: NO_PUSH });
+  }
+
+  /**
+   * POST /api/blobs/:digest: an upload into the store (what `ollama create` sends before it
+   * names the blob), checked against the digest and renamed to it only then (receiveBlob);
+   * 200 when the store has it already, 201 when written, 400 on a mismatch.
+   */
+  async postBlob(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const digest = decodedSegment(path.slice("/api/blobs/".length));
+    if (canonicalDigest(digest) === undefined || !/^sha256:/.test(digest)) {
+      discard(req, res);
+      throw badRequest(`invalid digest format: ${digest}`);
+    }
+    const declared = Number(req.headers["content-length"] ?? 0);
+    if (declared > MAX_BLOB_UPLOAD_BYTES) {
+      discard(req, res);
+      throw new ApiError(413, `the upload of ${digest} is ${declared} bytes; this server takes blobs of at most ${MAX_BLOB_UPLOAD_BYTES} bytes`);
+    }
+    let written: boolean;
+    try {
+      written = await receiveBlob(this.o.storeRoot, canonicalDigest(digest)!, req, MAX_BLOB_UPLOAD_BYTES);
+    } catch (e) {
+      if (e instanceof StoreError && (e.code === "DIGEST_MISMATCH" || e.code === "INVALID_CREATE")) {
+        discard(req, res);
+        throw badRequest(e.message);
+      }
+      throw e;
+    }
+    if (!written) discard(req, res);
+    res.writeHead(written ? 201 : 200).end();
   }
 
   /** HEAD /api/blobs/:digest: whether the store has the blob (what `ollama create` asks before an upload). */
@@ -443,7 +593,6 @@ const whoami: RouteHandler = async (req, res) => {
   req.resume();
   sendJson(res, 401, { error: "unauthorized" });
 };
-const readOnly = OllamaRoutes.prototype.readOnly;
 
 const ROUTES: Record<string, Partial<Record<string, RouteHandler>>> = {
   "/": { GET: text("Ollama is running") },
@@ -458,11 +607,11 @@ const ROUTES: Record<string, Partial<Record<string, RouteHandler>>> = {
   "/api/embed": { POST: OllamaRoutes.prototype.embed },
   "/api/embeddings": { POST: OllamaRoutes.prototype.embeddings },
   "/api/pull": { POST: OllamaRoutes.prototype.pull },
-  "/api/push": { POST: readOnly },
-  "/api/create": { POST: readOnly },
+  "/api/push": { POST: OllamaRoutes.prototype.push },
+  "/api/create": { POST: OllamaRoutes.prototype.create },
   "/api/copy": { POST: OllamaRoutes.prototype.copy },
   "/api/delete": { DELETE: OllamaRoutes.prototype.remove },
-  "/api/blobs/:digest": { POST: readOnly, HEAD: OllamaRoutes.prototype.headBlob },
+  "/api/blobs/:digest": { POST: OllamaRoutes.prototype.postBlob, HEAD: OllamaRoutes.prototype.headBlob },
 };
 
 /** llama-server's response headers that go on to the client (not the ones of its own connection). */
@@ -470,4 +619,44 @@ function passedHeaders(up: IncomingMessage): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !["connection", "keep-alive", "transfer-encoding", "content-length"].includes(k)) out[k] = v;
   return out;
+}
+
+/** A JSON value that says something: not absent, null, "", [] or {}. */
+function isFilled(v: unknown): boolean {
+  if (v === undefined || v === null || v === "") return false;
+  if (typeof v === "object") return Object.keys(v).length > 0;
+  return true;
+}
+
+/** The fields of a create request createModel takes, their types checked (a wrong one is a 400, as Go's decoder makes it). */
+function createSpec(body: Json, name: ModelName, from: ModelName): CreateSpec {
+  const bad = (field: string, want: string) => badRequest(`json: cannot unmarshal ${JSON.stringify(body[field])} into Go struct field CreateRequest.${field} of type ${want}`);
+  const spec: CreateSpec = { name, from };
+  for (const k of ["template", "system"] as const) {
+    const v = body[k];
+    if (v === undefined || v === null) continue;
+    if (typeof v !== "string") throw bad(k, "string");
+    spec[k] = v;
+  }
+  const license = body.license;
+  if (license !== undefined && license !== null) {
+    if (typeof license === "string" || (Array.isArray(license) && license.every((l) => typeof l === "string"))) spec.license = license as string | string[];
+    else throw bad("license", "string or []string");
+  }
+  const params = body.parameters;
+  if (params !== undefined && params !== null) {
+    if (typeof params !== "object" || Array.isArray(params)) throw bad("parameters", "map[string]interface {}");
+    spec.parameters = params as Record<string, unknown>;
+  }
+  const messages = body.messages;
+  if (messages !== undefined && messages !== null) {
+    if (!Array.isArray(messages) || !messages.every((m) => typeof m === "object" && m !== null && !Array.isArray(m) && typeof (m as Json).role === "string")) throw bad("messages", "[]api.Message");
+    spec.messages = messages as Json[];
+  }
+  const adapters = body.adapters;
+  if (adapters !== undefined && adapters !== null) {
+    if (typeof adapters !== "object" || Array.isArray(adapters) || !Object.values(adapters).every((d) => typeof d === "string" && d !== "")) throw bad("adapters", "map[string]string");
+    spec.adapters = adapters as Record<string, string>;
+  }
+  return spec;
 }

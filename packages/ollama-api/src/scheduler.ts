@@ -184,6 +184,26 @@ export class ModelScheduler {
     return gone;
   }
 
+  /**
+   * The files behind `name` changed (a create, copy or pull over it, or it was deleted): its
+   * instance takes no new request and goes once the requests it holds are done, so the next
+   * request loads the new files. Resolves once it is gone (at once when nothing is loaded).
+   */
+  retire(name: string): Promise<void> {
+    for (const k of this.failures.keys()) if (k === name || k.startsWith(`${name}~`)) this.failures.delete(k);
+    const slot = this.slots.get(name);
+    if (!slot?.phase) return Promise.resolve();
+    if (slot.phase !== "unloading") this.drain(slot);
+    const gone = new Promise<void>((resolve) => slot.gone.push(resolve));
+    this.pump();
+    return gone;
+  }
+
+  /** Whether requests hold `name` now. */
+  busy(name: string): boolean {
+    return (this.slots.get(name)?.inFlight ?? 0) > 0;
+  }
+
   /** The configuration of `name` loaded or loading (undefined: none). */
   configOf(name: string): LoadConfig | undefined {
     return this.slots.get(name)?.config;

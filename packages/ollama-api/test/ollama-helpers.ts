@@ -37,6 +37,15 @@ export async function llamaFile(dir: string, seed = 1): Promise<string> {
   return path;
 }
 
+/** The llama fixture without a chat template: a model llama.cpp cannot render chats for, that Ollama renders with its Go template. */
+export async function untemplatedLlamaFile(dir: string, seed = 1): Promise<string> {
+  const m = generateFixture("llama", { seed, layout: "native" }).text;
+  m.delete("tokenizer.chat_template");
+  const path = join(dir, `llama-untemplated-${seed}.gguf`);
+  await writeGguf(m, path);
+  return path;
+}
+
 /** A 16x16 grey PPM picture, base64 (llama.cpp's image loader reads PNM). */
 export function greyPicture(): string {
   const side = 16;
@@ -88,9 +97,10 @@ export const TOOL_CALLING_OPTIONS = { temperature: 0, top_k: 0, top_p: 1, min_p:
  * grammar, so the first token starts a call; from there the grammar allows only the call, and
  * the lowest id it allows is each next character of it. The whitespace tokens are moved to the
  * end of the vocabulary so that the call is written without the optional spaces, and the
- * grammar's end leaves only end-of-generation tokens.
+ * grammar's end leaves only end-of-generation tokens. `chatTemplate` null: a file without
+ * one (a model rendered with its Go template).
  */
-export async function toolCallingFile(dir: string): Promise<string> {
+export async function toolCallingFile(dir: string, chatTemplate: string | null = TOOL_CALL_TEMPLATE): Promise<string> {
   const m = generateFixture("llama", { seed: 5, layout: "native" }).text;
   const norm = m.tensors.find((t) => t.name === "output_norm.weight")!;
   m.replaceTensor(norm.name, { name: norm.name, type: norm.type, shape: norm.shape.map(Number), data: { kind: "bytes", bytes: new Uint8Array(Number(norm.shape[0]) * 4) } });
@@ -102,8 +112,9 @@ export async function toolCallingFile(dir: string): Promise<string> {
     [tokens[id], tokens[last]] = [tokens[last]!, tokens[id]!];
   }
   m.setArray("tokenizer.ggml.tokens", GgufValueType.STRING, tokens);
-  m.setString("tokenizer.chat_template", TOOL_CALL_TEMPLATE);
-  const path = join(dir, "tool-calling.gguf");
+  if (chatTemplate !== null) m.setString("tokenizer.chat_template", chatTemplate);
+  else m.delete("tokenizer.chat_template");
+  const path = join(dir, chatTemplate === null ? "tool-calling-no-template.gguf" : "tool-calling.gguf");
   await writeGguf(m, path);
   return path;
 }

@@ -1,10 +1,10 @@
 import { watch, type FSWatcher } from "node:fs";
-import { access, constants, mkdir, rm, stat } from "node:fs/promises";
+import { access, constants, mkdir, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { readTensorData } from "@compat/gguf";
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
-import { isSystemError, ownedTempDir, whyNotWritable } from "@compat/files";
-import { FuseMount, fuseSupport, MountError, planView, SidecarStore, type ComputedPart, type MountExit } from "@compat/mount";
+import { isSystemError, whyNotWritable } from "@compat/files";
+import { FuseMount, planView, SidecarStore, type ComputedPart, type MountExit } from "@compat/mount";
 import { contentKey, defaultCacheDir, TRANSLATOR_VERSION } from "./cache";
 import { PrepareError } from "./errors";
 import { modelFiles, type ModelsLayout } from "./layout";
@@ -599,35 +599,4 @@ async function stamp(path: string): Promise<string> {
 /** The served name of a model: its Ollama name, or a plain file's name without `.gguf`. */
 function name(m: ResolvedModel): string {
   return m.kind === "file" ? m.name.replace(/\.gguf$/i, "") : m.name;
-}
-
-/** A mount made for one `serve`, or why there is none. */
-export type ServeMount = { mount: StoreMount; close(): Promise<void> } | { mount: undefined; reason: string };
-
-/**
- * A private mount of the store for a `serve` (in a temp folder, removed on close), or the
- * one-line reason FUSE cannot be used here (not Linux, no /dev/fuse, no daemon, the kernel
- * refused the mount): the caller then serves from the translation cache and says why.
- */
-export async function serveMount(opts: Omit<StoreMountOptions, "dir">): Promise<ServeMount> {
-  const support = fuseSupport(opts.env);
-  if (!support.usable) return { mount: undefined, reason: support.reason };
-  // a folder of this process's own: one a SIGKILLed serve left behind goes with the next start
-  const dir = await ownedTempDir("ollama-compat-mount-");
-  let mount: StoreMount;
-  try {
-    // a daemon that dies is started again: the router's presets name paths in this folder
-    mount = await StoreMount.open({ ...opts, dir: join(dir, "models"), restart: true });
-  } catch (e) {
-    await rm(dir, { recursive: true, force: true }).catch(() => undefined);
-    if (e instanceof MountError && (e.code === "MOUNT_FAILED" || e.code === "FUSE_UNAVAILABLE")) return { mount: undefined, reason: e.message };
-    throw e;
-  }
-  return {
-    mount,
-    async close() {
-      await mount.close();
-      await rm(dir, { recursive: true, force: true }).catch(() => undefined);
-    },
-  };
 }

@@ -145,6 +145,8 @@ export async function prepareRouterModels(opts: Pick<StartRouterOptions, "models
       models.push({ name: e.name, model: await preparer.prepare(e.model!) });
     } catch (err) {
       if ((err instanceof BridgeError || err instanceof PrepareError) && err.code === "TRANSLATION_ABORTED") throw err;
+      // a cache (or sidecar folder) that cannot be written fails every model that needs translating: the serve's error, not this model's
+      if (err instanceof PrepareError && err.code === "CACHE_UNWRITABLE") throw err;
       const error = err instanceof BridgeError || err instanceof StoreError || err instanceof PrepareError ? err : new BridgeError("UNSUPPORTED_MODEL", `${e.name}: ${(err as Error).message}`, { cause: err });
       models.push({ name: e.name, error });
     }

@@ -1,4 +1,4 @@
-import { cachePreparer, type ModelPreparer, type PrepareOptions, type PreparedModel, type StoreMount } from "@compat/prepare";
+import { cachePreparer, type ModelPreparer, type PrepareOptions, type PreparedModel } from "@compat/prepare";
 import { ModelStore, type ResolvedModel } from "@compat/store";
 import { modelArgs } from "./args";
 import { canReadListeningPorts, checkPortFree, freePort, LlamaChild, listeningPort, waitHealthy, type ExitInfo } from "./child";
@@ -30,8 +30,12 @@ export interface LaunchOptions extends PrepareOptions {
   startTimeoutMs?: number;
   /** Every line llama-server prints. */
   onLog?(line: string): void;
-  /** Serve from this mount of the store instead of the translation cache: nothing is written, the files are the mount's. */
-  mount?: StoreMount;
+  /**
+   * Serve from this mount of the store instead of the translation cache: nothing is written, the
+   * files are the mount's (a StoreMount; or serve's ServeMount, which mounts only for a model that
+   * needs translating).
+   */
+  mount?: ModelPreparer;
 }
 
 /** How the models of a launch reach llama-server: the mount when given one, else the translation cache. */

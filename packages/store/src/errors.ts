@@ -9,6 +9,7 @@ export type StoreErrorCode =
   | "NO_MODEL_LAYER" // the manifest has no GGUF model layer (e.g. a safetensors-only model)
   | "COMPAT_DISABLED" // OLLAMA_LLAMA_CPP_COMPAT=0 and a command whose only job is translating (migrate)
   | "STORE_UNWRITABLE" // the store cannot be written (read-only file system, no permission) and the command rewrites it
+  | "INVALID_CREATE" // a create request the store cannot carry out as given (an adapter that is not a GGUF LoRA blob of the store, …)
   | "NO_SPACE"; // not enough free space for what the command would write; checked before writing
 
 export class StoreError extends Error {

@@ -6,8 +6,10 @@ export { ModelStore, defaultModelsDir, isPathLike, parseManifest, type Manifest,
 export { buildOllamaStore, type BuiltModel, type StoreLayer, type StoreModelSpec } from "./store-writer";
 export { migrateStore, planMigration, undoMigration, pruneMigration, PRUNE_GRACE_MS, type MigrateOptions, type MigratedPair, type MigrationPlan, type MigrateResult, type PlannedModel, type PlannedChange, type UndoResult, type PruneResult } from "./migrate";
 export { addBlob, addBlobBytes, writeManifest, removeManifest, sweepStaging, hashFile, STAGING_DIR, type WrittenBlob } from "./store-write";
-export { blobPathIn, manifestPathIn, installBlob, writeBlobBytesChecked, writeModelManifest, copyModel, deleteModel, removeUnreferenced } from "./store-write";
+export { blobPathIn, manifestPathIn, installBlob, writeBlobBytesChecked, writeModelManifest, copyModel, deleteModel, removeUnreferenced, receiveBlob, existingName } from "./store-write";
 export { RegistryClient, RegistryError, parseChallenge, type RegistryErrorCode, type RegistryOptions } from "./registry";
 export { fetchRefusesPort } from "./fetch-ports";
 export { pullModel, type PullOptions, type PullProgress, type PulledModel } from "./pull";
+export { createModel, goJson, humanNumber, type CreateSpec, type CreateOptions, type CreatedModel } from "./create";
+export { readIdentity, defaultIdentityPath, tokenUrl, signedText, type Identity } from "./registry-auth";
 export { openPull, fetchLayerBytes, streamBlob, type OpenedPull, type BlobStream } from "./blob-stream";

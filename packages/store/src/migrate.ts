@@ -294,9 +294,13 @@ async function migrateGroup(store: ModelStore, g: Group, opts: MigrateOptions, r
     if (g.done) say(`${names.join(", ")}: reusing the blobs a model of the same source was migrated to`);
     else say(`${names.join(", ")}: writing ${[views.text ? `the text GGUF (${views.text.size} bytes)` : "", mm ? `the projector (${mm.size} bytes)` : ""].filter(Boolean).join(" and ")}`);
     const reused = (l: ManifestLayer | undefined): WrittenBlob | undefined => (l ? { digest: l.digest, size: l.size, path: store.blobPath(l.digest), created: false } : undefined);
-    const text = views.text ? (reused(g.done?.model) ?? (await addBlob(store.root, (p) => views.text!.writeTo(p)))) : undefined;
+    const write = (what: string, view: { size: number; writeTo(path: string): Promise<unknown> }) =>
+      addBlob(store.root, async (p) => void (await view.writeTo(p))).catch(async (e: unknown) => {
+        throw (await spaceError(e, store.root, view.size, `${what} of ${names.join(", ")} (${view.size} bytes, from ${first.modelDigest})`, result)) ?? e;
+      });
+    const text = views.text ? (reused(g.done?.model) ?? (await write("the text GGUF", views.text))) : undefined;
     if (text?.created) created.push(text);
-    const projector = mm ? (reused(g.done?.projector) ?? (await addBlob(store.root, (p) => mm.writeTo(p)))) : undefined;
+    const projector = mm ? (reused(g.done?.projector) ?? (await write("the projector", mm))) : undefined;
     if (projector?.created) created.push(projector);
 
     const newProjectors = projector ? [projector.path, ...first.projectors.slice(1)] : first.projectors;
@@ -344,6 +348,30 @@ async function migrateGroup(store: ModelStore, g: Group, opts: MigrateOptions, r
     // blobs no manifest took are not left behind (a failed verification, a disk full meanwhile)
     if (!switched) for (const b of created) await unlink(b.path).catch(() => undefined);
   }
+}
+
+/**
+ * A full disk while writing a blob, in words: what was being written, that the partial blob is
+ * gone and the model untouched, and what became of the models before it. Full means ENOSPC or
+ * EDQUOT in the error's causes, or less room left than the blob needs once its partial file is
+ * gone (the kernel's range copy reports only an errno). Any other failure: undefined.
+ */
+async function spaceError(e: unknown, root: string, bytes: number, writing: string, result: MigrateResult): Promise<StoreError | undefined> {
+  let code: string | undefined;
+  for (let c: unknown = e; c instanceof Error && code === undefined; c = (c as { cause?: unknown }).cause) {
+    const own = (c as NodeJS.ErrnoException).code;
+    if (own === "ENOSPC" || own === "EDQUOT") code = own;
+  }
+  const fsInfo = await statfs(root).catch(() => undefined);
+  const free = fsInfo ? fsInfo.bavail * fsInfo.bsize : undefined;
+  if (code === undefined && !(free !== undefined && free < bytes)) return undefined;
+  const done = result.migrated.map((m) => m.name);
+  const before = done.length > 0 ? `the ${done.length} model${done.length === 1 ? "" : "s"} migrated before it (${done.join(", ")}) stay migrated (migrate --undo restores them)` : "no model was changed";
+  return new StoreError(
+    "NO_SPACE",
+    `the file system of ${root} filled up (${code ?? `${free} bytes free`}: ${firstLine(e)}) while writing ${writing}: the partial blob was removed and its manifest left as it was; ${before}; free space and run migrate again to continue`,
+    { code, free, migrated: done },
+  );
 }
 
 /**

@@ -38,6 +38,10 @@ export interface PullOptions {
   signal?: AbortSignal;
   /** OLLAMA_NOPRUNE set: the layers of a replaced version are kept. */
   env?: Record<string, string | undefined>;
+  /** The key token requests are signed with (default ~/.ollama/id_ed25519). */
+  identity?: string;
+  /** Blobs a running server still reads: a replaced version's are kept while this says so. */
+  keep?: (digest: string) => boolean;
   /** The smallest part (default Ollama's 100 MB); tests make it small to have many parts. */
   minPartBytes?: number;
 }
@@ -68,7 +72,7 @@ export async function pullModel(ref: string, opts: PullOptions): Promise<PulledM
   const name = parseModelName(ref);
   if (!name) throw new StoreError("INVALID_REFERENCE", `${JSON.stringify(ref)} is not an Ollama model name ([host[:port]/][namespace/]model[:tag])`, { ref });
   const report = opts.onProgress ?? (() => {});
-  const client = new RegistryClient(name, { insecure: opts.insecure, httpScheme: /^http:\/\//i.test(ref.trim()), signal: opts.signal });
+  const client = new RegistryClient(name, { insecure: opts.insecure, httpScheme: /^http:\/\//i.test(ref.trim()), signal: opts.signal, identity: opts.identity });
   report({ status: "pulling manifest" });
   const { bytes, manifest } = await client.manifest();
   const layers = [...manifest.layers, ...(manifest.config ? [manifest.config] : [])];
@@ -86,7 +90,7 @@ export async function pullModel(ref: string, opts: PullOptions): Promise<PulledM
   // PullModel does the same, unless OLLAMA_NOPRUNE is set)
   if (before.length > 0 && !opts.env?.OLLAMA_NOPRUNE) {
     report({ status: "removing unused layers" });
-    await removeUnreferenced(opts.root, before);
+    await removeUnreferenced(opts.root, before, opts.keep);
   }
   report({ status: "success" });
   return { name, manifestPath, layers: manifest.layers };

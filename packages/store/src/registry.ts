@@ -2,9 +2,12 @@
  * A client of Ollama's registry protocol, which is OCI distribution v2: the manifest of
  * `<namespace>/<model>:<tag>` and the blobs it names, over HTTPS (`--insecure`: HTTP). A 401
  * with `WWW-Authenticate: Bearer realm=…,service=…,scope=…` is answered by asking the realm for
- * a token (anonymously) and retrying once, as Ollama's makeRequestWithRetry does; the token
- * goes only to the registry's own host, never to the CDN a blob redirects to.
+ * a token and retrying once, as Ollama's makeRequestWithRetry does: the request is signed with
+ * the user's ~/.ollama/id_ed25519 as Ollama signs it (see registry-auth), anonymous when there
+ * is no such key. The token goes only to the registry's own host, never to the CDN a blob
+ * redirects to.
  */
+import { authorization, defaultIdentityPath, newNonce, readIdentity, tokenUrl } from "./registry-auth";
 import { MediaType } from "./media-types";
 import { fullName, type ModelName } from "./name";
 import { parseManifest, type Manifest } from "./store";
@@ -16,6 +19,7 @@ export type RegistryErrorCode =
   | "NOT_IN_REGISTRY" // the registry has no such model or tag (404)
   | "REGISTRY_REFUSED" // any other HTTP error, or a challenge we cannot answer
   | "INSECURE_PROTOCOL" // an http:// name without --insecure
+  | "BAD_IDENTITY" // ~/.ollama/id_ed25519 is there but is not an unencrypted OpenSSH ed25519 key
   | "BAD_REGISTRY_REPLY"; // a manifest that is not one, a range answered with other bytes
 
 export class RegistryError extends Error {
@@ -38,6 +42,8 @@ export interface RegistryOptions {
   /** Whether the name was written with an explicit `http://`. */
   httpScheme?: boolean;
   signal?: AbortSignal;
+  /** The key token requests are signed with (default ~/.ollama/id_ed25519; none there: anonymous). */
+  identity?: string;
 }
 
 interface Challenge {
@@ -161,10 +167,14 @@ export class RegistryClient {
     if (realm.host !== this.base.host) {
       throw new RegistryError("REGISTRY_REFUSED", `${this.base.host}: the auth challenge sends us to ${realm.host}, another host; refused`);
     }
-    if (c.service) realm.searchParams.set("service", c.service);
-    if (c.scope) for (const s of c.scope.split(" ")) realm.searchParams.append("scope", s);
-    const res = await send(realm, { signal });
-    if (res.status >= 400) throw new RegistryError("REGISTRY_REFUSED", `${realm.origin}${realm.pathname}: token request refused with HTTP ${res.status}`, { status: res.status });
+    const identity = await readIdentity(this.opts.identity ?? defaultIdentityPath());
+    const url = tokenUrl(realm, c.service, c.scope, Math.floor(Date.now() / 1000), newNonce());
+    const res = await send(new URL(url), { signal, headers: identity ? { authorization: authorization(identity, url) } : {} });
+    if (res.status >= 400) {
+      const text = (await res.text().catch(() => "")).slice(0, 300).replace(/\s+/g, " ").trim();
+      const as = identity ? `signed with ${identity.path}` : `anonymous: no key at ${this.opts.identity ?? defaultIdentityPath()}`;
+      throw new RegistryError("REGISTRY_REFUSED", `${realm.origin}${realm.pathname}: token request (${as}) refused with HTTP ${res.status}${text ? `: ${text}` : ""}`, { status: res.status });
+    }
     const body = (await res.json().catch(() => ({}))) as { token?: unknown; access_token?: unknown };
     const token = typeof body.token === "string" ? body.token : typeof body.access_token === "string" ? body.access_token : undefined;
     if (!token) throw new RegistryError("REGISTRY_REFUSED", `${realm.origin}${realm.pathname}: the token reply holds no token`);

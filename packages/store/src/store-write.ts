@@ -19,12 +19,12 @@
  */
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { mkdir, open, readdir, readFile, rename, rm, rmdir, stat, unlink } from "node:fs/promises";
+import { mkdir, open, readdir, rename, rm, rmdir, stat, unlink } from "node:fs/promises";
 import { dirname, join, relative, sep } from "node:path";
 import { sweepTempFiles, tempPathFor, writeFileAtomic } from "@compat/files";
 import { StoreError } from "./errors";
 import { displayName, manifestSegments, type ModelName } from "./name";
-import { ModelStore } from "./store";
+import { ModelStore, readManifestText } from "./store";
 import { blobFileName, canonicalDigest } from "./digest";
 
 /** The staging folder's name, in blobs/ and in manifests/. */
@@ -171,6 +171,23 @@ export function blobPathIn(root: string, digest: string): string {
   return join(root, "blobs", blobFileName(digest));
 }
 
+/**
+ * `name` spelled as the store already spells it (Ollama's getExistingName, what create and pull
+ * write to): each part that equals an installed name's part but for case takes that spelling,
+ * so `Pirate` over an installed `pirate` replaces it instead of adding a second folder.
+ */
+export async function existingName(root: string, name: ModelName): Promise<ModelName> {
+  const out = { ...name };
+  const same = (a: string, b: string) => a.toLowerCase() === b.toLowerCase();
+  for (const e of await new ModelStore(root, {}).names()) {
+    if (same(e.host, out.host)) out.host = e.host;
+    if (same(e.namespace, out.namespace)) out.namespace = e.namespace;
+    if (same(e.model, out.model)) out.model = e.model;
+    if (same(e.tag, out.tag)) out.tag = e.tag;
+  }
+  return out;
+}
+
 /** The manifest path of `name` in the store at `root` (manifests/<host>/<namespace>/<model>/<tag>). */
 export function manifestPathIn(root: string, name: ModelName): string {
   return join(root, "manifests", ...manifestSegments(name));
@@ -207,6 +224,44 @@ export async function writeBlobBytesChecked(root: string, digest: string, bytes:
   return (await addBlobBytes(root, bytes)).path;
 }
 
+/**
+ * An uploaded blob (`POST /api/blobs/:digest`): `body` streamed into blobs/.ollama-compat-tmp
+ * while it is hashed, at most `maxBytes` of it, then fsynced and renamed to its content address
+ * only when it hashes to `digest`. A blob already there is kept and the body not read; a body
+ * too large, cut short or of another digest leaves nothing. Whether a new blob was written.
+ */
+export async function receiveBlob(root: string, digest: string, body: AsyncIterable<Uint8Array>, maxBytes: number): Promise<boolean> {
+  const final = blobPathIn(root, digest);
+  if ((await stat(final).catch(() => undefined))?.isFile()) return false;
+  const staging = blobStaging(root);
+  await mkdir(staging, { recursive: true });
+  await sweepTempFiles(staging);
+  const staged = tempPathFor(join(staging, "upload"));
+  const hash = createHash("sha256");
+  try {
+    const fh = await open(staged, "wx", 0o644);
+    try {
+      let size = 0;
+      for await (const chunk of body) {
+        size += chunk.length;
+        if (size > maxBytes) throw new StoreError("INVALID_CREATE", `the upload of ${digest} is larger than ${maxBytes} bytes, the most this server takes; nothing was kept`, { digest, maxBytes });
+        hash.update(chunk);
+        await fh.write(chunk);
+      }
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    const actual = `sha256:${hash.digest("hex")}`;
+    if (actual !== canonicalDigest(digest)) throw new StoreError("DIGEST_MISMATCH", `digest mismatch, expected ${JSON.stringify(digest)}, got ${JSON.stringify(actual)}; nothing was kept`, { digest, actual });
+    await rename(staged, final);
+    await fsyncDir(dirname(final));
+    return true;
+  } finally {
+    await rm(staged, { force: true }).catch(() => undefined);
+  }
+}
+
 /** writeManifest at the name's path; the path. */
 export async function writeModelManifest(root: string, name: ModelName, bytes: Uint8Array): Promise<string> {
   const path = manifestPathIn(root, name);
@@ -214,49 +269,53 @@ export async function writeModelManifest(root: string, name: ModelName, bytes: U
   return path;
 }
 
-/** `ollama cp`: the source manifest's bytes under a second name (the blobs are shared). */
-export async function copyModel(root: string, source: ModelName, destination: ModelName): Promise<string> {
-  const from = manifestPathIn(root, source);
-  let bytes: Buffer;
-  try {
-    bytes = await readFile(from);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new StoreError("UNKNOWN_MODEL", `model ${JSON.stringify(displayName(source))} is not installed (no manifest at ${from})`, { manifestPath: from });
-    throw e;
-  }
-  return writeModelManifest(root, destination, bytes);
-}
-
 /**
- * `ollama rm`: removes the model's manifest (and the folders it leaves empty), then each of its
- * blobs that no other manifest names, as Ollama's DeleteHandler does. Returns the blobs removed.
+ * The installed manifest of `name`, read as every manifest is (readManifestText: a regular file
+ * of bounded size, opened without blocking), or UNKNOWN_MODEL when there is none.
  */
-export async function deleteModel(root: string, name: ModelName): Promise<string[]> {
+export async function readInstalledManifest(root: string, name: ModelName): Promise<{ path: string; text: string }> {
   const path = manifestPathIn(root, name);
-  let text: string;
   try {
-    text = await readFile(path, "utf8");
+    return { path, text: await readManifestText(path) };
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new StoreError("UNKNOWN_MODEL", `model ${JSON.stringify(displayName(name))} is not installed (no manifest at ${path})`, { manifestPath: path });
     throw e;
   }
-  await removeManifest(root, path);
-  return removeUnreferenced(root, digestsOf(text));
 }
 
-/** Removes each of `digests` that no manifest of the store names; returns those removed. */
-export async function removeUnreferenced(root: string, digests: readonly string[]): Promise<string[]> {
+/** `ollama cp`: the source manifest's bytes under a second name (the blobs are shared). */
+export async function copyModel(root: string, source: ModelName, destination: ModelName): Promise<string> {
+  const { text } = await readInstalledManifest(root, source);
+  return writeModelManifest(root, destination, Buffer.from(text, "utf8"));
+}
+
+/**
+ * `ollama rm`: removes the model's manifest (and the folders it leaves empty), then each of its
+ * blobs that no other manifest names, as Ollama's DeleteHandler does, except those `keep` holds
+ * (a running server still reads them). Returns the blobs removed.
+ */
+export async function deleteModel(root: string, name: ModelName, keep?: (digest: string) => boolean): Promise<string[]> {
+  const { path, text } = await readInstalledManifest(root, name);
+  await removeManifest(root, path);
+  return removeUnreferenced(root, digestsOf(text), keep);
+}
+
+/**
+ * Removes each of `digests` that no manifest of the store names and `keep` does not hold (a blob
+ * a running server still reads); returns those removed.
+ */
+export async function removeUnreferenced(root: string, digests: readonly string[], keep?: (digest: string) => boolean): Promise<string[]> {
   const store = new ModelStore(root, {});
   const used = new Set<string>();
   for (const other of await store.names()) {
-    const t = await readFile(store.manifestPath(other), "utf8").catch(() => undefined);
+    const t = await readManifestText(store.manifestPath(other)).catch(() => undefined);
     // a manifest that cannot be read keeps every blob: better a blob too many than one missing
     if (t === undefined) return [];
     for (const d of digestsOf(t)) used.add(d);
   }
   const removed: string[] = [];
   for (const d of new Set(digests)) {
-    if (used.has(d)) continue;
+    if (used.has(d) || keep?.(d)) continue;
     await rm(blobPathIn(root, d), { force: true });
     removed.push(d);
   }
@@ -265,7 +324,7 @@ export async function removeUnreferenced(root: string, digests: readonly string[
 
 /** The digests the manifest at `path` names; none when there is none (or it is not one). */
 export async function manifestDigests(path: string): Promise<string[]> {
-  return digestsOf(await readFile(path, "utf8").catch(() => ""));
+  return digestsOf(await readManifestText(path).catch(() => ""));
 }
 
 /** The digests a manifest names (config and layers); none when it is not one. */

@@ -43,6 +43,8 @@ export interface ResolvedModel {
   system?: string;
   /** The params layer: Ollama options (num_ctx, stop, temperature, …). */
   params: Record<string, unknown>;
+  /** The messages layer: turns put before every chat's own (`ollama create` with messages). */
+  messages?: Array<{ role: string; content: string }>;
   /** The config blob (model_format, model_family, file_type, renderer, …). */
   config?: Record<string, unknown>;
   manifestPath?: string;
@@ -187,6 +189,9 @@ export class ModelStore {
           break;
         case MediaType.params:
           out.params = parseJsonLayer(await this.readLayer(layer, manifestPath, MAX_JSON_BYTES, blobs), layer, manifestPath);
+          break;
+        case MediaType.messages:
+          out.messages = parseMessagesLayer(await this.readLayer(layer, manifestPath, MAX_TEXT_LAYER_BYTES, blobs), layer, manifestPath);
           break;
       }
     }
@@ -421,6 +426,18 @@ function parseJsonLayer(text: string, layer: ManifestLayer, manifestPath: string
     // reported below
   }
   throw new StoreError("CORRUPT_MANIFEST", `${layer.mediaType} blob ${layer.digest} of ${manifestPath} is not a JSON object`, { manifestPath });
+}
+
+/** A messages layer: a JSON array of api.Message; the role and text of each (what Ollama's chat puts first). */
+function parseMessagesLayer(text: string, layer: ManifestLayer, manifestPath: string): Array<{ role: string; content: string }> {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    // reported below
+  }
+  if (!Array.isArray(v)) throw new StoreError("CORRUPT_MANIFEST", `${layer.mediaType} blob ${layer.digest} of ${manifestPath} is not a JSON array of messages`, { manifestPath });
+  return v.map((m: { role?: unknown; content?: unknown }) => ({ role: typeof m?.role === "string" ? m.role : "user", content: typeof m?.content === "string" ? m.content : "" }));
 }
 
 /** Streams the blob through sha256 and compares it with the digest in its name. */

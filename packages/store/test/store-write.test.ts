@@ -1,12 +1,13 @@
 // store-write.ts and the rollback names of migrate: properties over random names and bytes,
 // with writers racing for the same blob and the same manifest.
+import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtemp, readFile, readdir, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { addBlobBytes, isRollbackName, parseModelName, rollbackName, rolledBackName, writeManifest, STAGING_DIR } from "../src/index";
+import { addBlobBytes, copyModel, deleteModel, isRollbackName, manifestPathIn, removeUnreferenced, parseModelName, rollbackName, rolledBackName, writeManifest, STAGING_DIR } from "../src/index";
 import { isValidName } from "../src/name";
 
 let dir: string;
@@ -80,5 +81,24 @@ describe("addBlob and writeManifest", () => {
       }),
       { numRuns: 20 },
     );
+  });
+});
+
+describe("copy and delete on an untrusted store", () => {
+  it("a FIFO where a manifest should be: copy and delete refuse it at once (CORRUPT_MANIFEST), and no other model's blobs are removed", async () => {
+    const root = join(dir, "fifo-store");
+    const victim = parseModelName("victim:latest")!;
+    const victimPath = manifestPathIn(root, victim);
+    await mkdir(dirname(victimPath), { recursive: true });
+    execFileSync("mkfifo", [victimPath]);
+    // a second model whose blob a careless delete would take for unreferenced
+    const { digest: blob } = await addBlobBytes(root, new TextEncoder().encode("kept"));
+    const other = parseModelName("other:latest")!;
+    await writeManifest(root, manifestPathIn(root, other), new TextEncoder().encode(JSON.stringify({ schemaVersion: 2, layers: [{ mediaType: "application/vnd.ollama.image.model", digest: blob, size: 4 }] })));
+    // readFile would block on the FIFO's open for ever; these must answer
+    await expect(copyModel(root, victim, parseModelName("copy:latest")!)).rejects.toMatchObject({ code: "CORRUPT_MANIFEST" });
+    await expect(deleteModel(root, victim)).rejects.toMatchObject({ code: "CORRUPT_MANIFEST" });
+    // a store with an unreadable manifest keeps every blob
+    expect(await removeUnreferenced(root, [blob])).toEqual([]);
   });
 });

@@ -67,6 +67,16 @@ export interface OciRegistry {
   stop(): Promise<void>;
 }
 
+export interface OciRegistryOptions {
+  /** A storage folder to serve (e.g. one another registry was seeded into); kept at stop. Default: a fresh one, removed at stop. */
+  storage?: string;
+  /**
+   * Token authentication (distribution's `auth: token`): every request needs a Bearer JWT from
+   * `realm`, issued by `issuer` for `service` and signed by a key whose certificate is in `rootCertBundle`.
+   */
+  tokenAuth?: { realm: string; service: string; issuer: string; rootCertBundle: string };
+}
+
 /** Where Debian's package puts the binary (`dpkg -L docker-registry`); else PATH. */
 function registryBinary(): string {
   return existsSync("/usr/bin/docker-registry") ? "/usr/bin/docker-registry" : "docker-registry";
@@ -77,13 +87,15 @@ function registryBinary(): string {
  * the address it listens on), storage in a fresh temp folder. Fails with a clear message when
  * the package is missing (scripts/system-deps.sh installs it).
  */
-export async function startOciRegistry(): Promise<OciRegistry> {
+export async function startOciRegistry(opts: OciRegistryOptions = {}): Promise<OciRegistry> {
   const dir = await mkdtemp(join(tmpdir(), "compat-registry-"));
-  const storage = join(dir, "storage");
+  const storage = opts.storage ?? join(dir, "storage");
   const config = join(dir, "config.yml");
+  const a = opts.tokenAuth;
+  const auth = a ? ["auth:", "  token:", `    realm: ${a.realm}`, `    service: ${a.service}`, `    issuer: ${a.issuer}`, `    rootcertbundle: ${a.rootCertBundle}`] : [];
   await writeFile(
     config,
-    ["version: 0.1", "log:", "  level: info", "storage:", "  filesystem:", `    rootdirectory: ${storage}`, "  delete:", "    enabled: true", "http:", "  addr: 127.0.0.1:0", ""].join("\n"),
+    ["version: 0.1", "log:", "  level: info", "storage:", "  filesystem:", `    rootdirectory: ${storage}`, "  delete:", "    enabled: true", "http:", "  addr: 127.0.0.1:0", ...auth, ""].join("\n"),
   );
   const child = spawn(registryBinary(), ["serve", config], { stdio: ["ignore", "pipe", "pipe"] });
   let log = "";

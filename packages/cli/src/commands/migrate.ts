@@ -4,7 +4,7 @@ import { migrateStore, planMigration, pruneMigration, undoMigration, type Migrat
 import { CliError } from "../errors";
 import { humanBytes } from "../format";
 import { ExitCode, type CliIo } from "../io";
-import { embeddingLength, imageAnswer, llamaErrorText, textAnswer } from "../llama-check";
+import { embeddingLength, llamaErrorText, projectorAnswers, textAnswer } from "../llama-check";
 import { jsonText, terminalSafe } from "../terminal";
 
 export interface MigrateFlags {
@@ -106,8 +106,8 @@ function planText(plan: MigrationPlan): string {
   return lines.map((l) => terminalSafe(l)).join("\n") + "\n";
 }
 
-/** What `verify` asks of a model, on the migrated blobs: a few tokens (an embedding), and an image answer when there is a projector. */
-async function verifyPair(pair: MigratedPair, env: Record<string, string | undefined>, llamaServer?: string): Promise<void> {
+/** What `verify` asks of a model, on the migrated blobs: a few tokens (an embedding), and an image or audio answer (as the projector encodes) when there is one. */
+export async function verifyPair(pair: MigratedPair, env: Record<string, string | undefined>, llamaServer?: string): Promise<void> {
   const args = ["--model", pair.modelPath, "--ctx-size", "1024", "--no-warmup"];
   if (pair.mmproj) args.push("--mmproj", pair.mmproj);
   if (pair.embedding) args.push("--embedding");
@@ -118,10 +118,9 @@ async function verifyPair(pair: MigratedPair, env: Record<string, string | undef
       if (pair.embedding) {
         if ((await embeddingLength(server.url)) <= 0) throw new Error("an empty embedding");
       } else if ((await textAnswer(server.url)).completionTokens <= 0) throw new Error("no tokens generated");
+      // an image answer for a vision projector, an audio answer (a generated WAV) for one that encodes sound
       if (pair.mmproj && !pair.embedding) {
-        const without = await textAnswer(server.url, "What is in this image?");
-        const a = await imageAnswer(server.url);
-        if (a.promptTokens <= without.promptTokens) throw new Error("the image was not encoded (no image tokens in the prompt)");
+        for (const a of await projectorAnswers(server.url, pair.mmproj)) if (!a.ok) throw new Error(`the ${a.input} was not encoded (no ${a.input} tokens in the prompt)`);
       }
     } catch (e) {
       throw new Error(`${e instanceof Error ? e.message : String(e)} (${llamaErrorText(server.lastLines(20))})`);

@@ -1,6 +1,6 @@
 import type { TranslationProfile } from "@compat/handlers";
 import { ollamaAddress, serveOllama, type ServeOllamaOptions } from "@compat/ollama-api";
-import { serveMount, type StoreMount } from "@compat/prepare";
+import { cachePreparer, ServeMount, type PrepareOptions } from "@compat/prepare";
 import { apiKeyOf, bindingFromArgs, BridgeError, crashCause, isLoopback, readKeyFile, startServer, type ExitInfo } from "@compat/server-bridge";
 import { fetchRefusesPort, ModelStore } from "@compat/store";
 import { CliError } from "../errors";
@@ -109,17 +109,13 @@ export async function serveCommand(model: string | undefined, passthrough: strin
   const giveBack = takeSignals(onSignal);
 
   const env = bridgeEnv(io.env, opts.cacheDir);
-  const progress = cacheProgress(io);
+  const cache = { cache: commandCache(env, opts.profile), env, signal: ac.signal, onProgress: cacheProgress(io), onStatus: (line: string) => io.err(`ollama-compat: ${terminalSafe(line)}\n`) };
   const store = new ModelStore(opts.models, io.env);
-  const files = await serveFiles(store, opts.all ? "all" : model!, opts, io, env).catch((e: unknown) => {
-    giveBack();
-    throw e;
-  });
+  const files = serveFiles(store, opts.all ? "all" : model!, opts, io, cache);
   const common = {
     store,
     ...(files.mount ? { mount: files.mount } : {}),
-    cache: commandCache(env, opts.profile),
-    env,
+    ...cache,
     // serve --all answers on Ollama's address (OLLAMA_HOST) unless told; one model on loopback
     host: opts.host ?? (opts.all ? undefined : "127.0.0.1"),
     apiKey,
@@ -129,11 +125,8 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     rpc: opts.rpc ? opts.rpc.split(",").map((s) => s.trim()).filter(Boolean) : undefined,
     args: passthrough,
     startTimeoutMs: startTimeout === undefined ? undefined : startTimeout * 1000,
-    signal: ac.signal,
     // llama.cpp logs the model's metadata (general.name, …): a line of it is the file's text
     onLog: (line: string) => io.err(`[llama-server] ${terminalSafe(line)}\n`),
-    onStatus: (line: string) => io.err(`ollama-compat: ${terminalSafe(line)}\n`),
-    onProgress: progress,
   };
   try {
     server = opts.all ? await serveAll(common, modelsMax, opts.keepAlive) : await startServer({ ...common, model: model! });
@@ -151,7 +144,8 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     }
   }
   if (!caught) {
-    if (files.note) io.err(`ollama-compat: ${files.note}\n`);
+    const note = await files.note();
+    if (note) io.err(`ollama-compat: ${note}\n`);
     io.err(opts.all ? `ollama-compat: Ollama API ready on ${server.url} (llama-server router, pid ${server.pid})\n` : `ollama-compat: llama-server (pid ${server.pid}) ready\n`);
     io.out(`${server.url}\n`);
   }
@@ -205,32 +199,39 @@ async function serveAll(common: Omit<ServeOllamaOptions, "models">, modelsMax: n
 }
 
 /**
- * Where llama-server reads the models from: a private mount of the store (nothing written, the
- * router starts at once) whenever FUSE is usable, else the translation cache, with the reason
- * in one line. --no-mount asks for the cache. The mount's sidecars sit beside the translation
- * cache of `env` (so under --cache-dir). The mount's `note` is printed once the server is
- * ready: a start that fails is one line, its error.
+ * Where llama-server reads the models from. A native model (every model of a migrated store) is
+ * served from its blobs as they are. The first model that needs translating mounts the store
+ * privately (nothing written, the router starts at once) where FUSE is usable, else goes to the
+ * translation cache, with the reason in one line. --no-mount asks for the cache. The mount's
+ * sidecars sit beside the translation cache of `env` (so under --cache-dir). The `note` is
+ * printed once the server is ready: a start that fails is one line, its error.
  */
-async function serveFiles(store: ModelStore, models: string, opts: ServeFlags, io: CliIo, env: Record<string, string | undefined>): Promise<{ mount?: StoreMount; note?: string; close(): Promise<void> }> {
-  const none = { close: async () => undefined };
-  if (opts.mount === false) return none;
+function serveFiles(store: ModelStore, models: string, opts: ServeFlags, io: CliIo, cache: PrepareOptions): { mount?: ServeMount; note(): Promise<string | undefined>; close(): Promise<void> } {
+  if (opts.mount === false) return { note: async () => undefined, close: async () => undefined };
   const all = models === "all";
-  const m = await serveMount({
+  const mount = new ServeMount({
     store,
     models: all ? "all" : [models],
     ...(opts.profile ? { profile: opts.profile } : {}),
-    env,
+    env: cache.env,
+    fallback: cachePreparer(cache),
+    // at once: it says why translating comes next
+    onNoMount: (reason) => io.err(`ollama-compat: not mounting (${terminalSafe(reason)}); serving from the translation cache\n`),
     // the daemon's warnings; which models of the store are left out (one model's failure is serve's error)
     onStatus: (line) => {
       if (line.startsWith("mount: ") || (all && line.includes("not mounted"))) io.err(`ollama-compat: ${terminalSafe(line)}\n`);
     },
   });
-  if (m.mount === undefined) {
-    // at once: it says why translating comes next
-    io.err(`ollama-compat: not mounting (${terminalSafe(m.reason)}); serving from the translation cache\n`);
-    return none;
-  }
-  return { ...m, note: `serving from a mount of the store (${m.mount.dir}): nothing is translated up front, no copy is written` };
+  return {
+    mount,
+    async note() {
+      const m = await mount.mounted();
+      if (m) return `serving from a mount of the store (${m.dir}): nothing is translated up front, no copy is written`;
+      if (!mount.needed) return `${all ? "every model is" : `${models} is`} native: llama-server reads the store's blobs as they are, nothing mounted or translated`;
+      return undefined;
+    },
+    close: () => mount.close(),
+  };
 }
 
 /**

@@ -7,7 +7,7 @@ import { ModelStore } from "@compat/store";
 import type { FileStatus } from "@compat/views";
 import { CliError } from "../errors";
 import { ExitCode, paint, type CliIo } from "../io";
-import { embeddingLength, imageAnswer, llamaErrorText, startFailureText, textAnswer } from "../llama-check";
+import { embeddingLength, llamaErrorText, projectorAnswers, startFailureText, textAnswer } from "../llama-check";
 import { jsonText, terminalSafe } from "../terminal";
 
 export interface VerifyFlags {
@@ -75,12 +75,8 @@ export async function verifyCommand(file: string, opts: VerifyFlags, io: CliIo, 
         const t = await textAnswer(server.url);
         step("generate", t.completionTokens > 0, `${t.completionTokens} tokens: ${JSON.stringify(t.text)}`);
       }
-      if (prepared.mmproj) {
-        const without = await textAnswer(server.url, "What is in this image?");
-        const a = await imageAnswer(server.url);
-        const encoded = a.promptTokens > without.promptTokens;
-        step("image answer", encoded, `${a.promptTokens - without.promptTokens} image tokens, answer ${JSON.stringify(a.text)}`);
-      }
+      // an image answer for a vision projector, an audio answer for one that encodes sound
+      if (prepared.mmproj) for (const a of await projectorAnswers(server.url, prepared.mmproj)) step(`${a.input} answer`, a.ok, a.detail);
     } catch (e) {
       result.error = `${e instanceof Error ? e.message : String(e)}${server ? ` (${llamaErrorText(server.lastLines(20))})` : ""}`;
       step("request", false, result.error);

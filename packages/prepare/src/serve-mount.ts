@@ -1,0 +1,86 @@
+import { rm } from "node:fs/promises";
+import { join } from "node:path";
+import { ownedTempDir } from "@compat/files";
+import { fuseSupport, MountError } from "@compat/mount";
+import type { ResolvedModel } from "@compat/store";
+import { preparedModel, servedViews, type ModelPreparer, type PreparedModel } from "./preparer";
+import { StoreMount, type StoreMountOptions } from "./store-mount";
+
+export interface ServeMountOptions extends Omit<StoreMountOptions, "dir"> {
+  /** Where a model that needs translating goes when the store cannot be mounted here: the translation cache. */
+  fallback: ModelPreparer;
+  /** Called once, at the first model that needs translating, when FUSE cannot be used: the one-line reason. */
+  onNoMount?(reason: string): void;
+}
+
+/**
+ * How the models of one `serve` reach llama-server. A native model (a migrated store holds
+ * nothing else) is served as it is: the blob path, its projector layer as --mmproj, no mount,
+ * no cache entry. The first model that needs translating mounts the store privately (in a
+ * temp folder, removed on close), so a store without one starts no mount daemon at all;
+ * where FUSE cannot be used (not Linux, no /dev/fuse, no daemon, the kernel refused the
+ * mount) those models go to `fallback`, and onNoMount says why.
+ */
+export class ServeMount implements ModelPreparer {
+  private opening: Promise<{ mount: StoreMount; dir: string } | undefined> | undefined;
+  private closed = false;
+
+  constructor(private readonly opts: ServeMountOptions) {}
+
+  /** Whether a model needed translating (so the mount, or the fallback, was asked for). */
+  get needed(): boolean {
+    return this.opening !== undefined;
+  }
+
+  /** The mount, once a model needed it (undefined: none yet, or FUSE cannot be used). */
+  async mounted(): Promise<StoreMount | undefined> {
+    return (await this.opening?.catch(() => undefined))?.mount;
+  }
+
+  async prepare(resolved: ResolvedModel): Promise<PreparedModel> {
+    const env = this.opts.env ?? process.env;
+    const views = await servedViews(resolved, env, this.opts.profile ?? "native");
+    try {
+      // nothing to translate: the files are what llama.cpp reads
+      if (views.text === null && views.mmproj?.kind !== "view") {
+        return preparedModel(resolved, views, { modelPath: resolved.modelPath, translated: false, cacheHit: false, mmproj: views.mmproj?.path });
+      }
+    } finally {
+      await views.close();
+    }
+    const opened = await (this.opening ??= this.open());
+    return (opened?.mount ?? this.opts.fallback).prepare(resolved);
+  }
+
+  /** Unmounts, if a model needed the mount (llama-server should be stopped first). */
+  async close(): Promise<void> {
+    this.closed = true;
+    const opened = await this.opening?.catch(() => undefined);
+    if (!opened) return;
+    await opened.mount.close();
+    await rm(opened.dir, { recursive: true, force: true }).catch(() => undefined);
+  }
+
+  private async open(): Promise<{ mount: StoreMount; dir: string } | undefined> {
+    if (this.closed) throw new MountError("MOUNT_FAILED", "the serve is stopping: not mounting the store");
+    const { fallback: _fallback, onNoMount, ...opts } = this.opts;
+    const support = fuseSupport(opts.env);
+    if (!support.usable) {
+      onNoMount?.(support.reason);
+      return undefined;
+    }
+    // a folder of this process's own: one a SIGKILLed serve left behind goes with the next start
+    const dir = await ownedTempDir("ollama-compat-mount-");
+    try {
+      // a daemon that dies is started again: the router's presets name paths in this folder
+      return { mount: await StoreMount.open({ ...opts, dir: join(dir, "models"), restart: true }), dir };
+    } catch (e) {
+      await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+      if (e instanceof MountError && (e.code === "MOUNT_FAILED" || e.code === "FUSE_UNAVAILABLE")) {
+        onNoMount?.(e.message);
+        return undefined;
+      }
+      throw e;
+    }
+  }
+}
