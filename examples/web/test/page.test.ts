@@ -44,7 +44,8 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await browser?.close();
-  await new Promise((r) => server?.close(r));
+  // a beforeAll that failed before the server started leaves none: resolve, never wait for ever
+  if (server) await new Promise((r) => server.close(r));
   await rm(dir, { recursive: true, force: true });
 });
 
