@@ -1,6 +1,6 @@
 import type { TranslationProfile } from "@compat/handlers";
 import { findLlamaTool, launch, type RunningServer } from "@compat/server-bridge";
-import { migrateStore, planMigration, pruneMigration, undoMigration, type MigratedPair, type MigrationPlan } from "@compat/store";
+import { migrateStore, planMigration, pruneMigration, undoMigration, type MigratedPair, type MigrationPlan } from "../migrate";
 import { CliError } from "../errors";
 import { humanBytes } from "../format";
 import { ExitCode, type CliIo } from "../io";
@@ -22,7 +22,7 @@ export interface MigrateFlags {
 
 /**
  * `migrate [MODEL...] [--all]`: rewrites the store's Ollama-format models into llama.cpp's
- * layout in place (@compat/store migrate.ts), each loaded by llama-server before its
+ * layout in place (../migrate.ts), each loaded by llama-server before its
  * manifest switches; `--undo` puts the old manifests back, `--prune` drops the rollback records
  * and the blobs nothing references any more.
  */

@@ -31,12 +31,12 @@
  * loaded by real llama-server before its manifest switches (the caller's `verify`).
  *
  * Undo: the replaced manifest is kept, byte for byte, as a manifest of its own under
- * manifests/ (name.ts rollbackName: host `ollama-compat-undo.<host>`), so Ollama's startup prune
+ * manifests/ (@compat/store's rollbackName: host `ollama-compat-undo.<host>`), so Ollama's startup prune
  * (PruneLayers deletes blobs no manifest references) keeps the old blobs. `undoMigration`
  * writes it back and drops the record; `pruneMigration` drops the records and deletes the blobs
  * nothing references any more (older than Ollama's own hour of grace).
  *
- * Crash safety (store-write.ts): new blobs get their `sha256-<hex>` name only when complete and
+ * Crash safety (@compat/store's writes): new blobs get their `sha256-<hex>` name only when complete and
  * hashed; the rollback record is written before the manifest switches; every manifest is
  * replaced by one rename. So `kill -9` at any moment leaves every manifest naming complete blobs,
  * and a second run skips what is native already and redoes the model that was in progress.
@@ -49,12 +49,31 @@ import { acquireLock, tempPathFor } from "@compat/files";
 import { readGguf } from "@compat/gguf";
 import { compatEnabled, type TranslationProfile } from "@compat/handlers";
 import { openViews } from "@compat/views";
-import { StoreError } from "./errors";
-import { MediaType } from "./media-types";
-import { displayName, fullName, isRollbackName, parseModelName, rollbackName, rolledBackName, type ModelName } from "./name";
-import { ModelStore, parseManifest, readManifestText, type ManifestLayer, type ResolvedModel } from "./store";
-import { blobDigest } from "./digest";
-import { addBlob, blobStaging, fsyncDir, manifestStaging, removeManifest, sweepStaging, writeManifest, type WrittenBlob } from "./store-write";
+import {
+  addBlob,
+  blobDigest,
+  blobStaging,
+  displayName,
+  fsyncDir,
+  fullName,
+  isRollbackName,
+  manifestStaging,
+  MediaType,
+  ModelStore,
+  parseManifest,
+  parseModelName,
+  readManifestText,
+  removeManifest,
+  rollbackName,
+  rolledBackName,
+  StoreError,
+  sweepStaging,
+  writeManifest,
+  type ManifestLayer,
+  type ModelName,
+  type ResolvedModel,
+  type WrittenBlob,
+} from "@compat/store";
 
 /** Ollama's PruneLayers leaves blobs younger than this alone (server/images.go layerPruneGracePeriod); so does pruneMigration. */
 export const PRUNE_GRACE_MS = 60 * 60 * 1000;
