@@ -1,7 +1,7 @@
 // `npm run bench -- peer` (issue 40): the same model run three ways, side by side, in alternating
 // runs on one machine:
-//   A  Ollama's own runtime: its patched llama-server (OLLAMA_LLAMA_SERVER, built by the user as
-//      the README's Performance section describes; nothing here builds it) on the raw blob;
+//   A  Ollama's own runtime: the llama-server an Ollama install carries in lib/ollama/
+//      (OLLAMA_LLAMA_SERVER; nothing here ships or builds it) on the raw blob;
 //   B1 stock llama-server on our translated copy (`ollama-compat translate`);
 //   B2 stock llama-server on our mount of the store (`ollama-compat mount`).
 // For a model Ollama loads without mmap (glmocr: its gate+up concat) and one it loads with mmap
@@ -155,7 +155,7 @@ export async function peerRows(ctx: MountBenchContext): Promise<void> {
   const given = process.env.OLLAMA_LLAMA_SERVER;
   let ollama: string | undefined;
   if (given === undefined || given === "") {
-    console.error("  (OLLAMA_LLAMA_SERVER not set: the A rows, Ollama's own runtime, are skipped; build Ollama's patched llama-server as the README's Performance section says and set OLLAMA_LLAMA_SERVER=/path/to/llama-server)");
+    console.error("  (OLLAMA_LLAMA_SERVER not set: the A rows, Ollama's own runtime, are skipped; set OLLAMA_LLAMA_SERVER to the llama-server of an Ollama install, e.g. /usr/local/lib/ollama/llama-server)");
   } else {
     try {
       accessSync(given, constants.X_OK);
