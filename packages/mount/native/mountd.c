@@ -1117,8 +1117,8 @@ static const uint8_t *source_bytes(struct source *s, uint8_t *dst, uint8_t *dire
   if (s->dfd >= 0 && !atomic_load(&s->direct_off) && !source_cached(s, at, at + n)) {
     uint64_t from = at / DIRECT_ALIGN * DIRECT_ALIGN;
     uint64_t want = (at + n + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN - from; // <= DIRECT_BUF
-    uint64_t got = 0;
-    while (got < at + n - from) {
+    uint64_t need = at + n - from, got = 0;
+    while (got < need) {
       ssize_t r = pread(s->dfd, direct + got, want - got, (off_t)(from + got));
       if (r < 0 && errno == EINTR) continue;
       if (r < 0 && errno == EINVAL && got == 0) { // this filesystem's alignment is not ours: the page cache from now on
@@ -1126,15 +1126,13 @@ static const uint8_t *source_bytes(struct source *s, uint8_t *dst, uint8_t *dire
         goto cached;
       }
       if (r < 0) return NULL;
-      if (r == 0 || (uint64_t)r % DIRECT_ALIGN != 0) { // the end of the file (a direct read stops there, short)
-        got += (uint64_t)r;
-        if (got < at + n - from) {
-          errno = EIO; // shorter than planned: truncated under us
-          return NULL;
-        }
+      got += (uint64_t)r;
+      // Short: the end of the file, or a filesystem that stops early. The rest (if any) through
+      // the page cache, from an offset a direct read may not start at; EIO if the file is shorter.
+      if (r == 0 || (uint64_t)r % DIRECT_ALIGN != 0) {
+        if (got < need && pread_all(s->fd, direct + got, need - got, from + got) != 0) return NULL;
         break;
       }
-      got += (uint64_t)r;
     }
     return direct + (at - from);
   }
