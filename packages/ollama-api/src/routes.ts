@@ -366,7 +366,6 @@ export class OllamaRoutes {
     if ((await old.facts).digest === (await fresh.facts).digest) return;
     this.byName.set(old.name.toLowerCase(), fresh);
     this.o.models.splice(this.o.models.indexOf(old), 1, fresh);
-    this.o.configs.forget(old.name);
     await this.retire(old);
   }
 
