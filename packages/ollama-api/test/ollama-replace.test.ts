@@ -1,5 +1,6 @@
 /**
- * A served name whose files change (/api/copy onto it, /api/create over it) while a request is
+ * A served name whose files change (/api/copy onto it, /api/create over it, /api/pull of a newer
+ * version from a real registry) while a request is
  * streaming from its instance, on serveOllama with real llama-server, driven by the official
  * `ollama` client. The instance is held mid-request with SIGSTOP once the request has reached
  * it (its bytes wait in the instance's socket), so the change always lands while the request
@@ -12,17 +13,19 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Ollama, type ChatResponse, type GenerateResponse } from "ollama";
 import { serveOllama, type OllamaServer } from "@compat/ollama-api";
 import { buildOllamaStore, ModelStore } from "@compat/store";
-import { SMALL_SERVER_ARGS } from "@compat/testkit";
+import { generateFixtureFiles, SMALL_SERVER_ARGS, startOciRegistry, type OciRegistry } from "@compat/testkit";
 import { llamaServerPath, tempDirs } from "./helpers";
 import { llamaFile, PRINTABLE } from "./ollama-helpers";
 
 const temp = tempDirs();
 let server: OllamaServer;
 let ollama: Ollama;
+let registry: OciRegistry;
 /** Instances this file stopped, continued in afterAll if a test failed before it did. */
 const stopped = new Set<number>();
 
 beforeAll(async () => {
+  registry = await startOciRegistry();
   const root = await temp();
   const dir = await temp();
   await buildOllamaStore(root, [
@@ -43,6 +46,7 @@ beforeAll(async () => {
 afterAll(async () => {
   for (const pid of [...stopped]) resume(pid);
   await server?.stop();
+  await registry?.stop();
 });
 
 interface RouterEntry {
@@ -202,5 +206,30 @@ describe("the files behind a served name change while a request streams from it"
     expect(variant.status).toBe("loaded");
     expect(argOf(variant.args, "--temperature")).toBe("0.25"); // the variant was built again from the new files
     expect(argOf(variant.args, "--ctx-size")).toBe("512");
+  });
+
+  it("/api/pull of a newer version: the stream ends normally from the old version; the next request loads the new one", { timeout: 300_000 }, async () => {
+    const dir = await temp();
+    const v1 = await registry.pushModel({ name: "library/gamma:1", model: (await generateFixtureFiles("gemma3", { seed: 7, layout: "ollama", variant: "1b" }, dir)).text, params: { num_ctx: 256 } });
+    expect(await ollama.pull({ model: v1.ref, insecure: true, stream: false })).toEqual({ status: "success" });
+    await ollama.generate({ model: v1.ref, prompt: "hi", options: { num_predict: 1 } });
+    const oldModel = argOf((await routerModels()).get(v1.ref)!.args, "--model");
+
+    const [stream, pulled] = await whileStreaming(
+      v1.ref,
+      async () => pieces(await ollama.generate({ model: v1.ref, prompt: "tell me a story", stream: true, options: { num_predict: 24, temperature: 0 } })),
+      async () => {
+        const v2 = await registry.pushModel({ name: "library/gamma:1", model: (await generateFixtureFiles("gemma3", { seed: 9, layout: "ollama", variant: "1b" }, await temp())).text, params: { num_ctx: 256 } });
+        return ollama.pull({ model: v2.ref, insecure: true, stream: false });
+      },
+    );
+    expect(pulled).toEqual({ status: "success" });
+    expectComplete(stream, 24);
+
+    const next = await ollama.generate({ model: v1.ref, prompt: "hi", options: { num_predict: 2 } });
+    expect(next.load_duration).toBeGreaterThan(0);
+    const entry = (await routerModels()).get(v1.ref)!;
+    expect(entry.status).toBe("loaded");
+    expect(argOf(entry.args, "--model")).not.toBe(oldModel);
   });
 });
