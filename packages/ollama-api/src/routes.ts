@@ -248,7 +248,7 @@ export class OllamaRoutes {
       res.end();
     } catch (e) {
       if (abort.signal.aborted) return;
-      const message = pullFailure(e);
+      const message = failureMessage(e);
       if (res.headersSent) {
         send({ error: message });
         res.end();
@@ -355,7 +355,7 @@ export class OllamaRoutes {
       res.end();
     } catch (e) {
       if (abort.signal.aborted) return;
-      const message = pullFailure(e);
+      const message = failureMessage(e);
       const status = e instanceof ApiError ? e.status : e instanceof StoreError && e.code === "INVALID_CREATE" ? 400 : 500;
       if (res.headersSent) {
         send({ error: message });
@@ -632,11 +632,11 @@ function passedHeaders(up: IncomingMessage): Record<string, string | string[]> {
 }
 
 /**
- * A failed pull's message as Ollama words it where clients read it: a manifest the registry does
+ * A failure's message, in Ollama's words where clients read them: a manifest the registry does
  * not have is "pull model manifest: file does not exist" (PullModel wrapping os.ErrNotExist);
  * any other failure says what went wrong in our words.
  */
-function pullFailure(e: unknown): string {
+function failureMessage(e: unknown): string {
   if (e instanceof RegistryError && e.code === "NOT_IN_REGISTRY" && /\/manifests\//.test(String(e.details.url))) return "pull model manifest: file does not exist";
   return e instanceof Error ? e.message : String(e);
 }
