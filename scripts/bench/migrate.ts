@@ -70,7 +70,8 @@ export async function migrateBench(o: MigrateBenchContext): Promise<void> {
     try {
       verified = timed(() => cli(o.cli, ["migrate", "--all"], root));
     } catch (e) {
-      console.error(`  migrate --all with verification: skipped (${(e as Error).message.split("\n")[0]})`);
+      const lines = (e as Error).message.trim().split("\n");
+      console.error(`  migrate --all with verification: skipped (${lines[0]!.replace(/:.*/, "")}: ${lines.at(-1)})`);
     }
     await restore(root);
     if (verified !== undefined) {

@@ -80,7 +80,8 @@ export class OutputHasher {
   bytes(chunk: Uint8Array): Promise<void> | undefined {
     if (chunk.length === 0) return undefined;
     this.pending += chunk.length;
-    this.worker.postMessage({ bytes: chunk.slice() });
+    const copy = new Uint8Array(chunk); // its own buffer (a Buffer's slice() would share the writer's), moved, not cloned again
+    this.worker.postMessage({ bytes: copy }, [copy.buffer]);
     return this.pending > MAX_PENDING ? new Promise<void>((resolve) => this.drained.push(resolve)) : undefined;
   }
 
