@@ -38,6 +38,13 @@ export class ServeMount implements ModelPreparer {
   }
 
   async prepare(resolved: ResolvedModel): Promise<PreparedModel> {
+    // a model the mount has planned already (its first scan plans every model of the store): no second parse
+    const shown = (await this.mounted())?.shown(resolved);
+    if (shown !== undefined) {
+      if (shown.asIs === undefined) return shown.prepared;
+      const { mmproj: _mounted, ...prepared } = shown.prepared;
+      return { ...prepared, modelPath: shown.asIs.model, ...(shown.asIs.mmproj !== undefined ? { mmproj: shown.asIs.mmproj } : {}) };
+    }
     const env = this.opts.env ?? process.env;
     const views = await servedViews(resolved, env, this.opts.profile ?? "native");
     try {

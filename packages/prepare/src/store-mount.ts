@@ -58,6 +58,11 @@ export interface MountedModel {
   files: { model: string; mmproj?: string };
   /** What llama-server needs to serve it from the mount (modelArgs). */
   prepared: PreparedModel;
+  /**
+   * Set when nothing of it is translated (its files are links to the store's): the files
+   * themselves, which a serve hands llama-server without the mount.
+   */
+  asIs?: { model: string; mmproj?: string };
 }
 
 /** `sidecars/` beside the translation cache's folder. */
@@ -191,7 +196,15 @@ export class StoreMount implements ModelPreparer {
 
   /** The models shown now, by name. */
   models(): MountedModel[] {
-    return [...this.mounted.values()].map(({ name, files, prepared }) => ({ name, files, prepared }));
+    return [...this.mounted.values()].map(({ name, files, prepared, asIs }) => ({ name, files, prepared, ...(asIs ? { asIs } : {}) }));
+  }
+
+  /** The model as mounted now, when it is this version of it (else undefined: not mounted yet, failed, or changed since). */
+  shown(resolved: ResolvedModel): MountedModel | undefined {
+    const known = this.mounted.get(resolved.name);
+    if (known?.signature !== signature(resolved)) return undefined;
+    const { name, files, prepared, asIs } = known;
+    return { name, files, prepared, ...(asIs ? { asIs } : {}) };
   }
 
   /** Models of the store that could not be mounted, with why. */
@@ -445,7 +458,9 @@ export class StoreMount implements ModelPreparer {
         cacheHit: false,
         mmproj: mmproj ? join(this.dir, mmproj) : undefined,
       });
-      return { name: resolved.name, files: { model: files.model, ...(mmproj ? { mmproj } : {}) }, prepared, signature: sig, paths };
+      // every file a link: the store's own files are what llama.cpp reads
+      const asIs = text === null && projector?.kind !== "view" ? { model: resolved.modelPath, ...(projector ? { mmproj: projector.path } : {}) } : undefined;
+      return { name: resolved.name, files: { model: files.model, ...(mmproj ? { mmproj } : {}) }, prepared, ...(asIs ? { asIs } : {}), signature: sig, paths };
     } finally {
       await views.close();
     }
