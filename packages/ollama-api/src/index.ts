@@ -127,7 +127,7 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
   const addModel = async (name: string): Promise<ApiModel> => {
     const resolved = await store.resolve(name);
     const prepared = await preparer.prepare(resolved);
-    await configs.addModel(resolved.name, presetSection(resolved.name, withoutStopWords(prepared), (m) => opts.onStatus?.(`warning: ${m}`)));
+    await configs.addModel(resolved.name, presetSection(resolved.name, withoutStopWords(prepared), (m) => opts.onStatus?.(`warning: ${m}`)), prepared);
     return apiModel(resolved.name, prepared, readyOf(prepared));
   };
   const maxBodyBytes = opts.maxBodyBytes ?? 256 * 2 ** 20;
