@@ -379,7 +379,12 @@ static void prune(struct node *dir, struct invals *iv) {
 }
 
 /** The folder that holds `path` (created as needed) and the last component in *leaf. Under the write lock. */
-static struct node *parent_dir(char *path, char **leaf, int create) {
+/**
+ * The folder that holds `path`'s last part (left in `leaf`). With `iv`, missing folders are made,
+ * and the kernel is told to forget a "no such name" it may have cached for each (a lookup just
+ * before the name was added would otherwise hide it for as long as names are cached).
+ */
+static struct node *parent_dir(char *path, char **leaf, struct invals *iv) {
   struct node *dir = nodes[FUSE_ROOT_ID];
   char *save = NULL;
   char *part = strtok_r(path, "/", &save);
@@ -392,9 +397,10 @@ static struct node *parent_dir(char *path, char **leaf, int create) {
     if (strcmp(part, ".") == 0 || strcmp(part, "..") == 0) return NULL;
     struct node *c = child_of(dir, part);
     if (!c) {
-      if (!create) return NULL;
+      if (!iv) return NULL;
       c = node_new(NODE_DIR, part);
       child_add(dir, c);
+      inval_push(iv, dir->ino, 0, part);
     } else if (c->kind != NODE_DIR) {
       return NULL;
     }
@@ -577,10 +583,11 @@ malformed:
 /** Puts a new node at `path`, replacing what was there. Under the write lock. */
 static int place(char *path, struct node *n, struct invals *iv) {
   char *leaf = NULL;
-  struct node *dir = parent_dir(path, &leaf, 1);
+  struct node *dir = parent_dir(path, &leaf, iv);
   if (!dir || !leaf || strcmp(leaf, ".") == 0 || strcmp(leaf, "..") == 0) return EINVAL;
   struct node *old = child_of(dir, leaf);
-  if (old) detach(old, iv);
+  if (old) detach(old, iv); // which forgets the old entry
+  else inval_push(iv, dir->ino, 0, leaf); // a cached negative entry for the new name
   free(n->name);
   n->name = strdup(leaf);
   child_add(dir, n);
@@ -589,7 +596,7 @@ static int place(char *path, struct node *n, struct invals *iv) {
 
 static int handle_remove(char *path, struct invals *iv) {
   char *leaf = NULL;
-  struct node *dir = parent_dir(path, &leaf, 0);
+  struct node *dir = parent_dir(path, &leaf, NULL);
   struct node *n = dir && leaf ? child_of(dir, leaf) : NULL;
   if (!n) return ENOENT;
   detach(n, iv);

@@ -505,7 +505,6 @@ export class StoreMount implements ModelPreparer {
           try {
             const m = await this.mountModel(resolved);
             this.mounted.set(name, m);
-            await seen([m.prepared.modelPath, m.prepared.mmproj]);
             this.opts.onStatus?.(`${name} -> ${m.files.model}${m.files.mmproj ? ` + ${m.files.mmproj}` : ""} (${m.prepared.translated ? "translated" : "native"})`);
           } catch (e) {
             this.mounted.delete(name);
@@ -603,26 +602,6 @@ export class StoreMount implements ModelPreparer {
         });
       },
     }));
-  }
-}
-
-/**
- * How long the kernel may remember that a name was missing (the daemon's negative entries live
- * as long as its names, 1 s), with a margin.
- */
-const NEGATIVE_ENTRY_MS = 3000;
-
-/**
- * Waits until the files just added can be looked up: a name looked for before it was added (the
- * router opens every projector as it starts) stays missing to the kernel until its negative
- * entry expires, and a llama-server started meanwhile would not find it. Bounded: after
- * NEGATIVE_ENTRY_MS the lookup's own error is llama-server's to report.
- */
-async function seen(paths: ReadonlyArray<string | undefined>): Promise<void> {
-  const end = Date.now() + NEGATIVE_ENTRY_MS;
-  for (const p of paths) {
-    if (p === undefined) continue;
-    while ((await access(p).then(() => true, () => false)) === false && Date.now() < end) await new Promise((r) => setTimeout(r, 25));
   }
 }
 
