@@ -3,7 +3,7 @@
  * one machine, printed as one table (scenario, ours, baseline, ratio, target, pass).
  * Medians of repeated runs; ratios are taken between medians measured in this same run.
  * Files are generated here (sparse where the data bytes do not matter, real bytes where they do).
- * BENCH_BLOB_MIB (default 2048) sizes the vision blob (BENCH_PULL_MIB, default 2048, the one `pull --to` downloads), BENCH_RUNS (default 5) the repeats,
+ * BENCH_BLOB_MIB (default 2048) sizes the vision blob (BENCH_PULL_MIB, default 2048, the one `pull --to` downloads; BENCH_PEER_MIB, default 64, each model of `peer`), BENCH_RUNS (default 5) the repeats,
  * BENCH_DIR (default <tmpdir>/ollama-compat-bench) where the files go, BENCH_VERBOSE=1 prints every run's time, BENCH_REFLINK_DIR (optional, an
  * XFS or Btrfs mount) adds the metadata rewrite on a filesystem that shares extents. Sections (header, process,
  * translate, ops, ollama, mount, fills, user, peer, pull, migrate; serve-ready, the serve --all row of user, only when named): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
