@@ -6,7 +6,7 @@
  * they compile, not just the top level. The file starts with the bundle's build id (a cache from
  * another build is never used); V8 itself rejects a cache from another V8 version or flags.
  */
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -15,6 +15,14 @@ import { demoModelPath } from "../src/demo-fixture";
 import type { CliIo } from "../src/io";
 
 const dist = fileURLToPath(new URL("../dist/", import.meta.url));
+// One non-ASCII character makes V8 hold the whole bundle as a two-byte string, decoded from UTF-8
+// and hashed at every start (twice the bytes, about 20 ms on a loaded machine). esbuild escapes
+// strings and templates but copies regular expression literals as written: escape those in the source.
+const nonAscii = /[^\x00-\x7f]/.exec(readFileSync(join(dist, CLI_BUNDLE), "latin1"));
+if (nonAscii !== null) {
+  const at = nonAscii.index;
+  throw new Error(`${CLI_BUNDLE} is not ASCII at byte ${at} ("${readFileSync(join(dist, CLI_BUNDLE)).subarray(Math.max(0, at - 40), at + 20).toString("utf8")}"): write the character as an escape (\\u00b5) in its source`);
+}
 const { exports, script, buildId } = loadBundle(join(dist, CLI_BUNDLE));
 if (buildId === undefined) throw new Error(`${CLI_BUNDLE} has no build id (tsup.config.ts writes it)`);
 const { runCli } = exports as { runCli(argv: string[], io: CliIo): Promise<number> };

@@ -1,11 +1,10 @@
 // Node-only: atomic file output, and the sweep of what killed writers left. The browser build
 // swaps this module for node-io.browser.ts, so a bundle never pulls in node:fs.
-import { randomBytes } from "node:crypto";
 import { constants } from "node:fs";
 import { open, readdir, rename, rm, stat, type FileHandle } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { FilesError } from "./errors";
-import { processAlive, tempFileName, tempFileOwner, trackTempFile, untrackTempFile } from "./temp-files";
+import { processAlive, randomHex, tempFileName, tempFileOwner, trackTempFile, untrackTempFile } from "./temp-files";
 
 /**
  * Copies `length` bytes from one open file to another without passing them through
@@ -192,7 +191,7 @@ function writeError(path: string, offset: number, cause: unknown): FilesError {
  * sweepTempFiles removes it once this process is gone.
  */
 export function tempPathFor(path: string): string {
-  return join(dirname(path), tempFileName(basename(path), process.pid, randomBytes(6).toString("hex")));
+  return join(dirname(path), tempFileName(basename(path), process.pid, randomHex(6)));
 }
 
 function bytesOf(content: Uint8Array | string): (out: AtomicFileOutput) => Promise<void> {

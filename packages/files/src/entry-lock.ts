@@ -1,7 +1,7 @@
-import { randomBytes } from "node:crypto";
 import { readFile, rm, stat, utimes, writeFile } from "node:fs/promises";
 import { FilesError } from "./errors";
 import { processState, thisProcess, type ProcessIdentity } from "./owner";
+import { randomHex } from "./temp-files";
 
 /**
  * A lock file per guarded output (a cache entry, ...), created exclusively (O_EXCL) and holding its owner's identity
@@ -37,7 +37,7 @@ interface LockFile {
 /** Takes the lock at `path`, waiting for a live owner and taking over from a gone one. Returns its release. */
 export async function acquireLock(path: string, opts: LockOptions): Promise<() => Promise<void>> {
   const deadline = Date.now() + opts.timeoutMs;
-  const body = JSON.stringify({ ...thisProcess(), token: randomBytes(6).toString("hex") });
+  const body = JSON.stringify({ ...thisProcess(), token: randomHex(6) });
   const since = Date.now();
   let told = 0;
   for (;;) {

@@ -10,11 +10,12 @@ import { FilesError } from "./errors";
 
 /**
  * One kernel copy of `length` bytes between open files at the given offsets: the bytes copied
- * (fewer only where the source ends), or -errno when the kernel refused.
+ * (fewer only where the source ends), or -errno when the kernel refused. Either synchronous or
+ * a promise (the copy running on another thread, as @compat/tensor-ops' addon does it).
  */
-export type KernelCopy = (srcFd: number, srcOffset: number, dstFd: number, dstOffset: number, length: number) => number;
+export type KernelCopy = (srcFd: number, srcOffset: number, dstFd: number, dstOffset: number, length: number) => number | Promise<number>;
 
-/** Largest piece per kernel call: the call is synchronous, so the event loop gets a turn between pieces. */
+/** Largest piece per kernel call: a synchronous call holds the event loop, which gets a turn between pieces. */
 const PIECE = 256 * 1024 * 1024;
 
 /** Filesystem block size assumed for extent sharing (XFS and Btrfs defaults; larger blocks are multiples of it). */
@@ -39,7 +40,7 @@ export function kernelRangeCopier(copy: KernelCopy | undefined): RangeCopier | u
     let done = 0;
     while (done < length) {
       const want = Math.min(done === 0 ? first : PIECE, length - done);
-      const n = copy(srcFd, srcOffset + done, dstFd, dstOffset + done, want);
+      const n = await copy(srcFd, srcOffset + done, dstFd, dstOffset + done, want);
       if (n < 0) {
         if (done === 0 && DECLINED.has(-n)) return false;
         throw new FilesError("IO", `copy_file_range failed after ${done} of ${length} bytes (errno ${-n})`);

@@ -18,6 +18,17 @@ export function pendingTempFiles(): readonly string[] {
   return [...live];
 }
 
+/**
+ * `bytes` random bytes in hex, for names and tokens that must differ from other writers' (temp
+ * files, lock tokens), not stay secret: Math.random, so that loading this package does not load
+ * node:crypto (a few ms of every command's start; the temp file is created exclusively anyway).
+ */
+export function randomHex(bytes: number): string {
+  let out = "";
+  for (let i = 0; i < bytes; i++) out += Math.floor(Math.random() * 256).toString(16).padStart(2, "0");
+  return out;
+}
+
 /** `.NAME.PID.HEX.tmp`: the one temp name of an output NAME written by process PID. */
 export function tempFileName(base: string, pid: number, nonce: string): string {
   return `.${base}.${pid}.${nonce}.tmp`;

@@ -1,6 +1,8 @@
 import { badRequest } from "./errors";
 
-const UNIT_MS: Record<string, number> = { ns: 1e-6, us: 1e-3, "µs": 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+// "\u00b5s" is "µs" (the micro sign): escaped, the source stays ASCII, and so does the CLI bundle,
+// which V8 would otherwise read and compile at every start as a two-byte string (src/bin.ts).
+const UNIT_MS: Record<string, number> = { ns: 1e-6, us: 1e-3, "\u00b5s": 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
 
 /** Go's largest time.Duration (2^63-1 ns, about 292 years) in ms: a keep_alive this long or longer is for ever. */
 export const FOREVER_MS = 2 ** 63 / 1e6;
@@ -22,9 +24,9 @@ function parse(value: unknown): number | undefined {
   if (typeof value !== "string") throw badRequest(`keep_alive: unsupported type ${typeof value} (expected a number of seconds or a duration such as "5m")`);
   const s = value.trim();
   if (/^[-+]?\d+(\.\d+)?$/.test(s)) return parse(Number(s));
-  const m = /^([-+]?)((?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+)$/.exec(s);
+  const m = /^([-+]?)((?:\d+(?:\.\d+)?(?:ns|us|\u00b5s|ms|s|m|h))+)$/.exec(s);
   if (!m) throw badRequest(`time: invalid duration "${value}"`);
   let ms = 0;
-  for (const part of m[2]!.matchAll(/(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)/g)) ms += Number(part[1]) * UNIT_MS[part[2]!]!;
+  for (const part of m[2]!.matchAll(/(\d+(?:\.\d+)?)(ns|us|\u00b5s|ms|s|m|h)/g)) ms += Number(part[1]) * UNIT_MS[part[2]!]!;
   return m[1] === "-" ? Infinity : ms;
 }

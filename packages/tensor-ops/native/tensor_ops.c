@@ -18,6 +18,7 @@
 #include <node_api.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -298,6 +299,94 @@ static napi_value copy_file_range_js(napi_env env, napi_callback_info info) {
 }
 
 /*
+ * copyFileRangeAsync(fdIn, offIn, fdOut, offOut, length) -> a promise of what copyFileRange
+ * returns (bytes copied, or -errno when refused before the first byte; rejected on a failure
+ * midway). The copy runs on libuv's thread pool: the kernel copies a large range into the page
+ * cache at memory speed, which held the event loop for its whole length, so two outputs' copies,
+ * the write-behind flushes' completions and the computed tensors waited for each other.
+ */
+typedef struct {
+    napi_async_work work;
+    napi_deferred deferred;
+    int fd_in, fd_out;
+    int64_t off_in, off_out;
+    uint64_t length, done;
+    int err; /* errno of a failure, 0 when none */
+} copy_job;
+
+static void copy_execute(napi_env env, void *data) {
+    (void) env;
+    copy_job *j = (copy_job *) data;
+#if defined(__linux__)
+    loff_t in_off = (loff_t) j->off_in, out_off = (loff_t) j->off_out;
+    uint64_t left = j->length;
+    while (left > 0) {
+        size_t want = left > (1u << 30) ? (1u << 30) : (size_t) left;
+        ssize_t n = copy_file_range(j->fd_in, &in_off, j->fd_out, &out_off, want, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            j->err = errno;
+            return;
+        }
+        if (n == 0) break; /* end of input */
+        j->done += (uint64_t) n;
+        left -= (uint64_t) n;
+    }
+#else
+    j->err = 38; /* ENOSYS */
+#endif
+}
+
+static void copy_complete(napi_env env, napi_status status, void *data) {
+    copy_job *j = (copy_job *) data;
+    napi_value value;
+    if (status == napi_ok && j->err == 0) {
+        if (napi_create_double(env, (double) j->done, &value) == napi_ok) napi_resolve_deferred(env, j->deferred, value);
+    } else if (status == napi_ok && j->done == 0) {
+        if (napi_create_double(env, -(double) j->err, &value) == napi_ok) napi_resolve_deferred(env, j->deferred, value);
+    } else {
+        char msg[96];
+        napi_value code, text, error;
+        snprintf(msg, sizeof msg, "copy_file_range failed after %llu bytes: %s", (unsigned long long) j->done, status == napi_ok ? strerror(j->err) : "cancelled");
+        if (napi_create_string_utf8(env, "EIO", NAPI_AUTO_LENGTH, &code) == napi_ok && napi_create_string_utf8(env, msg, NAPI_AUTO_LENGTH, &text) == napi_ok &&
+            napi_create_error(env, code, text, &error) == napi_ok) {
+            napi_reject_deferred(env, j->deferred, error);
+        }
+    }
+    napi_delete_async_work(env, j->work);
+    free(j);
+}
+
+static napi_value copy_file_range_async_js(napi_env env, napi_callback_info info) {
+    size_t argc = 5;
+    napi_value argv[5], promise, name;
+    double a[5];
+    CHECK(napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+    if (argc < 5) { napi_throw_type_error(env, NULL, "copyFileRangeAsync(fdIn, offIn, fdOut, offOut, length)"); return NULL; }
+    if (!integer_args(env, argv, 5, 0, 9007199254740991.0, "copyFileRangeAsync: arguments must be non-negative integers", a)) return NULL;
+    copy_job *j = (copy_job *) calloc(1, sizeof *j);
+    if (j == NULL) { napi_throw_error(env, "ENOMEM", "copyFileRangeAsync: out of memory"); return NULL; }
+    j->fd_in = (int) a[0];
+    j->off_in = (int64_t) a[1];
+    j->fd_out = (int) a[2];
+    j->off_out = (int64_t) a[3];
+    j->length = (uint64_t) a[4];
+    if (napi_create_promise(env, &j->deferred, &promise) != napi_ok || napi_create_string_utf8(env, "copyFileRange", NAPI_AUTO_LENGTH, &name) != napi_ok ||
+        napi_create_async_work(env, NULL, name, copy_execute, copy_complete, j, &j->work) != napi_ok) {
+        free(j);
+        napi_throw_error(env, NULL, "tensor_ops: N-API call failed");
+        return NULL;
+    }
+    if (napi_queue_async_work(env, j->work) != napi_ok) {
+        napi_delete_async_work(env, j->work);
+        free(j);
+        napi_throw_error(env, NULL, "tensor_ops: N-API call failed");
+        return NULL;
+    }
+    return promise;
+}
+
+/*
  * cloneRange(fdIn, offIn, fdOut, offOut, length) -> 0 when the filesystem shared the extents
  * (FICLONERANGE: Btrfs, XFS with reflink), else -errno (ext4 and tmpfs refuse; offsets and
  * length must be multiples of the filesystem block size, except a length reaching the input's end).
@@ -384,6 +473,7 @@ static napi_value init(napi_env env, napi_value exports) {
         {"isa", NULL, isa, NULL, NULL, NULL, napi_default, NULL},
         {"setIsa", NULL, set_isa, NULL, NULL, NULL, napi_default, NULL},
         {"copyFileRange", NULL, copy_file_range_js, NULL, NULL, NULL, napi_default, NULL},
+        {"copyFileRangeAsync", NULL, copy_file_range_async_js, NULL, NULL, NULL, napi_default, NULL},
         {"cloneRange", NULL, clone_range_js, NULL, NULL, NULL, napi_default, NULL},
         {"resampleGrid", NULL, resample_grid_js, NULL, NULL, NULL, napi_default, NULL},
     };

@@ -25,6 +25,8 @@ export interface NativeAddon {
   setIsa(choice: "scalar" | "auto"): string;
   /** copy_file_range loop: bytes copied, or -errno when refused before the first byte (absent in older builds). */
   copyFileRange?(fdIn: number, offIn: number, fdOut: number, offOut: number, length: number): number;
+  /** copyFileRange on libuv's thread pool: the event loop runs meanwhile (absent in older builds). */
+  copyFileRangeAsync?(fdIn: number, offIn: number, fdOut: number, offOut: number, length: number): Promise<number>;
   /** FICLONERANGE: 0 or -errno (absent in older builds). */
   cloneRange?(fdIn: number, offIn: number, fdOut: number, offOut: number, length: number): number;
   /** Bilinear align-corners position-grid resample, bit-identical to the JS kernel (absent in older builds). */
@@ -61,9 +63,14 @@ export function nativeAddon(): NativeAddon | undefined {
  * The addon's in-kernel file range copy (copy_file_range), for @compat/files' kernelRangeCopier,
  * which runs the copy loop around it: `kernelRangeCopier(nativeFileCopy())` is the RangeCopier
  * for @compat/gguf's WriteOptions.copyRange. Undefined without the addon (or when it is disabled).
+ * The copy runs on libuv's thread pool where the addon can (the synchronous call of an older
+ * build otherwise): copying a GiB into the page cache takes a core for a third of a second, and
+ * on the event loop's thread it kept everything else a write does waiting (another output's
+ * copy, the flushes behind it, computed tensors).
  */
 export function nativeFileCopy(): KernelCopy | undefined {
-  return nativeAddon()?.copyFileRange;
+  const addon = nativeAddon();
+  return addon?.copyFileRangeAsync ?? addon?.copyFileRange;
 }
 
 /**

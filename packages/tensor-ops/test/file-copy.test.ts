@@ -80,6 +80,56 @@ describe.skipIf(!nativeAvailable())("kernelRangeCopier", () => {
     }
   });
 
+  it("copies on the thread pool: the kernel call is a promise, with the synchronous call's results", async () => {
+    const copy = nativeFileCopy()!;
+    const dst = join(dir, "async.bin");
+    const fi = openSync(src, "r");
+    const fo = openSync(dst, "w+");
+    try {
+      const pending = copy(fi, 3, fo, 0, 1024 * 1024);
+      expect(pending).toBeInstanceOf(Promise); // the event loop runs while the kernel copies
+      expect(await pending).toBe(1024 * 1024);
+      // the end of the source: fewer bytes, as the synchronous call reports them
+      expect(await copy(fi, bytes.length - 10, fo, 1024 * 1024, 20)).toBe(10);
+      // refused before the first byte: -errno (EBADF, the source opened for reading only as the destination)
+      expect(await copy(fi, 0, fi, 0, 10)).toBe(-9);
+    } finally {
+      closeSync(fi);
+      closeSync(fo);
+    }
+    const out = readFileSync(dst);
+    expect(Buffer.compare(out.subarray(0, 1024 * 1024), Buffer.from(bytes.subarray(3, 3 + 1024 * 1024)))).toBe(0);
+    expect(Buffer.compare(out.subarray(1024 * 1024), Buffer.from(bytes.subarray(bytes.length - 10)))).toBe(0);
+  });
+
+  it("copies many ranges at once, into one file and into two, byte for byte", async () => {
+    // what a translation does: the text file's and the projector's copies (and their flushes) in flight together
+    const copy = kernelRangeCopier()!;
+    const piece = 256 * 1024;
+    const a = join(dir, "many-a.bin");
+    const b = join(dir, "many-b.bin");
+    const fi = openSync(src, "r");
+    const fa = openSync(a, "w+");
+    const fb = openSync(b, "w+");
+    try {
+      const jobs: Promise<boolean>[] = [];
+      for (let at = 0; at + piece <= bytes.length; at += piece) {
+        jobs.push(copy(fi, at, fa, at, piece));
+        jobs.push(copy(fi, at, fb, bytes.length - at - piece, piece)); // b gets the pieces in reverse order
+      }
+      expect(await Promise.all(jobs)).toEqual(jobs.map(() => true));
+    } finally {
+      closeSync(fi);
+      closeSync(fa);
+      closeSync(fb);
+    }
+    const n = Math.floor(bytes.length / piece) * piece;
+    const outA = readFileSync(a);
+    const outB = readFileSync(b);
+    expect(Buffer.compare(outA, Buffer.from(bytes.subarray(0, n)))).toBe(0);
+    for (let at = 0; at < n; at += piece) expect(Buffer.compare(outB.subarray(bytes.length - at - piece, bytes.length - at), Buffer.from(bytes.subarray(at, at + piece)))).toBe(0);
+  });
+
   it("cloneFileRange reflinks or reports why not (ext4 and tmpfs refuse)", () => {
     const fi = openSync(src, "r");
     const fo = openSync(join(dir, "clone.bin"), "w+");

@@ -22,6 +22,22 @@ beforeAll(() => {
 });
 
 describe("backend selection", () => {
+  it("loads the local build or the shipped prebuild without node-gyp-build, and with it under LIBC", () => {
+    if (!available) return;
+    // a fresh process: which modules the load pulled in
+    const modulesOf = (env: Record<string, string>) => {
+      const code = 'import("./src/native.ts").then((m) => { if (m.nativeAddon() === undefined) process.exit(3); console.log(JSON.stringify(Object.keys(require("node:module")._cache))); })';
+      const r = spawnSync(process.execPath, ["--import", "tsx", "-e", code], { cwd: fileURLToPath(new URL("..", import.meta.url)), encoding: "utf8", env: { ...process.env, ...env } });
+      expect(r.status, r.stderr).toBe(0);
+      return JSON.parse(r.stdout.trim().split("\n").at(-1)!) as string[];
+    };
+    const usual = modulesOf({});
+    expect(usual.some((m) => m.endsWith(".node"))).toBe(true);
+    expect(usual.some((m) => m.includes("node-gyp-build"))).toBe(false);
+    // an override node-gyp-build reads (set but empty: it still looks at build/Release first), so its own search decides
+    expect(modulesOf({ PREBUILDS_ONLY: "" }).some((m) => m.includes("node-gyp-build"))).toBe(true);
+  });
+
   it("reports the active backend and can be forced to JS", () => {
     setBackend("js");
     expect(activeBackend()).toBe("js");

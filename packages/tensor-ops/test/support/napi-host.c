@@ -117,6 +117,17 @@ napi_status napi_define_properties(napi_env env, napi_value obj, size_t n, const
     for (size_t i = 0; i < n && n_methods < 16; i++) methods[n_methods++] = props[i];
     return napi_ok;
 }
+/* copyFileRangeAsync's calls: bound at load (RTLD_NOW), never run by this host (it has no event loop) */
+napi_status napi_create_error(napi_env env, napi_value code, napi_value msg, napi_value *out) { (void) env; (void) code; (void) msg; *out = make(K_STRING); return napi_ok; }
+napi_status napi_create_promise(napi_env env, napi_deferred *deferred, napi_value *promise) { (void) env; (void) deferred; (void) promise; return napi_generic_failure; }
+napi_status napi_resolve_deferred(napi_env env, napi_deferred deferred, napi_value v) { (void) env; (void) deferred; (void) v; return napi_generic_failure; }
+napi_status napi_reject_deferred(napi_env env, napi_deferred deferred, napi_value v) { (void) env; (void) deferred; (void) v; return napi_generic_failure; }
+napi_status napi_create_async_work(napi_env env, napi_value r, napi_value n, napi_async_execute_callback e, napi_async_complete_callback c, void *d, napi_async_work *w) {
+    (void) env; (void) r; (void) n; (void) e; (void) c; (void) d; (void) w;
+    return napi_generic_failure;
+}
+napi_status napi_queue_async_work(napi_env env, napi_async_work w) { (void) env; (void) w; return napi_generic_failure; }
+napi_status napi_delete_async_work(napi_env env, napi_async_work w) { (void) env; (void) w; return napi_generic_failure; }
 napi_status napi_throw_error(napi_env env, const char *code, const char *msg) { (void) env; fail(code ? code : "Error", msg); return napi_ok; }
 napi_status napi_throw_type_error(napi_env env, const char *code, const char *msg) { (void) env; (void) code; fail("TypeError", msg); return napi_ok; }
 napi_status napi_throw_range_error(napi_env env, const char *code, const char *msg) { (void) env; (void) code; fail("RangeError", msg); return napi_ok; }
