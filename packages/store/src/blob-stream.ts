@@ -7,6 +7,7 @@
  */
 import { createHash } from "node:crypto";
 import { blobHash } from "./blob-hash";
+import { rawRange } from "./raw-range";
 import { StoreError } from "./errors";
 import { parseModelName } from "./name";
 import { layerLabel } from "./pull";
@@ -127,9 +128,22 @@ export function streamBlob(client: RegistryClient, layer: ManifestLayer, signal?
           await busy[which];
         };
         let lastError: unknown;
+        // plain HTTP: the body read straight into the batches, unless the registry answers otherwise
+        let raw = at.protocol === "http:";
         for (let tries = 0; offset + fill < layer.size && tries < MAX_TRIES; ) {
           signal?.throwIfAborted();
           try {
+            if (raw) {
+              const sink = {
+                space: () => buffers[which]!.subarray(fill),
+                took: (n: number) => {
+                  fill += n;
+                  return fill === buffers[which]!.length ? dispatch() : undefined;
+                },
+              };
+              if ((await rawRange(at, offset + fill, layer.size - 1, layer.size, client.authorizationFor(at), sink, signal)) === "done") continue;
+              raw = false;
+            }
             const res = await client.range(at, offset + fill, layer.size - 1, layer.size, signal);
             for await (const chunk of bodyChunks(res)) {
               if (offset + fill + chunk.length > layer.size) throw new RegistryError("BAD_REGISTRY_REPLY", `${at.href}: more bytes than the layer has`);
