@@ -107,7 +107,7 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
   const addModel = async (name: string): Promise<ApiModel> => {
     const resolved = await store.resolve(name);
     const prepared = await preparerFor(opts).prepare(resolved);
-    await configs.addModel(resolved.name, presetSection(resolved.name, withoutStopWords(prepared), (m) => opts.onStatus?.(`warning: ${m}`)));
+    await configs.addModel(resolved.name, presetSection(resolved.name, withoutStopWords(prepared), (m) => opts.onStatus?.(`warning: ${m}`)), prepared);
     return apiModel(resolved.name, prepared);
   };
   const maxBodyBytes = opts.maxBodyBytes ?? 256 * 2 ** 20;

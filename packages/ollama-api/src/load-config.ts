@@ -59,8 +59,18 @@ const MAX_VARIANTS = 32;
 
 interface Variant {
   config: LoadConfig;
+  /** The Ollama name of the model it is a configuration of. */
+  model: string;
+  /** Its preset section for a model's files (built again when the files behind the name change). */
+  build(m: PreparedModel): string;
   section: string;
   lastUsed: number;
+}
+
+/** New files for a served name, not yet in the preset (see LoadConfigs.addModel). */
+interface Replacement {
+  section: string;
+  prepared: PreparedModel;
 }
 
 /**
@@ -69,13 +79,20 @@ interface Variant {
  * per-load arguments, but it re-reads its preset on `GET /models?reload=1`, adding new sections
  * and leaving running models whose section did not change alone (server-models.cpp
  * load_models); a variant is a section of its own, written when first needed.
+ *
+ * The same re-read stops a running instance whose section changed, in the middle of whatever it
+ * answers. So the files behind a served name change in the preset only when no instance of that
+ * name runs: a replacement waits in `replacements` until the scheduler loads the name again
+ * (define), which it does only once the old instance is gone (ModelScheduler.retire).
  */
 export class LoadConfigs {
   private readonly variants = new Map<string, Variant>();
   /** Variants the router has taken from the preset. */
   private known = new Set<string>();
-  /** The preset as the router started with it; variants are appended to it. */
+  /** The preset as the router started with it, with the models added since; variants are appended to it. */
   private basePreset?: Promise<string>;
+  /** Served names whose files changed, by Ollama name: their new section, written at their next load. */
+  private readonly replacements = new Map<string, Replacement>();
   /** Preset rewrites run one after another. */
   private writing: Promise<unknown> = Promise.resolve();
 
@@ -106,8 +123,8 @@ export class LoadConfigs {
     if (!v) {
       const overrides: Record<string, unknown> = {};
       for (const [o] of differs) overrides[o] = wanted[o];
-      const section = asEmbedder ? `${variantSection(routerName, { ...m.prepared, embedding: true }, overrides)}\npooling = last` : variantSection(routerName, m.prepared, overrides);
-      v = { config: { routerName, numCtx: wanted.num_ctx as number }, section, lastUsed: 0 };
+      const build = (p: PreparedModel) => (asEmbedder ? `${variantSection(routerName, { ...p, embedding: true }, overrides)}\npooling = last` : variantSection(routerName, p, overrides));
+      v = { config: { routerName, numCtx: wanted.num_ctx as number }, model: m.name, build, section: build(m.prepared), lastUsed: 0 };
       this.variants.set(routerName, v);
     }
     v.lastUsed = performance.now();
@@ -115,15 +132,19 @@ export class LoadConfigs {
   }
 
   /**
-   * Makes sure the router knows `config` (its preset section written and re-read); `inUse` says
-   * which router names must stay (loaded or claimed), when old variants are dropped to keep the
-   * preset bounded.
+   * Makes sure the router knows `config` (its preset section written and re-read), just before
+   * it is loaded: the scheduler calls this only when no instance of its model runs, so this is
+   * when a replacement of the model's files goes into the preset. `inUse` says which router
+   * names must stay (loaded or claimed), when old variants are dropped to keep the preset bounded.
    */
   define(config: LoadConfig, inUse: ReadonlySet<string>): Promise<void> {
     const v = this.variants.get(config.routerName);
-    if (!v) return Promise.resolve(); // the params layer's: in the preset from the start
+    const model = v?.model ?? config.routerName;
+    // the params layer's, unchanged: in the preset from the start
+    if (!v && !this.replacements.has(model)) return Promise.resolve();
     const job = async () => {
-      if (this.known.has(config.routerName)) return;
+      const replaced = await this.replace(model);
+      if (!replaced && (!v || this.known.has(config.routerName))) return;
       const stale = [...this.variants.entries()].filter(([n]) => n !== config.routerName && !inUse.has(n)).sort(([, a], [, b]) => a.lastUsed - b.lastUsed);
       while (this.variants.size > MAX_VARIANTS && stale.length > 0) {
         const [name] = stale.shift()!;
@@ -132,32 +153,43 @@ export class LoadConfigs {
       }
       const listed = await this.rewrite(config.routerName);
       this.known = new Set([...this.variants.keys()].filter((n) => listed.has(n)));
-      if (!this.known.has(config.routerName)) throw new ApiError(500, `llama-server did not take the preset section of ${config.routerName}`);
+      if (!listed.has(config.routerName)) throw new ApiError(500, `llama-server did not take the preset section of ${config.routerName}`);
     };
     return this.serially(job);
   }
 
-  /** Adds a model's own section (one pulled while serving) to the preset, and has the router take it. */
-  addModel(routerName: string, section: string): Promise<void> {
+  /**
+   * Serves `name` from `prepared`, whose preset section is `section`. A name the preset has no
+   * section for is written and re-read at once. A name it has (a create, copy or pull over a
+   * served model, or one deleted while its instance still answered) may have an instance running
+   * the old files: the new section waits for the name's next load (see define), when none does.
+   */
+  addModel(name: string, section: string, prepared: PreparedModel): Promise<void> {
     return this.serially(async () => {
       const base = await (this.basePreset ??= readFile(this.presetPath, "utf8"));
-      // a model deleted and pulled again replaces its old section (a preset holds a name once)
-      const header = section.slice(0, section.indexOf("\n") + 1);
-      const at = base.startsWith(header) ? 0 : base.indexOf(`\n${header}`) + 1 || -1;
-      const kept = at < 0 ? base : base.slice(0, at) + base.slice(base.indexOf("\n[", at + header.length) + 1 || base.length);
-      this.basePreset = Promise.resolve(`${kept.trimEnd()}\n\n${section}\n`);
-      const listed = await this.rewrite(routerName);
-      if (!listed.has(routerName)) throw new ApiError(500, `llama-server did not take the preset section of ${routerName}`);
+      const at = sectionAt(base, section);
+      if (at) {
+        this.replacements.set(name, { section, prepared });
+        // the files the preset has already (replaced, then put back before they were loaded)
+        if (base.slice(at.start, at.end).trimEnd() === section) await this.replace(name);
+        return;
+      }
+      this.basePreset = Promise.resolve(`${base.trimEnd()}\n\n${section}\n`);
+      const listed = await this.rewrite(name);
+      if (!listed.has(name)) throw new ApiError(500, `llama-server did not take the preset section of ${name}`);
     });
   }
 
-  /** Drops the variants of `name` (its files changed): the next request that needs one builds it from the new model. */
-  forget(name: string): void {
-    for (const n of [...this.variants.keys()]) {
-      if (!n.startsWith(`${name}~`)) continue;
-      this.variants.delete(n);
-      this.known.delete(n);
-    }
+  /** Puts the waiting replacement of `name` (if any) in the base preset, its variants built again from the new files; whether there was one. */
+  private async replace(name: string): Promise<boolean> {
+    const r = this.replacements.get(name);
+    if (!r) return false;
+    this.replacements.delete(name);
+    const base = await (this.basePreset ??= readFile(this.presetPath, "utf8"));
+    const at = sectionAt(base, r.section)!;
+    this.basePreset = Promise.resolve(`${base.slice(0, at.start)}${r.section}\n${at.end < base.length ? "\n" : ""}${base.slice(at.end)}`);
+    for (const v of this.variants.values()) if (v.model === name) v.section = v.build(r.prepared);
+    return true;
   }
 
   private serially(job: () => Promise<void>): Promise<void> {
@@ -178,6 +210,15 @@ export class LoadConfigs {
     for (const m of (JSON.parse(body) as { data?: Array<{ id: string; aliases?: string[] }> }).data ?? []) for (const n of [m.id, ...(m.aliases ?? [])]) listed.add(n);
     return listed;
   }
+}
+
+/** Where the preset `text` holds the section whose header `section` starts with: from its header to the next one (or the end). */
+function sectionAt(text: string, section: string): { start: number; end: number } | undefined {
+  const header = section.slice(0, section.indexOf("\n") + 1);
+  const start = text.startsWith(header) ? 0 : text.indexOf(`\n${header}`) + 1;
+  if (start === 0 && !text.startsWith(header)) return undefined;
+  const next = text.indexOf("\n[", start + header.length);
+  return { start, end: next < 0 ? text.length : next + 1 };
 }
 
 /**

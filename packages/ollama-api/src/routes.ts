@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { blobDigest, blobFileName, canonicalDigest, copyModel, createModel, deleteModel, displayName, existingName, parseModelName, pullModel, receiveBlob, removeUnreferenced, StoreError, type ModelName, type CreateSpec, type PullProgress } from "@compat/store";
+import { blobDigest, blobFileName, canonicalDigest, copyModel, createModel, deleteModel, displayName, existingName, manifestPathIn, parseModelName, pullModel, receiveBlob, RegistryError, removeUnreferenced, StoreError, type ModelName, type CreateSpec, type PullProgress } from "@compat/store";
 import { BodyBudget, discard, jsonBody, parseJson, readUpTo } from "./body";
 import { chatRequest, generateRequest, isHousekeeping } from "./chat";
 import { embed, embeddings } from "./embed";
@@ -248,7 +248,7 @@ export class OllamaRoutes {
       res.end();
     } catch (e) {
       if (abort.signal.aborted) return;
-      const message = e instanceof Error ? e.message : String(e);
+      const message = failureMessage(e);
       if (res.headersSent) {
         send({ error: message });
         res.end();
@@ -300,8 +300,10 @@ export class OllamaRoutes {
    * POST /api/create from a model of the store (`from`), as Ollama's CreateHandler writes it
    * (see createModel): progress objects streamed as NDJSON (`stream: false`: the last one
    * alone), then the model served by the running router, replacing a served one of that name.
-   * A `from` not in the store is pulled first, as Ollama does. Create from uploaded files and
-   * quantize are refused with a message.
+   * A `from` not in the store is pulled from its registry first and served too, its progress
+   * streamed before the create's, as Ollama's parseFromModel does (`insecure`, which Ollama's
+   * create does not take, lets it come over plain HTTP). Create from uploaded files and quantize
+   * are refused with a message.
    */
   async create(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const body = await this.body(req, res);
@@ -333,9 +335,18 @@ export class OllamaRoutes {
       try {
         await createModel(this.o.storeRoot, spec, { onProgress: send, keep: this.keep, env: this.o.env });
       } catch (e) {
-        if (!(e instanceof StoreError && e.code === "UNKNOWN_MODEL")) throw e;
-        // parseFromModel: a source that is not installed is pulled
-        await pullModel(from, { root: this.o.storeRoot, signal: abort.signal, env: this.o.env, keep: this.keep, onProgress: (p) => p.status !== "success" && send(p) });
+        if (!(e instanceof StoreError && e.code === "UNKNOWN_MODEL" && e.details.manifestPath === manifestPathIn(this.o.storeRoot, fromName))) throw e;
+        // the source is not installed: pulled, and served, before the create goes on. Ollama streams the
+        // pull's "success" too, but the official clients stop reading at the first one: here it is said once, at the end
+        const pulled = await pullModel(from, {
+          root: this.o.storeRoot,
+          insecure: body.insecure === true,
+          signal: abort.signal,
+          env: this.o.env,
+          keep: this.keep,
+          onProgress: (p) => p.status !== "success" && send(p),
+        });
+        await this.reserve(pulled.name);
         await createModel(this.o.storeRoot, spec, { onProgress: send, keep: this.keep, env: this.o.env });
       }
       await this.reserve(name);
@@ -344,7 +355,7 @@ export class OllamaRoutes {
       res.end();
     } catch (e) {
       if (abort.signal.aborted) return;
-      const message = e instanceof Error ? e.message : String(e);
+      const message = failureMessage(e);
       const status = e instanceof ApiError ? e.status : e instanceof StoreError && e.code === "INVALID_CREATE" ? 400 : 500;
       if (res.headersSent) {
         send({ error: message });
@@ -366,7 +377,6 @@ export class OllamaRoutes {
     if ((await old.facts).digest === (await fresh.facts).digest) return;
     this.byName.set(old.name.toLowerCase(), fresh);
     this.o.models.splice(this.o.models.indexOf(old), 1, fresh);
-    this.o.configs.forget(old.name);
     await this.retire(old);
   }
 
@@ -619,6 +629,16 @@ function passedHeaders(up: IncomingMessage): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   for (const [k, v] of Object.entries(up.headers)) if (v !== undefined && !["connection", "keep-alive", "transfer-encoding", "content-length"].includes(k)) out[k] = v;
   return out;
+}
+
+/**
+ * A failure's message, in Ollama's words where clients read them: a manifest the registry does
+ * not have is "pull model manifest: file does not exist" (PullModel wrapping os.ErrNotExist);
+ * any other failure says what went wrong in our words.
+ */
+function failureMessage(e: unknown): string {
+  if (e instanceof RegistryError && e.code === "NOT_IN_REGISTRY" && /\/manifests\//.test(String(e.details.url))) return "pull model manifest: file does not exist";
+  return e instanceof Error ? e.message : String(e);
 }
 
 /** A JSON value that says something: not absent, null, "", [] or {}. */

@@ -9,7 +9,7 @@ import { createHash } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Ollama } from "ollama";
+import { Ollama, type CreateRequest } from "ollama";
 import { generateFixture, generateFixtureFiles, startOciRegistry, type OciRegistry, SMALL_SERVER_ARGS } from "@compat/testkit";
 import { GgmlType, GgufModel, writeGguf } from "@compat/gguf";
 import { serveOllama, type OllamaServer } from "@compat/ollama-api";
@@ -143,6 +143,56 @@ describe("/api/create from a model of the store (official ollama client, real ll
     const files = await fetch(`${server.url}/api/create`, { method: "POST", body: JSON.stringify({ model: "bad", files: { "m.gguf": modelDigest } }) });
     expect(files.status).toBe(403);
     expect((await ollama.list()).models.map((m) => m.name)).not.toContain("bad:latest");
+  });
+
+  it("from a model only in its registry: pulled first (its progress streamed, then the create's), both listed and served; from one in neither: Ollama's error", async () => {
+    const fx = await generateFixtureFiles("gemma3", { seed: 11, layout: "ollama", variant: "1b" }, await temp());
+    const pushed = await registry.pushModel({ name: "library/remote:1", model: fx.text, params: { num_ctx: 512 } });
+    expect((await ollama.list()).models.map((m) => m.name)).not.toContain(pushed.ref);
+    // `insecure` (which Ollama's create does not take) lets the source come from this plain-HTTP registry
+    const request = { model: "landlubber", from: pushed.ref, system: SYSTEM, insecure: true } as CreateRequest;
+    const events: Array<{ status: string; digest?: string; total?: number; completed?: number }> = [];
+    for await (const p of await ollama.create({ ...request, stream: true })) events.push(p);
+    const statuses = events.map((e) => e.status);
+    const layer = pushed.layers[0]!;
+    // the pull's progress, as Ollama's PullModel streams it (its "success" left out: the client would stop reading there)
+    expect(statuses[0]).toBe("pulling manifest");
+    expect(events.filter((e) => e.digest === layer.digest).at(-1)).toMatchObject({ total: layer.size, completed: layer.size });
+    const verified = statuses.indexOf("verifying sha256 digest");
+    expect(statuses[verified + 1]).toBe("writing manifest");
+    // then the create's, from the layers just pulled, and one success at the end
+    expect(statuses[verified + 2]).toBe(`using existing layer ${layer.digest}`);
+    expect(statuses.slice(-2)).toEqual(["writing manifest", "success"]);
+    expect(statuses.filter((s) => s === "success")).toHaveLength(1);
+    const names = (await ollama.list()).models.map((m) => m.name);
+    expect(names).toEqual(expect.arrayContaining([pushed.ref, "landlubber:latest"]));
+    expect((await ollama.show({ model: "landlubber" })).system).toBe(SYSTEM);
+    expect(await answers(pushed.ref)).toBe(200);
+    expect(await answers("landlubber")).toBe(200);
+
+    // stream false: one object, once the source is pulled and the model created
+    const second = await registry.pushModel({ name: "library/remote:2", model: fx.text, params: { num_ctx: 256 } });
+    const whole = await fetch(`${server.url}/api/create`, { method: "POST", body: JSON.stringify({ ...request, model: "landlubber2", from: second.ref, stream: false }) });
+    expect(whole.headers.get("content-type")).toMatch(/^application\/json/);
+    expect(await whole.text()).toBe('{"status":"success"}');
+    expect((await ollama.list()).models.map((m) => m.name)).toEqual(expect.arrayContaining([second.ref, "landlubber2:latest"]));
+
+    // in neither the store nor its registry: Ollama's error, a last line after the pull's first progress, or a 500 alone
+    const missing = { model: "ghost", from: `${registry.host}/library/nothing:1`, insecure: true } as CreateRequest;
+    const seen: string[] = [];
+    const streamed = await (async () => {
+      for await (const p of await ollama.create({ ...missing, stream: true })) seen.push(p.status);
+    })().then(
+      () => undefined,
+      (e: Error) => e.message,
+    );
+    expect(seen).toEqual(["pulling manifest"]);
+    expect(streamed).toBe("pull model manifest: file does not exist");
+    const refused = await fetch(`${server.url}/api/create`, { method: "POST", body: JSON.stringify({ ...missing, stream: false }) });
+    expect(refused.status).toBe(500);
+    expect(await refused.json()).toEqual({ error: "pull model manifest: file does not exist" });
+    expect((await ollama.list()).models.map((m) => m.name)).not.toContain("ghost:latest");
+    expect(await readdir(join(root, "manifests", registry.host, "library"))).toEqual(["remote"]); // no "nothing"
   });
 
   it("a re-pull of a served, loaded model that changed: the new version answers, the old instance is gone, and its blob with it", async () => {

@@ -48,6 +48,12 @@ describe("/api/pull (official ollama client, real registry)", () => {
     expect(await answers(pushed.ref)).toBe(200);
     // stream false: one object; the model is there already
     expect(await ollama.pull({ model: pushed.ref, insecure: true, stream: false })).toEqual({ status: "success" });
+    // a name the registry does not have: Ollama's words, a 500 (stream false)
+    const missing = await ollama.pull({ model: `${registry.host}/library/nothing:1`, insecure: true, stream: false }).then(
+      () => undefined,
+      (e: { status_code?: number; error?: string }) => e,
+    );
+    expect(missing).toMatchObject({ status_code: 500, error: "pull model manifest: file does not exist" });
   });
 
   it("a corrupted layer: the error names it, nothing of it is kept, the model is not listed", async () => {

@@ -7,7 +7,9 @@ import { ModelScheduler, SERVER_BUSY, type Clock, type Lease, type ModelIo } fro
 /**
  * The scheduler's decisions over every order of events fast-check's scheduler picks: requests
  * arriving, being cancelled and released; loads that are slow, fail, or succeed; unloads that
- * fail once; keep_alive timers running out; instances that die under a request. The outside
+ * fail once; keep_alive timers running out; instances that die under a request; the files behind
+ * a model changing (a create, copy or pull over it: retire) while it is loading, busy or idle,
+ * after which a load reads the new files (as LoadConfigs.define puts them in the preset). The outside
  * world (llama-server's router) is a model of it that checks, at every step, what the
  * scheduler must never do.
  */
@@ -48,6 +50,8 @@ const scenarioArb = fc
       failing: fc.subarray(Array.from({ length: base.models }, (_, i) => [config(i, false).routerName, config(i, true).routerName]).flat(), { maxLength: Math.min(3, 2 * base.models) }),
       /** Router names whose first unload is refused. */
       stubborn: fc.subarray(Array.from({ length: base.models }, (_, i) => config(i, false).routerName), { maxLength: Math.min(2, base.models) }),
+      /** Models whose files change, at some moment each. */
+      changes: fc.array(fc.integer({ min: 0, max: base.models - 1 }), { maxLength: 3 }),
     }),
   );
 
@@ -61,6 +65,11 @@ describe("ModelScheduler: every request answered or refused, never more than max
         const unloadRefused = new Set<string>();
         /** Instances that died since they were loaded. */
         const crashed = new Set<string>();
+        /** Each model's files: bumped by a change. A load reads the files of the moment it starts. */
+        const files = new Map<string, number>();
+        const modelOf = (routerName: string) => routerName.split("~")[0]!;
+        /** The files each running instance read. */
+        const loadedFiles = new Map<string, number>();
         /** What the router saw the scheduler do wrong (an exception thrown in load() would only be a failed load to it). */
         const violations: string[] = [];
         const check = (ok: boolean, what: string) => {
@@ -76,6 +85,7 @@ describe("ModelScheduler: every request answered or refused, never more than max
             step();
             check(!running.has(c.routerName), `${c.routerName} loaded twice`);
             running.set(c.routerName, "loading");
+            loadedFiles.set(c.routerName, files.get(modelOf(c.routerName)) ?? 0);
             check(running.size <= sc.maxLoaded, `${[...running.keys()].join(", ")} running, ${sc.maxLoaded} at most`);
             await s.schedule(Promise.resolve(), `load ${c.routerName}`);
             if (sc.failing.includes(c.routerName)) {
@@ -117,6 +127,19 @@ describe("ModelScheduler: every request answered or refused, never more than max
         const scheduler = new ModelScheduler(io, { maxLoaded: sc.maxLoaded, keepAliveMs: 1000, maxQueue: sc.maxQueue, clock });
         const outcomes: Array<string | undefined> = sc.asks.map(() => undefined);
         const requests = sc.asks.map((a, i) => ask(a, i).catch((e: unknown) => violations.push(String(e))));
+        /** Changes whose retire has resolved (the old instance gone). */
+        let retired = 0;
+        sc.changes.forEach((model, k) => {
+          void s.schedule(Promise.resolve(), `the files of m${model} change (${k})`).then(() => {
+            const name = `m${model}`;
+            files.set(name, (files.get(name) ?? 0) + 1);
+            // no instance of the old files is ever unloaded under a request (io.unload checks) and, once gone, says so
+            void scheduler.retire(name).then(() => {
+              retired++;
+              check(![...running.keys()].some((n) => modelOf(n) === name && loadedFiles.get(n)! < files.get(name)!), `retire(${name}) resolved while an instance of its old files runs`);
+            });
+          });
+        });
         async function ask(a: Ask, i: number): Promise<void> {
           await s.schedule(Promise.resolve(), `request ${i} for m${a.model} (${a.want})`);
           const abort = new AbortController();
@@ -129,6 +152,8 @@ describe("ModelScheduler: every request answered or refused, never more than max
               left = before - scheduler.queued;
             });
           const queueFull = scheduler.queued >= sc.maxQueue;
+          /** The files of the model when the request came: it must be answered from those or newer. */
+          const filesAsked = files.get(`m${a.model}`) ?? 0;
           let lease: Lease;
           try {
             lease = await scheduler.acquire(`m${a.model}`, want(a), a.keepAlive, abort.signal);
@@ -152,6 +177,8 @@ describe("ModelScheduler: every request answered or refused, never more than max
           expect(running.get(target) === "loaded" || crashed.has(target), `request ${i} given ${target}, which is not loaded`).toBe(true);
           const w = want(a);
           expect(target === w.config.routerName || (w.flexible && target.startsWith(`m${a.model}`))).toBe(true);
+          // a request that came after a change is never answered by an instance of the files before it
+          expect(loadedFiles.get(target), `request ${i} given ${target} of older files`).toBeGreaterThanOrEqual(filesAsked);
           leases.set(target, (leases.get(target) ?? 0) + 1);
           await s.schedule(Promise.resolve(), `answer ${i}`);
           if (a.crash && running.has(target)) {
@@ -173,6 +200,8 @@ describe("ModelScheduler: every request answered or refused, never more than max
         expect(outcomes.map((o, i) => o ?? `request ${i} never answered (${scheduler.queued} queued)`).filter((o) => !o.startsWith("answered") && !o.startsWith("refused"))).toEqual([]);
         await Promise.all(requests);
         expect(scheduler.queued).toBe(0);
+        // every change's retire resolved: the old instance went once its requests were done
+        expect(retired).toBe(sc.changes.length);
         // requests that nothing refused are answered: only a cancelled client, a full queue or a failing model is a refusal
         sc.asks.forEach((a, i) => {
           if (!a.abort && sc.maxQueue === 512 && !sc.failing.includes(want(a).config.routerName)) expect(outcomes[i], `request ${i}`).toBe("answered");
