@@ -19,6 +19,8 @@ import type { ModelName } from "./name";
 const BATCH = 8 << 20;
 /** Batches in memory: one filling from the socket, the others being hashed and written. */
 const BATCHES = 3;
+/** Free bytes a batch has before a raw range request starts in it (more than its first read). */
+const RAW_ROOM = 1 << 20;
 /** Attempts on a failed connection; each continues from the last byte received. */
 const MAX_TRIES = 6;
 
@@ -134,6 +136,8 @@ export function streamBlob(client: RegistryClient, layer: ManifestLayer, signal?
           signal?.throwIfAborted();
           try {
             if (raw) {
+              // the body bytes that come with the reply's header are copied into the batch at once: room for them
+              if (buffers[which]!.length - fill < RAW_ROOM && fill > 0) await dispatch();
               const sink = {
                 space: () => buffers[which]!.subarray(fill),
                 took: (n: number) => {
