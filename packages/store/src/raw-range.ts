@@ -11,7 +11,11 @@ import { connect, type Socket } from "node:net";
 import { RegistryError } from "./registry";
 
 export interface RawSink {
-  /** Where the next bytes go: never empty; more room than a read of the header (16 KiB) when the request starts. */
+  /**
+   * Where the next bytes go: never empty, also right after took() (the socket takes its next read
+   * buffer then, and reads into it once resumed); more room than a read of the header (16 KiB)
+   * when the request starts.
+   */
   space(): Uint8Array;
   /** `n` bytes arrived at the start of the last space(); a promise pauses the socket until it settles. */
   took(n: number): Promise<void> | undefined;
