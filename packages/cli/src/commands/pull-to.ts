@@ -38,8 +38,12 @@ export interface PullToOptions {
   llamaServer?: string;
 }
 
-/** First header request; it doubles until the header parses (a vocabulary of 262k tokens is a few MB). */
-const FIRST_HEAD = 1 << 20;
+/**
+ * First header request; it doubles until the header parses. A vocabulary of 262k tokens is a few
+ * MB: one request of 8 MiB takes most headers at once (each extra one is a round trip and a parse
+ * before the stream can start), and its bytes are the blob's first ones, fed like the rest.
+ */
+const FIRST_HEAD = 8 << 20;
 
 /** Source bytes streamed between two resume records (each flushes the outputs first): what a crash can cost to download again, as in the store's pull. */
 const CHECKPOINT = 16 << 20;
