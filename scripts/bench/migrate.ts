@@ -63,6 +63,21 @@ export async function migrateBench(o: MigrateBenchContext): Promise<void> {
     const [m, c] = [median(tMigrate), median(tCp)];
     o.row({ scenario: `migrate --all --no-verify of ${gib} vs \`cp\` + \`sync\` of the same blobs`, ours: o.ms(m), baseline: o.ms(c), ratio: m / c, target: "≤ 1.2x", pass: m / c <= 1.2 });
 
+    // verification (llama-server loads each migrated pair before its manifest switches) is a
+    // cost of its own, outside the row above: timed once, as a row of its own
+    execFileSync("sync");
+    let verified: number | undefined;
+    try {
+      verified = timed(() => cli(o.cli, ["migrate", "--all"], root));
+    } catch (e) {
+      const lines = (e as Error).message.trim().split("\n");
+      console.error(`  migrate --all with verification: skipped (${lines[0]!.replace(/:.*/, "")}: ${lines.at(-1)})`);
+    }
+    await restore(root);
+    if (verified !== undefined) {
+      o.row({ scenario: `  the same migrate --all with verification (each model loaded by llama-server) vs --no-verify`, ours: o.ms(verified), baseline: o.ms(m), ratio: verified / m, target: "verification's cost", pass: undefined });
+    }
+
     // the disk it adds: on an XFS image with reflinks (df of that file system, nothing else writes
     // there) vs the blocks of the new blobs on the bench folder's file system (no reflinks)
     const xfs = await xfsAdded(base, modelMiB, o.cli);

@@ -6,7 +6,7 @@
  * BENCH_BLOB_MIB (default 2048) sizes the vision blob (BENCH_PULL_MIB, default 2048, the one `pull --to` downloads), BENCH_RUNS (default 5) the repeats,
  * BENCH_DIR (default <tmpdir>/ollama-compat-bench) where the files go, BENCH_VERBOSE=1 prints every run's time, BENCH_REFLINK_DIR (optional, an
  * XFS or Btrfs mount) adds the metadata rewrite on a filesystem that shares extents. Sections (header, process,
- * translate, ops, ollama, mount, fills, user, peer, pull, migrate): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
+ * translate, ops, ollama, mount, fills, user, peer, pull, migrate; serve-ready, the serve --all row of user, only when named): all by default, or those named as arguments or in BENCH_ONLY=translate,ops.
  */
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -326,6 +326,8 @@ const sections: Record<string, () => Promise<void>> = {
     await translateAsUser(ctx);
     await serveReady(ctx);
   },
+  // the serve --all row of `user` alone (run only when named)
+  "serve-ready": () => serveReady(ctx),
   peer: () => peerRows(ctx),
   // issue 38: pull --to against curl
   pull: () => pullToRows({ root: ROOT, dir, runs: RUNS, run, race, row, ms }),
@@ -333,7 +335,7 @@ const sections: Record<string, () => Promise<void>> = {
   migrate: () => migrateBench({ dir, cli: CLI, runs: RUNS, row, ms }),
 };
 for (const [name, fn] of Object.entries(sections)) {
-  if (only.length > 0 && !only.includes(name)) continue;
+  if (only.length > 0 ? !only.includes(name) : name === "serve-ready") continue;
   console.error(`[${name}]`);
   await fn();
 }

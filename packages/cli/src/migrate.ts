@@ -45,9 +45,10 @@
 import { constants as fsConstants } from "node:fs";
 import { copyFile, mkdir, readFile, readdir, rm, stat, statfs, unlink, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { acquireLock, tempPathFor } from "@compat/files";
+import { acquireLock, kernelRangeCopier, tempPathFor } from "@compat/files";
 import { readGguf } from "@compat/gguf";
-import { compatEnabled, type TranslationProfile } from "@compat/handlers";
+import { compatEnabled, type TranslatedView, type TranslationProfile } from "@compat/handlers";
+import { nativeFileCopy } from "@compat/tensor-ops";
 import { openViews } from "@compat/views";
 import {
   addBlob,
@@ -60,6 +61,7 @@ import {
   manifestStaging,
   MediaType,
   ModelStore,
+  OutputHasher,
   parseManifest,
   parseModelName,
   readManifestText,
@@ -69,6 +71,7 @@ import {
   StoreError,
   sweepStaging,
   writeManifest,
+  type BlobHash,
   type ManifestLayer,
   type ModelName,
   type ResolvedModel,
@@ -313,8 +316,8 @@ async function migrateGroup(store: ModelStore, g: Group, opts: MigrateOptions, r
     if (g.done) say(`${names.join(", ")}: reusing the blobs a model of the same source was migrated to`);
     else say(`${names.join(", ")}: writing ${[views.text ? `the text GGUF (${views.text.size} bytes)` : "", mm ? `the projector (${mm.size} bytes)` : ""].filter(Boolean).join(" and ")}`);
     const reused = (l: ManifestLayer | undefined): WrittenBlob | undefined => (l ? { digest: l.digest, size: l.size, path: store.blobPath(l.digest), created: false } : undefined);
-    const write = (what: string, view: { size: number; writeTo(path: string): Promise<unknown> }) =>
-      addBlob(store.root, async (p) => void (await view.writeTo(p))).catch(async (e: unknown) => {
+    const write = (what: string, view: TranslatedView) =>
+      addBlob(store.root, (p) => writeHashed(view, p)).catch(async (e: unknown) => {
         throw (await spaceError(e, store.root, view.size, `${what} of ${names.join(", ")} (${view.size} bytes, from ${first.modelDigest})`, result)) ?? e;
       });
     const text = views.text ? (reused(g.done?.model) ?? (await write("the text GGUF", views.text))) : undefined;
@@ -366,6 +369,25 @@ async function migrateGroup(store: ModelStore, g: Group, opts: MigrateOptions, r
     await views.close();
     // blobs no manifest took are not left behind (a failed verification, a disk full meanwhile)
     if (!switched) for (const b of created) await unlink(b.path).catch(() => undefined);
+  }
+}
+
+/**
+ * Writes `view` to `path` as `translate` does (the same writer, kernel range copies) and returns
+ * its sha256, hashed on the way (OutputHasher): the blob is never read back to learn its name.
+ * The copier is always given, wrapped (one that declines when there is no kernel call), so no
+ * byte reaches the file without passing the hasher; the size check catches one that did.
+ */
+async function writeHashed(view: TranslatedView, path: string): Promise<BlobHash> {
+  const hasher = new OutputHasher();
+  try {
+    const kernel = kernelRangeCopier(nativeFileCopy()) ?? (async () => false);
+    await view.writeTo(path, { copyRange: hasher.copier(kernel), tee: (chunk) => hasher.bytes(chunk) });
+    const hash = await hasher.digest();
+    if (hash.size !== view.size) throw new Error(`internal: hashed ${hash.size} bytes of a ${view.size}-byte output`);
+    return hash;
+  } finally {
+    await hasher.close();
   }
 }
 

@@ -222,6 +222,41 @@ describe("ollama-compat serve on a mount of its own", () => {
     expect((await readdir(join(cache, "translated", "entries"))).length).toBe(1);
   }, 240_000);
 
+  it("serve --all started again over the same cache plans nothing up front (each model's facts are recorded); the first requests wait for their models' plans and real llama-server answers", async () => {
+    const { dir, store } = await storeDir();
+    const { server } = await findLlamaTools();
+    const cache = join(dir, "cache");
+    const args = ["serve", "--all", "--models", store, "--cache-dir", cache, "--llama-server", server, "--", "--threads", "2", "--no-warmup"];
+    const first = await serveUntilReady(args, { OLLAMA_HOST: `127.0.0.1:${await freePort()}` });
+    const show = async (url: string) => {
+      const r = await fetch(`${url}/api/show`, { method: "POST", body: JSON.stringify({ model: "gemma3:4b" }) });
+      expect(r.status).toBe(200);
+      const body = (await r.json()) as { capabilities: string[]; template: string };
+      return { capabilities: body.capabilities, template: body.template };
+    };
+    const before = await show(first.url);
+    first.child.kill("SIGTERM");
+    await exited(first.child);
+    // one record per model: the native one too
+    expect((await readdir(join(cache, "model-facts"))).filter((f) => f.endsWith(".json")).length).toBe(3);
+
+    const again = await serveUntilReady(args, { OLLAMA_HOST: `127.0.0.1:${await freePort()}` });
+    const mountDir = /serving from a mount of the store \((.+)\)/.exec(again.err())![1]!;
+    // shown from the records: nothing planned yet, so the translated files are not in the mount
+    expect(await readdir(mountDir)).toEqual([]);
+    // /api/show waits for the plan: the served chat template and capabilities as on the first start
+    expect(await show(again.url)).toEqual(before);
+    for (const m of ["gemma3:4b", "llama3.2:1b", "tinyllama:native"]) await chatOk(again.url, m);
+    again.child.kill("SIGTERM");
+    await exited(again.child);
+
+    // serve MODEL from the records: llama-server starts once the model's files are planned
+    const one = await serveUntilReady(["serve", "gemma3:4b", ...args.slice(2)]);
+    await chatOk(one.url, "gemma3:4b");
+    one.child.kill("SIGINT");
+    await exited(one.child);
+  }, 300_000);
+
   it("falls back to the cache, with the reason in one line, where FUSE cannot be used", async () => {
     const { dir, store } = await storeDir();
     const { server } = await findLlamaTools();

@@ -32,6 +32,13 @@ export interface WriteOptions {
    * those bytes are copied through memory as without it.
    */
   copyRange?: RangeCopier;
+  /**
+   * Sees every chunk written through memory (header, padding, computed and copied-through
+   * bytes), in output order, before it is written; a returned promise is awaited. With a
+   * wrapped `copyRange` it lets a caller hash the output as it is made (ranges the copier
+   * copies never pass here). Only when writing to a path.
+   */
+  tee?(chunk: Uint8Array): unknown;
 }
 
 export interface WriteResult {
@@ -169,7 +176,12 @@ export async function writeGguf(model: GgufModel, target: WriteTarget, opts: Wri
               }
               return usable;
             };
-      await emitModel(model, layout, write, opts, new CopyBuffers(), direct);
+      const tee = opts.tee;
+      const emit: Emit = tee === undefined ? write : async (chunk) => {
+        await tee(chunk);
+        await write(chunk);
+      };
+      await emitModel(model, layout, emit, opts, new CopyBuffers(), direct);
     }).catch((e: unknown) => {
       // a failed write is this package's IO error, as every failure of a GGUF operation
       throw e instanceof FilesError ? new GgufError("IO", e.reason, { source: target, offset: e.details.offset, cause: e.cause }) : e;

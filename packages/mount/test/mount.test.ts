@@ -97,6 +97,35 @@ describe("bytes through the mount", () => {
     }
   });
 
+  it("serves the same bytes when the source is not in the page cache (read from the disk directly) as when it is", async () => {
+    const dir = await t.dir();
+    const g = await gemma3(dir);
+    const mount = await t.mount(dir);
+    await addView(mount, "m/text.gguf", g.text, "text");
+    const file = join(mount.dir, "m/text.gguf");
+    // GNU dd: drops a file's clean pages from the page cache, reading nothing (any user, its own files)
+    const evict = (path: string) => execFileSync("dd", [`if=${path}`, "iflag=nocache", "count=0", "status=none"]);
+    evict(g.source);
+    expect(await sha256(file)).toBe(await sha256(join(dir, "text.gguf")));
+    const fh = await open(file, "r");
+    try {
+      await fc.assert(
+        fc.asyncProperty(fc.nat({ max: g.text.size + 100 }), fc.nat({ max: 3 << 20 }), fc.boolean(), async (offset, length, cold) => {
+          if (cold) evict(g.source); // else partly cached: what the reads before left
+          evict(file); // the mount's own pages would answer without the daemon
+          const want = await g.text.read(offset, length);
+          const got = Buffer.alloc(length);
+          const { bytesRead } = await fh.read(got, 0, length, offset);
+          expect(bytesRead).toBe(want.length);
+          expect(Buffer.compare(got.subarray(0, bytesRead), want)).toBe(0);
+        }),
+        { numRuns: 40, seed: 40 },
+      );
+    } finally {
+      await fh.close();
+    }
+  });
+
   it("computes a sidecar once, on first read, and a later mount reuses it", async () => {
     const dir = await t.dir();
     const g = await gemma3(dir);

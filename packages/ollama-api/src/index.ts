@@ -88,7 +88,19 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
   const maxQueue = env.OLLAMA_MAX_QUEUE ? Number(env.OLLAMA_MAX_QUEUE) : 512;
   if (!Number.isInteger(maxQueue) || maxQueue < 1) throw new BridgeError("INVALID_OPTION", `OLLAMA_MAX_QUEUE ${env.OLLAMA_MAX_QUEUE}: expected a whole number above 0`, { maxQueue });
   const instances = new InstanceLog();
+  const preparer = preparerFor(opts);
+  // the router looks at every projector as it starts (and on each reload); one of a model
+  // planned on first use is not there yet: that is expected, not an error to show
+  let afterMissing = false;
   const onLog = (line: string) => {
+    const missing = /(?:failed to open GGUF file|failed to get capabilities from file) '([^']+)'/.exec(line);
+    if (missing && preparer.notYetPlanned?.(missing[1]!)) {
+      afterMissing = true;
+      return;
+    }
+    const blankAfter = afterMissing && line.trim() === "";
+    afterMissing = false;
+    if (blankAfter) return;
     instances.onLog(line);
     opts.onLog?.(line);
   };
@@ -99,16 +111,24 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
   const router = await startRouter({ ...opts, args, onLog, host: "127.0.0.1", port: undefined, apiKey: routerKey, insecure: false, modelsMax: 0, stopWordsPerRequest: true });
   const upstream = new Upstream(router.url, routerKey);
   const configs = new LoadConfigs(router.presetPath, upstream);
-  const io = new RouterModels(upstream, { define: (c, keep) => configs.define(c, keep), errorOf: (n) => instances.errorOf(n) });
+  // a model planned on first use (the mount's recorded facts) is planned before its instance opens its files
+  const readyOf = (p: NonNullable<RouterModel["model"]>) => async () => preparer.ready?.(p.resolved);
+  const io = new RouterModels(upstream, {
+    define: async (c, keep) => {
+      await served.find((m) => c.routerName === m.name || c.routerName.startsWith(`${m.name}~`))?.ready();
+      await configs.define(c, keep);
+    },
+    errorOf: (n) => instances.errorOf(n),
+  });
   const scheduler = new ModelScheduler(io, { maxLoaded: modelsMax, keepAliveMs, maxQueue, onStatus: opts.onStatus });
-  const served: ApiModel[] = router.models.filter((m) => m.model).map((m) => apiModel(m.name, m.model!));
+  const served: ApiModel[] = router.models.filter((m) => m.model).map((m) => apiModel(m.name, m.model!, readyOf(m.model!)));
   const store = asStore(opts.store, env);
   // a model pulled while serving: prepared as the others were, then a section of the router's preset
   const addModel = async (name: string): Promise<ApiModel> => {
     const resolved = await store.resolve(name);
-    const prepared = await preparerFor(opts).prepare(resolved);
+    const prepared = await preparer.prepare(resolved);
     await configs.addModel(resolved.name, presetSection(resolved.name, withoutStopWords(prepared), (m) => opts.onStatus?.(`warning: ${m}`)), prepared);
-    return apiModel(resolved.name, prepared);
+    return apiModel(resolved.name, prepared, readyOf(prepared));
   };
   const maxBodyBytes = opts.maxBodyBytes ?? 256 * 2 ** 20;
   const maxHeldBodyBytes = opts.maxHeldBodyBytes ?? Math.max(512 * 2 ** 20, maxBodyBytes);

@@ -11,6 +11,8 @@ export interface ApiModel {
   prepared: PreparedModel;
   /** Read from the manifest and the GGUF header on first use, then kept. */
   readonly facts: Promise<ModelFacts>;
+  /** Resolves once llama-server can open the model's files (a mount plans a model on first use); rejects with why it cannot be served. */
+  ready(): Promise<void>;
 }
 
 /** api.ModelDetails. */
@@ -50,7 +52,7 @@ export interface ModelFacts {
   chatTemplateTools: boolean;
 }
 
-export function apiModel(name: string, prepared: PreparedModel): ApiModel {
+export function apiModel(name: string, prepared: PreparedModel, ready: () => Promise<void> = async () => undefined): ApiModel {
   // Read when first asked, not at start: reading every model's header again as serve --all
   // starts kept the API from answering for as long (a header parse per model after "ready").
   let facts: Promise<ModelFacts> | undefined;
@@ -58,8 +60,10 @@ export function apiModel(name: string, prepared: PreparedModel): ApiModel {
     name,
     prepared,
     get facts() {
-      return (facts ??= readFacts(prepared));
+      // the served file's chat template is read from it: once it is there
+      return (facts ??= ready().then(() => readFacts(prepared)));
     },
+    ready,
   };
 }
 

@@ -10,6 +10,10 @@ import { openViews, projectorOf, type FileStatus, type Mmproj } from "@compat/vi
  */
 export interface ModelPreparer {
   prepare(resolved: ResolvedModel): Promise<PreparedModel>;
+  /** Resolves once llama-server can open the prepared files (a mount may plan a model on first use); absent: at once. */
+  ready?(resolved: ResolvedModel): Promise<void>;
+  /** Whether `path` is a file of a model whose ready() has not run yet (so it is not there yet: llama-server's router looks at projectors as it starts). */
+  notYetPlanned?(path: string): boolean;
 }
 
 /** A model's files as llama-server will read them, with the facts its arguments depend on. */

@@ -4,9 +4,13 @@ import { ownedTempDir } from "@compat/files";
 import { fuseSupport, MountError } from "@compat/mount";
 import type { ResolvedModel } from "@compat/store";
 import { preparedModel, servedViews, type ModelPreparer, type PreparedModel } from "./preparer";
-import { StoreMount, type StoreMountOptions } from "./store-mount";
+import { compatEnabled } from "@compat/handlers";
+import { FactsRecords, factsOf, preparedFromFacts, servedAsIs } from "./model-facts";
+import { defaultFactsDir, StoreMount, type StoreMountOptions } from "./store-mount";
 
-export interface ServeMountOptions extends Omit<StoreMountOptions, "dir"> {
+export interface ServeMountOptions extends Omit<StoreMountOptions, "dir" | "factsDir"> {
+  /** Where each model's facts are recorded, so a restart plans nothing up front (default defaultFactsDir(env)); null: record nothing, plan every model at start. */
+  factsDir?: string | null;
   /** Where a model that needs translating goes when the store cannot be mounted here: the translation cache. */
   fallback: ModelPreparer;
   /** Called once, at the first model that needs translating, when FUSE cannot be used: the one-line reason. */
@@ -24,8 +28,16 @@ export interface ServeMountOptions extends Omit<StoreMountOptions, "dir"> {
 export class ServeMount implements ModelPreparer {
   private opening: Promise<{ mount: StoreMount; dir: string } | undefined> | undefined;
   private closed = false;
+  private readonly records: FactsRecords | undefined;
+  /** The mount once open (for the synchronous notYetPlanned). */
+  private current: StoreMount | undefined;
 
-  constructor(private readonly opts: ServeMountOptions) {}
+  constructor(private readonly opts: ServeMountOptions) {
+    const env = opts.env ?? process.env;
+    const dir = opts.factsDir === undefined ? defaultFactsDir(env) : opts.factsDir;
+    // OLLAMA_LLAMA_CPP_COMPAT=0 serves every file as it is: no record of a translation applies
+    this.records = dir === null || !compatEnabled(env) ? undefined : new FactsRecords(dir);
+  }
 
   /** Whether a model needed translating (so the mount, or the fallback, was asked for). */
   get needed(): boolean {
@@ -38,18 +50,50 @@ export class ServeMount implements ModelPreparer {
   }
 
   async prepare(resolved: ResolvedModel): Promise<PreparedModel> {
+    // a model the mount has planned already (its first scan plans every model of the store): no second parse
+    const shown = (await this.mounted())?.shown(resolved);
+    if (shown !== undefined) {
+      if (shown.asIs === undefined) return shown.prepared;
+      const { mmproj: _mounted, ...prepared } = shown.prepared;
+      return { ...prepared, modelPath: shown.asIs.model, ...(shown.asIs.mmproj !== undefined ? { mmproj: shown.asIs.mmproj } : {}) };
+    }
+    // recorded facts: a native model needs no parse, and one that needs translating is shown by the mount from its record
+    const facts = await this.records?.read(resolved, this.opts.profile ?? "native");
+    if (facts !== undefined && servedAsIs(facts)) {
+      const layer = resolved.projectors[0];
+      return preparedFromFacts(resolved, facts, { modelPath: resolved.modelPath, mmproj: facts.mmproj === "file" ? layer : undefined });
+    }
     const env = this.opts.env ?? process.env;
+    if (facts !== undefined) {
+      const opened = await (this.opening ??= this.open());
+      return (opened?.mount ?? this.opts.fallback).prepare(resolved);
+    }
+    const versions = this.records ? await FactsRecords.versions(resolved).catch(() => undefined) : undefined;
     const views = await servedViews(resolved, env, this.opts.profile ?? "native");
     try {
       // nothing to translate: the files are what llama.cpp reads
       if (views.text === null && views.mmproj?.kind !== "view") {
-        return preparedModel(resolved, views, { modelPath: resolved.modelPath, translated: false, cacheHit: false, mmproj: views.mmproj?.path });
+        const prepared = preparedModel(resolved, views, { modelPath: resolved.modelPath, translated: false, cacheHit: false, mmproj: views.mmproj?.path });
+        if (versions) await this.records!.write(resolved, this.opts.profile ?? "native", versions, factsOf(prepared, views.mmproj ? "file" : "none"));
+        return prepared;
       }
     } finally {
       await views.close();
     }
     const opened = await (this.opening ??= this.open());
     return (opened?.mount ?? this.opts.fallback).prepare(resolved);
+  }
+
+  /**
+   * Resolves once the model's files can be opened by llama-server: the mount plans a model shown
+   * from its recorded facts when it is first used (a request waits for that, it does not fail).
+   */
+  async ready(resolved: ResolvedModel): Promise<void> {
+    await (await this.mounted())?.ready(resolved);
+  }
+
+  notYetPlanned(path: string): boolean {
+    return this.current?.notYetPlanned(path) ?? false;
   }
 
   /** Unmounts, if a model needed the mount (llama-server should be stopped first). */
@@ -63,7 +107,7 @@ export class ServeMount implements ModelPreparer {
 
   private async open(): Promise<{ mount: StoreMount; dir: string } | undefined> {
     if (this.closed) throw new MountError("MOUNT_FAILED", "the serve is stopping: not mounting the store");
-    const { fallback: _fallback, onNoMount, ...opts } = this.opts;
+    const { fallback: _fallback, onNoMount, factsDir: _factsDir, ...opts } = this.opts;
     const support = fuseSupport(opts.env);
     if (!support.usable) {
       onNoMount?.(support.reason);
@@ -73,7 +117,9 @@ export class ServeMount implements ModelPreparer {
     const dir = await ownedTempDir("ollama-compat-mount-");
     try {
       // a daemon that dies is started again: the router's presets name paths in this folder
-      return { mount: await StoreMount.open({ ...opts, dir: join(dir, "models"), restart: true }), dir };
+      const factsDir = this.records?.dir;
+      this.current = await StoreMount.open({ ...opts, dir: join(dir, "models"), restart: true, ...(factsDir !== undefined ? { factsDir } : {}) });
+      return { mount: this.current, dir };
     } catch (e) {
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);
       if (e instanceof MountError && (e.code === "MOUNT_FAILED" || e.code === "FUSE_UNAVAILABLE")) {

@@ -6,6 +6,7 @@ import type { TranslatedView, TranslationProfile } from "@compat/handlers";
 import { isSystemError, whyNotWritable } from "@compat/files";
 import { FuseMount, planView, SidecarStore, type ComputedPart, type MountExit } from "@compat/mount";
 import { contentKey, defaultCacheDir, TRANSLATOR_VERSION } from "./cache";
+import { FactsRecords, factsOf, preparedFromFacts, servedAsIs, type RecordedFacts } from "./model-facts";
 import { PrepareError } from "./errors";
 import { modelFiles, type ModelsLayout } from "./layout";
 import { preparedModel, servedViews, type ModelPreparer, type PreparedModel, type ServedViews } from "./preparer";
@@ -49,6 +50,14 @@ export interface StoreMountOptions {
    * for every tensor.
    */
   viewsKept?: number;
+  /**
+   * Plan models when they are first used (serve): a model whose facts are recorded in this
+   * folder (FactsRecords) is shown to prepare() at once, from the record, and its header is
+   * parsed and planned when `ready` is asked for it; the others are planned as they are found,
+   * and their facts recorded. Unset: every model is planned as it is found (what `mount` needs:
+   * its files must be there when the mount is).
+   */
+  factsDir?: string;
 }
 
 /** One model as the mount shows it. */
@@ -58,6 +67,16 @@ export interface MountedModel {
   files: { model: string; mmproj?: string };
   /** What llama-server needs to serve it from the mount (modelArgs). */
   prepared: PreparedModel;
+  /**
+   * Set when nothing of it is translated (its files are links to the store's): the files
+   * themselves, which a serve hands llama-server without the mount.
+   */
+  asIs?: { model: string; mmproj?: string };
+}
+
+/** `model-facts/` beside the translation cache's folder: what serve remembers of each model's header. */
+export function defaultFactsDir(env: Record<string, string | undefined> = process.env): string {
+  return join(dirname(defaultCacheDir(env)), "model-facts");
 }
 
 /** `sidecars/` beside the translation cache's folder. */
@@ -87,7 +106,9 @@ export class StoreMount implements ModelPreparer {
   private mount: FuseMount;
   private readonly opts: StoreMountOptions;
   private readonly env: Record<string, string | undefined>;
-  private readonly mounted = new Map<string, MountedModel & { signature: string; paths: string[] }>();
+  private readonly mounted = new Map<string, Shown>();
+  /** Where facts are recorded (lazy planning), if they are. */
+  private readonly records: FactsRecords | undefined;
   /** Models that could not be mounted: why (the error itself, for prepare to rethrow), and which version of them (not retried until it changes). */
   private readonly failed = new Map<string, { error: string; cause?: unknown; signature?: string }>();
   private timer: NodeJS.Timeout | undefined;
@@ -121,6 +142,7 @@ export class StoreMount implements ModelPreparer {
     this.env = opts.env ?? process.env;
     this.exited = new Promise((r) => (this.gone = r));
     this.fillViews = new KeptViews(opts.viewsKept ?? 2);
+    this.records = opts.factsDir !== undefined ? new FactsRecords(opts.factsDir) : undefined;
   }
 
   /** Mounts the store at `opts.dir` and shows its models (each that fails is reported, not fatal). */
@@ -191,7 +213,15 @@ export class StoreMount implements ModelPreparer {
 
   /** The models shown now, by name. */
   models(): MountedModel[] {
-    return [...this.mounted.values()].map(({ name, files, prepared }) => ({ name, files, prepared }));
+    return [...this.mounted.values()].map(({ name, files, prepared, asIs }) => ({ name, files, prepared, ...(asIs ? { asIs } : {}) }));
+  }
+
+  /** The model as mounted now, when it is this version of it (else undefined: not mounted yet, failed, or changed since). */
+  shown(resolved: ResolvedModel): MountedModel | undefined {
+    const known = this.mounted.get(resolved.name);
+    if (known?.signature !== signature(resolved)) return undefined;
+    const { name, files, prepared, asIs } = known;
+    return { name, files, prepared, ...(asIs ? { asIs } : {}) };
   }
 
   /** Models of the store that could not be mounted, with why. */
@@ -220,6 +250,29 @@ export class StoreMount implements ModelPreparer {
       throw new PrepareError("UNSUPPORTED_MODEL", `${resolved.name}: ${failure?.error ?? "not mounted"}`, { ref: resolved.ref });
     }
     return now.prepared;
+  }
+
+  /**
+   * Resolves once the model's files are in the mount (planned now if it was shown from its
+   * recorded facts only); rejects with the model's error if it cannot be planned. Call it
+   * before llama-server opens them.
+   */
+  async ready(resolved: ResolvedModel): Promise<void> {
+    for (;;) {
+      const known = this.mounted.get(resolved.name);
+      if (known?.plan === undefined) {
+        const failure = known === undefined ? this.failed.get(resolved.name) : undefined;
+        if (failure?.cause instanceof Error) throw failure.cause;
+        return;
+      }
+      await known.plan();
+    }
+  }
+
+  /** Whether `path` is a file of a model shown from its recorded facts and not planned yet. */
+  notYetPlanned(path: string): boolean {
+    for (const m of this.mounted.values()) if (m.plan !== undefined && (m.prepared.modelPath === path || m.prepared.mmproj === path)) return true;
+    return false;
   }
 
   /** How many rescans have started (at most one runs, and at most one waits, however many are asked for). */
@@ -406,9 +459,17 @@ export class StoreMount implements ModelPreparer {
     const old = this.mounted.get(name);
     if (old) await this.drop(name, old);
     this.failed.delete(name);
+    const profile = this.opts.profile ?? "native";
+    const facts = await this.records?.read(resolved, profile);
+    if (facts !== undefined) {
+      this.mounted.set(name, this.shownFromFacts(resolved, facts));
+      return;
+    }
     try {
+      const versions = this.records ? await FactsRecords.versions(resolved).catch(() => undefined) : undefined;
       const m = await this.mountModel(resolved);
       this.mounted.set(name, m);
+      if (versions) await this.records!.write(resolved, profile, versions, factsOf(m.prepared, m.mmprojKind));
       this.opts.onStatus?.(`${name} -> ${m.files.model}${m.files.mmproj ? ` + ${m.files.mmproj}` : ""} (${m.prepared.translated ? "translated" : "native"})`);
     } catch (e) {
       const why = e instanceof Error ? e.message.split("\n")[0]! : String(e);
@@ -417,12 +478,52 @@ export class StoreMount implements ModelPreparer {
     }
   }
 
-  private async mountModel(resolved: ResolvedModel): Promise<MountedModel & { signature: string; paths: string[] }> {
+  /**
+   * A model as its recorded facts show it, before any parse: the files it will be at, and a
+   * plan() that parses and mounts it (once, in the queue of mount changes). A plan that fails
+   * takes the model away and records why, as a failed add does.
+   */
+  private shownFromFacts(resolved: ResolvedModel, facts: RecordedFacts): Shown {
+    const name = resolved.name;
+    const files = modelFiles(servedName(resolved), this.layout, facts.mmproj !== "none");
+    const prepared = preparedFromFacts(resolved, facts, { modelPath: join(this.dir, files.model), mmproj: facts.mmproj !== "none" ? join(this.dir, files.mmproj) : undefined });
+    const layer = resolved.projectors[0];
+    const asIs = servedAsIs(facts) ? { model: resolved.modelPath, ...(facts.mmproj === "file" && layer !== undefined ? { mmproj: layer } : {}) } : undefined;
+    let planning: Promise<void> | undefined;
+    const entry: Shown = {
+      name,
+      files: { model: files.model, ...(facts.mmproj !== "none" ? { mmproj: files.mmproj } : {}) },
+      prepared,
+      ...(asIs ? { asIs } : {}),
+      signature: signature(resolved),
+      paths: [],
+      mmprojKind: facts.mmproj,
+      plan: () =>
+        (planning ??= this.queue(async () => {
+          // taken away or replaced meanwhile: ready() looks again
+          if (this.mounted.get(name) !== entry) return;
+          try {
+            const m = await this.mountModel(resolved);
+            this.mounted.set(name, m);
+            await seen([m.prepared.modelPath, m.prepared.mmproj]);
+            this.opts.onStatus?.(`${name} -> ${m.files.model}${m.files.mmproj ? ` + ${m.files.mmproj}` : ""} (${m.prepared.translated ? "translated" : "native"})`);
+          } catch (e) {
+            this.mounted.delete(name);
+            const why = e instanceof Error ? e.message.split("\n")[0]! : String(e);
+            this.failed.set(name, { error: why, cause: e, signature: entry.signature });
+            this.opts.onStatus?.(`${name}: not mounted: ${why}`);
+          }
+        })),
+    };
+    return entry;
+  }
+
+  private async mountModel(resolved: ResolvedModel): Promise<Shown> {
     const profile = this.opts.profile ?? "native";
     const views = await servedViews(resolved, this.env, profile);
     try {
       const { text, mmproj: projector } = views;
-      const files = modelFiles(name(resolved), this.layout, projector !== null);
+      const files = modelFiles(servedName(resolved), this.layout, projector !== null);
       const paths: string[] = [];
       const sig = signature(resolved);
       // a file we translate is planned; a file llama.cpp takes as it is is a link to the blob
@@ -445,7 +546,9 @@ export class StoreMount implements ModelPreparer {
         cacheHit: false,
         mmproj: mmproj ? join(this.dir, mmproj) : undefined,
       });
-      return { name: resolved.name, files: { model: files.model, ...(mmproj ? { mmproj } : {}) }, prepared, signature: sig, paths };
+      // every file a link: the store's own files are what llama.cpp reads
+      const asIs = text === null && projector?.kind !== "view" ? { model: resolved.modelPath, ...(projector ? { mmproj: projector.path } : {}) } : undefined;
+      return { name: resolved.name, files: { model: files.model, ...(mmproj ? { mmproj } : {}) }, prepared, ...(asIs ? { asIs } : {}), signature: sig, paths, mmprojKind: projector?.kind ?? "none" };
     } finally {
       await views.close();
     }
@@ -500,6 +603,26 @@ export class StoreMount implements ModelPreparer {
         });
       },
     }));
+  }
+}
+
+/**
+ * How long the kernel may remember that a name was missing (the daemon's negative entries live
+ * as long as its names, 1 s), with a margin.
+ */
+const NEGATIVE_ENTRY_MS = 3000;
+
+/**
+ * Waits until the files just added can be looked up: a name looked for before it was added (the
+ * router opens every projector as it starts) stays missing to the kernel until its negative
+ * entry expires, and a llama-server started meanwhile would not find it. Bounded: after
+ * NEGATIVE_ENTRY_MS the lookup's own error is llama-server's to report.
+ */
+async function seen(paths: ReadonlyArray<string | undefined>): Promise<void> {
+  const end = Date.now() + NEGATIVE_ENTRY_MS;
+  for (const p of paths) {
+    if (p === undefined) continue;
+    while ((await access(p).then(() => true, () => false)) === false && Date.now() < end) await new Promise((r) => setTimeout(r, 25));
   }
 }
 
@@ -596,7 +719,10 @@ async function stamp(path: string): Promise<string> {
   return st ? `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}` : "";
 }
 
+/** A model as the mount shows it, with what changes it: its version, the paths it added, and, while it is shown from its recorded facts only, the plan that mounts its files. */
+type Shown = MountedModel & { signature: string; paths: string[]; mmprojKind: RecordedFacts["mmproj"]; plan?: () => Promise<void> };
+
 /** The served name of a model: its Ollama name, or a plain file's name without `.gguf`. */
-function name(m: ResolvedModel): string {
+function servedName(m: ResolvedModel): string {
   return m.kind === "file" ? m.name.replace(/\.gguf$/i, "") : m.name;
 }

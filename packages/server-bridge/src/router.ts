@@ -91,7 +91,9 @@ export function presetSection(name: string, model: PreparedModel, warn: (msg: st
  * Serves many models from one endpoint: llama-server in router mode with a preset that has
  * each model under its Ollama name (`"model": "gemma3:4b"` in a request picks it), its
  * translated file, projector and arguments. Models are translated before the router starts
- * (cache hits are instant); models that cannot be served are reported, not fatal.
+ * (cache hits are instant); models that cannot be served are reported, not fatal. A preparer
+ * that plans models on first use (ModelPreparer.ready: serve's mount, from recorded facts)
+ * leaves it to the caller to wait for a model's ready() before the router loads it.
  */
 export async function startRouter(opts: StartRouterOptions): Promise<RouterServer> {
   const store = asStore(opts.store, opts.env ?? process.env);

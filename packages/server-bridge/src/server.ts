@@ -304,7 +304,10 @@ export async function startServer(opts: StartServerOptions): Promise<SingleServe
   const resolved = typeof opts.model === "string" ? await asStore(opts.store, env).resolve(opts.model) : opts.model;
   // Fail before translating anything when llama-server is not there.
   findLlamaTool("llama-server", { explicit: opts.llamaServer, env });
-  const model = await preparerFor(opts).prepare(resolved);
+  const preparer = preparerFor(opts);
+  const model = await preparer.prepare(resolved);
+  // a mount that plans a model on first use: its files are there before llama-server opens them
+  await preparer.ready?.(resolved);
   if (opts.signal?.aborted) throw new BridgeError("TRANSLATION_ABORTED", "stopped before llama-server started");
   const server = await launch([...modelArgs(model), "--alias", resolved.name], opts);
   return { ...server, model };

@@ -5,7 +5,7 @@ import { mkdir, open as openFile, readdir, readFile, readlink, rm, stat, writeFi
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { allFixtureVariants, generateFixtureFiles, runMtmdCli, SMALL_SERVER_ARGS } from "@compat/testkit";
-import { prepareModel, StoreMount, TranslationCache, type StoreMountOptions } from "@compat/prepare";
+import { cachePreparer, prepareModel, ServeMount, StoreMount, TranslationCache, type PreparedModel, type StoreMountOptions } from "@compat/prepare";
 import { startRouter, startServer, type RunningServer } from "@compat/server-bridge";
 import { buildOllamaStore, ModelStore } from "@compat/store";
 import { chat, chatContent, llamaServerPath, tempDirs } from "./helpers";
@@ -272,5 +272,38 @@ describe("serving from the mount (real llama.cpp)", () => {
       expect(r.status, `${m.name}: ${JSON.stringify(r.body)}`).toBe(200);
       expect(typeof chatContent(r.body), JSON.stringify(r.body)).toBe("string");
     }
+  });
+
+  it("ServeMount: a model the mount has planned is not parsed again, and a native one still gets its own blob, as before the mount was open", async () => {
+    const root = await fixtureStore([
+      { name: "gemma3:4b", arch: "gemma3", variant: "4b-vision" },
+      { name: "native-llama:1", arch: "llama", native: true },
+    ]);
+    const store = new ModelStore(root);
+    const serveMount = async (order: string[]) => {
+      const dir = await temp();
+      const sm = new ServeMount({ store, env: { ...process.env, OLLAMA_COMPAT_CACHE: join(dir, "cache") }, sidecarDir: join(dir, "sidecars"), rescanMs: 0, fallback: cachePreparer({ cache: new TranslationCache({ dir: join(dir, "cache") }) }) });
+      const out = new Map<string, PreparedModel>();
+      try {
+        for (const name of order) out.set(name, await sm.prepare(await store.resolve(name)));
+        const dirOf = (await sm.mounted())!.dir;
+        return { out, dirOf };
+      } finally {
+        await sm.close();
+      }
+    };
+    // the translated model first: the mount opens and plans both, so the native one comes from what it planned
+    const planned = await serveMount(["gemma3:4b", "native-llama:1"]);
+    // the native model first: its header is parsed before any mount exists
+    const parsed = await serveMount(["native-llama:1", "gemma3:4b"]);
+    const native = planned.out.get("native-llama:1")!;
+    expect(native.modelPath).toBe((await store.resolve("native-llama:1")).modelPath);
+    expect(native).toEqual(parsed.out.get("native-llama:1"));
+    const vision = planned.out.get("gemma3:4b")!;
+    expect(vision.translated).toBe(true);
+    expect(vision.modelPath.startsWith(planned.dirOf + "/")).toBe(true);
+    expect(vision.mmproj!.startsWith(planned.dirOf + "/")).toBe(true);
+    const other = parsed.out.get("gemma3:4b")!;
+    expect({ ...vision, modelPath: "", mmproj: "" }).toEqual({ ...other, modelPath: "", mmproj: "" });
   });
 });

@@ -26,6 +26,7 @@ import { StoreError } from "./errors";
 import { displayName, manifestSegments, type ModelName } from "./name";
 import { ModelStore, readManifestText } from "./store";
 import { blobFileName, canonicalDigest } from "./digest";
+import type { BlobHash } from "./output-hash";
 
 /** The staging folder's name, in blobs/ and in manifests/. */
 export const STAGING_DIR = ".ollama-compat-tmp";
@@ -49,17 +50,17 @@ export interface WrittenBlob {
 
 /**
  * Adds a blob whose bytes `produce` writes to the path it is given (atomically: e.g.
- * TranslatedView.writeTo or writeFileAtomic). The result is hashed and renamed to its
- * content address; an existing blob of the same digest and size is kept and the copy dropped.
+ * TranslatedView.writeTo or writeFileAtomic), renamed to its content address; an existing blob
+ * of the same digest and size is kept and the copy dropped. A producer that hashed its output
+ * while writing it (OutputHasher) returns the digest; otherwise the file is read back to hash it.
  */
-export async function addBlob(root: string, produce: (path: string) => Promise<void>): Promise<WrittenBlob> {
+export async function addBlob(root: string, produce: (path: string) => Promise<BlobHash | void>): Promise<WrittenBlob> {
   const staging = blobStaging(root);
   await mkdir(staging, { recursive: true });
   await sweepTempFiles(staging);
   const staged = tempPathFor(join(staging, "blob"));
   try {
-    await produce(staged);
-    const { hex, size } = await hashFile(staged);
+    const { hex, size } = (await produce(staged)) ?? (await hashFile(staged));
     const path = join(root, "blobs", `sha256-${hex}`);
     const existing = await stat(path).catch(() => undefined);
     if (existing?.isFile() && existing.size === size) {

@@ -1,0 +1,136 @@
+// OutputHasher: the digest of a file's pieces, told in output order while it is written, equals
+// the sha256 of the file written, for random layouts of bytes and copied source ranges (with
+// copies the copier declines), and through @compat/gguf's writer as migrate drives it.
+import { createHash, randomBytes } from "node:crypto";
+import { closeSync, openSync, readSync, writeSync } from "node:fs";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { writeFileAtomic, type RangeCopier } from "@compat/files";
+import { GgmlType, GgufModel, readGguf, writeGguf } from "@compat/gguf";
+import { hashFile, OutputHasher } from "../src/index";
+
+let dir: string;
+let source: string;
+let sourceBytes: Buffer;
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), "compat-output-hash-"));
+  source = join(dir, "source.bin");
+  sourceBytes = randomBytes(3 << 20);
+  await writeFile(source, sourceBytes);
+});
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+/** A copier through pread/pwrite (what the kernel call does, in JS); `decline` refuses before any byte. */
+function jsCopier(decline: () => boolean): RangeCopier {
+  return async (srcFd, srcOffset, dstFd, dstOffset, length) => {
+    if (decline()) return false;
+    const buf = Buffer.alloc(length);
+    expect(readSync(srcFd, buf, 0, length, srcOffset)).toBe(length);
+    writeSync(dstFd, buf, 0, length, dstOffset);
+    return true;
+  };
+}
+
+const sha256 = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
+
+describe("OutputHasher", () => {
+  it("hashes random layouts of written bytes and copied ranges as the file they make", async () => {
+    const piece = fc.oneof(
+      fc.record({ kind: fc.constant("bytes" as const), bytes: fc.uint8Array({ minLength: 0, maxLength: 5000 }) }),
+      fc
+        .record({ kind: fc.constant("range" as const), offset: fc.nat({ max: (3 << 20) - 1 }), length: fc.nat({ max: 1 << 20 }), declined: fc.boolean() })
+        .map((r) => ({ ...r, length: Math.min(r.length, (3 << 20) - r.offset) })),
+    );
+    let run = 0;
+    await fc.assert(
+      fc.asyncProperty(fc.array(piece, { maxLength: 12 }), async (pieces) => {
+        const out = join(dir, `out-${run++}.bin`);
+        const fd = openSync(source, "r");
+        const hasher = new OutputHasher();
+        try {
+          let declineNext = false;
+          const copier = hasher.copier(jsCopier(() => declineNext));
+          await writeFileAtomic(out, async ({ write, copyRange }) => {
+            for (const p of pieces) {
+              if (p.kind === "range") {
+                declineNext = p.declined;
+                if (await copyRange(copier, fd, p.offset, p.length)) continue;
+              }
+              // bytes, or a declined range written through memory as the writer falls back
+              const chunk = p.kind === "bytes" ? p.bytes : sourceBytes.subarray(p.offset, p.offset + p.length);
+              await hasher.bytes(chunk);
+              await write(chunk);
+            }
+          });
+          const got = await hasher.digest();
+          const written = await readFile(out);
+          expect(got).toEqual({ hex: sha256(written), size: written.length });
+        } finally {
+          await hasher.close();
+          closeSync(fd);
+          await rm(out, { force: true });
+        }
+      }),
+      { numRuns: 40 },
+    );
+  });
+
+  it("backs the writer off while its backlog is large, and still hashes every chunk", async () => {
+    const hasher = new OutputHasher();
+    const whole = createHash("sha256");
+    const chunk = new Uint8Array(8 << 20);
+    for (let i = 0; i < 24; i++) {
+      chunk.fill(i); // the writer reuses its buffer once bytes() resolves
+      whole.update(chunk);
+      await hasher.bytes(chunk);
+    }
+    expect(await hasher.digest()).toEqual({ hex: whole.digest("hex"), size: 24 * chunk.length });
+  });
+
+  it("fails the digest when a range reaches past its source's end", async () => {
+    const fd = openSync(source, "r");
+    const hasher = new OutputHasher();
+    try {
+      hasher.range(fd, sourceBytes.length - 10, 20);
+      await expect(hasher.digest()).rejects.toThrow(/source ended/);
+    } finally {
+      await hasher.close();
+      closeSync(fd);
+    }
+  });
+
+  it("gives @compat/gguf's writer (tee + wrapped copier) the digest of the GGUF it writes", async () => {
+    // a GGUF whose tensors are ranges of a file, then the same model with a tensor in memory and one computed
+    const m = GgufModel.create();
+    m.setString("general.architecture", "llama");
+    for (let i = 0; i < 4; i++) m.addTensor({ name: `r${i}`, type: GgmlType.F32, shape: [1000 + i * 77], data: { kind: "bytes", bytes: randomBytes((1000 + i * 77) * 4) } });
+    const base = join(dir, "base.gguf");
+    await writeGguf(m, base);
+    const read = await readGguf(base);
+    try {
+      read.addTensor({ name: "b", type: GgmlType.F32, shape: [33], data: { kind: "bytes", bytes: randomBytes(33 * 4) } });
+      read.addTensor({ name: "c", type: GgmlType.F32, shape: [5000], data: { kind: "computed", length: 20000, label: "fill", produce: async () => new Uint8Array(20000).fill(9) } });
+      for (const declined of [false, true]) {
+        const out = join(dir, `gguf-${declined}.gguf`);
+        const hasher = new OutputHasher();
+        let copied = 0;
+        const inner = jsCopier(() => declined);
+        const copier: RangeCopier = async (...args) => {
+          const ok = await inner(...args);
+          if (ok) copied++;
+          return ok;
+        };
+        await writeGguf(read, out, { copyRange: hasher.copier(copier), tee: (c) => hasher.bytes(c), shareBlocks: true });
+        expect(copied > 0).toBe(!declined);
+        expect(await hasher.digest()).toEqual(await hashFile(out));
+      }
+    } finally {
+      await read.close();
+    }
+  });
+});
