@@ -3,11 +3,11 @@
  * through its upload API): the files of every vision fixture equal what `translate` writes (text
  * GGUF and --mmproj), the folder is served by the real llama-server through its models.ini and
  * llama-mtmd-cli answers an image with the pair; a corrupted layer or a pull killed midway leaves
- * no file under a final name, and the next pull starts over cleanly.
+ * no file under a final name, and the next pull continues what the killed one recorded.
  */
 import { createHash } from "node:crypto";
 import { readdir, readFile, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { freePort, LlamaChild, waitHealthy } from "@compat/server-bridge";
 import { allFixtureVariants, findLlamaTools, generateFixtureFiles, runMtmdCli } from "@compat/testkit";
@@ -31,10 +31,16 @@ async function sha256(path: string): Promise<string> {
   return createHash("sha256").update(await readFile(path)).digest("hex");
 }
 
-/** Every name under `dir` (recursively) that is not a finished file: temp files of writers. */
+/** Every name under `dir` (recursively) that is not a finished file: temp files of writers, a pull's partial files, records and locks. */
 async function tempFiles(dir: string): Promise<string[]> {
   const names = await readdir(dir, { recursive: true }).catch(() => [] as string[]);
-  return names.filter((n) => /(^|\/)\.[^/]+\.\d+\.[0-9a-f]+\.tmp$/.test(n));
+  return names.filter((n) => /(^|\/)\.[^/]+\.\d+\.[0-9a-f]+\.tmp$/.test(n) || /(^|\/)\.[^/]+\.pulling(\.json|\.lock)?$/.test(n));
+}
+
+/** The resume record a killed pull left beside `model` (its verified prefix), if any. */
+async function resumeRecord(model: string): Promise<{ verified: number } | undefined> {
+  const path = join(dirname(model), `.${basename(model)}.pulling.json`);
+  return JSON.parse(await readFile(path, "utf8").catch(() => "null")) ?? undefined;
 }
 
 /** The .gguf files under `dir`. */
@@ -155,24 +161,33 @@ describe("pull --to DIR (real registry)", () => {
   }, 300_000);
 
   const kills = Number(process.env.PULL_KILLS ?? 3);
-  it("SIGKILLed midway N times ($PULL_KILLS, default 3): never a final name; the next pull starts over and leaves nothing else", async () => {
+  it("SIGKILLed midway N times ($PULL_KILLS, default 3): never a final name; the next pull continues from the killed one's record and leaves nothing else", async () => {
     const dir = await temp();
     const small = await generateFixtureFiles("gemma3", { seed: 8, layout: "ollama", variant: "4b-vision" }, dir);
     const big = await withZeroTensor(small.text, dir, "big", 48 << 20);
     const pushed = await harness.registry.pushModel({ name: "library/killed:vision", model: big });
     const layer = pushed.layers.find((l) => l.mediaType.endsWith(".model"))!;
     const to = await temp();
+    const paths = exportPaths(to, `${harness.registry.host}/library/killed:vision`, "models-dir", true);
+    /** The first progress a run reports for the model layer's bytes: where it started. */
+    const startedAt = (stdout: string) => [...stdout.matchAll(new RegExp(`"digest":"${layer.digest}","total":\\d+,"completed":(\\d+)`, "g"))].map((m) => Number(m[1]))[0];
     let midway = 0;
     for (let i = 0; i < kills; i++) {
+      const before = await resumeRecord(paths.model);
       const s = start(["pull", pushed.ref, "--insecure", "--to", to, "--json"]);
       const share = (i + 1) / (kills + 1);
       for (;;) {
         const done = [...s.out.stdout.matchAll(/"completed":(\d+)/g)].map((m) => Number(m[1]));
-        if ((done.at(-1) ?? 0) >= share * layer.size * 0.9 || s.child.exitCode !== null) break;
+        const far = (done.at(-1) ?? 0) >= share * layer.size * 0.9;
+        // the last kill comes once the run recorded a prefix past where it started, so that the final pull has one to continue
+        const recorded = i < kills - 1 || ((await resumeRecord(paths.model))?.verified ?? 0) > (before?.verified ?? 0);
+        if ((far && recorded) || s.child.exitCode !== null) break;
         await new Promise((r) => setTimeout(r, 2));
       }
       s.child.kill("SIGKILL");
       await s.closed;
+      // a run continues the prefix the one before it recorded
+      if (before !== undefined && before.verified < layer.size) expect(startedAt(s.out.stdout) ?? before.verified).toBe(before.verified);
       // killed before the renames: nothing final (a pull that won the race is whole, as checked below)
       if (!s.out.stdout.includes('"status":"writing files"')) {
         midway++;
@@ -180,9 +195,13 @@ describe("pull --to DIR (real registry)", () => {
       }
     }
     expect(midway).toBeGreaterThan(0);
+    const left = await resumeRecord(paths.model);
     const r = await run(["pull", pushed.ref, "--insecure", "--to", to, "--json"]);
     expect(r.code, r.stderr).toBe(0);
-    const paths = exportPaths(to, `${harness.registry.host}/library/killed:vision`, "models-dir", true);
+    if (midway === kills) {
+      expect(left?.verified).toBeGreaterThan(0);
+      expect(startedAt(r.stdout)).toBe(left!.verified);
+    }
     const text = join(dir, "t.gguf");
     const mmproj = join(dir, "m.gguf");
     await translateCommand(big, { output: text, mmproj, quiet: true }, io());
@@ -190,7 +209,7 @@ describe("pull --to DIR (real registry)", () => {
     expect(await sha256(paths.mmproj)).toBe(await sha256(mmproj));
     expect(await tempFiles(to)).toEqual([]);
 
-    // Ctrl-C midway: the temp files go with the process
+    // Ctrl-C midway: no final name, and what it recorded is continued
     const again = await temp();
     const s = start(["pull", pushed.ref, "--insecure", "--to", again, "--json"]);
     await s.waitFor(/"completed":[1-9]/);
@@ -198,6 +217,11 @@ describe("pull --to DIR (real registry)", () => {
     const { signal, code } = await s.closed;
     expect(signal === "SIGINT" || code === 130, `${signal} ${code}`).toBe(true);
     if (!s.out.stdout.includes('"status":"writing files"')) expect(await ggufs(again)).toEqual([]);
+    expect((await tempFiles(again)).filter((n) => n.endsWith(".tmp"))).toEqual([]);
+    const resumed = await run(["pull", pushed.ref, "--insecure", "--to", again, "-q"]);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    const againPaths = exportPaths(again, `${harness.registry.host}/library/killed:vision`, "models-dir", true);
+    expect(await sha256(againPaths.model)).toBe(await sha256(text));
     expect(await tempFiles(again)).toEqual([]);
   }, 300_000 + kills * 60_000);
 });

@@ -239,6 +239,29 @@ export class StreamWriter {
     }
   }
 
+  /**
+   * Whether nothing of the source is held: every op reading bytes before `position` ran. A
+   * stream stopped here (its writes flushed) can be continued by another writer (resumeAt).
+   */
+  get settled(): boolean {
+    return this.heldBytes === 0;
+  }
+
+  /**
+   * Continues a stream an earlier writer of the same plan left `settled` at `position`, its
+   * writes flushed: what the bytes before it place or compute is not written again. Call it
+   * before start() (which writes the headers again, the same bytes).
+   */
+  resumeAt(position: number): void {
+    if (this.position !== 0 || position < 0 || position > this.plan.sourceSize) throw new GgufError("NOT_ARRIVED", `internal: cannot resume at ${position}`, { offset: position });
+    const { placements, held, ops } = this.plan;
+    if (held.some((h) => h.start < position && h.releaseAt > position)) throw new GgufError("NOT_ARRIVED", `internal: an op's inputs straddle ${position}; the stream cannot continue there`, { offset: position });
+    while (this.nextPlacement < placements.length && placements[this.nextPlacement]!.from + placements[this.nextPlacement]!.length <= position) this.nextPlacement++;
+    while (this.nextHeld < held.length && held[this.nextHeld]!.start < position) this.nextHeld++;
+    while (this.nextOp < ops.length && ops[this.nextOp]!.readyAt <= position) this.nextOp++;
+    this.position = position;
+  }
+
   /** Whether every source byte arrived and every op ran. */
   get done(): boolean {
     return this.position === this.plan.sourceSize && this.nextOp === this.plan.ops.length;

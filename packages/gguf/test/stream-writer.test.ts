@@ -1,4 +1,5 @@
 // planStream / StreamWriter on hand-made models: what is held and when, and the refusals.
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { ArrivingSource, GgmlType, GgufError, GgufModel, layoutGguf, planStream, serializeGguf, StreamWriter, type ComputedData, type GgufTensor, type RangeData } from "../src/index";
 
@@ -87,6 +88,46 @@ describe("planStream / StreamWriter", () => {
     expect(plan.peakHeldBytes).toBe(1536); // x's first half, y's first half and x's second half at once
     expect(writer.maxHeldBytes).toBe(1536);
     expect(Buffer.compare(out, await expected(interleaved))).toBe(0);
+  });
+
+  it("a stream stopped where it was settled and continued by another writer (resumeAt) writes the same bytes; one stopped inside an op's inputs is refused", async () => {
+    const want = await expected(build);
+    await fc.assert(
+      fc.asyncProperty(fc.integer({ min: 1, max: 700 }), fc.integer({ min: 0, max: 40 }), fc.integer({ min: 1, max: 700 }), async (chunk, stopAfter, chunk2) => {
+        // the first writer: its writes land in `out`, and it stops after some chunks where it holds nothing
+        const first = new ArrivingSource("s", SIZE);
+        const m = build(first);
+        const layout = layoutGguf(m);
+        const out = new Uint8Array(layout.totalSize).fill(0xee); // what a stop leaves past the recorded prefix is rewritten, whatever it is
+        let n = 0;
+        const writes: Array<{ n: number; at: number; length: number }> = [];
+        const a = new StreamWriter(planStream(first, [{ model: m, layout }]), [{ write: async (at, b) => void (out.set(b, at), writes.push({ n, at, length: b.length })) }], first);
+        await a.start();
+        let stop = 0;
+        let stopN = 0;
+        for (let at = 0; at < SIZE && n < stopAfter; at += chunk) {
+          n++;
+          await a.feed(at, sourceBytes.slice(at, Math.min(SIZE, at + chunk)));
+          if (a.settled) [stop, stopN] = [a.position, n];
+        }
+        // a kill loses (or garbles) whatever was written after the last settled point
+        for (const w of writes) if (w.n > stopN) out.fill(0xee, w.at, w.at + w.length);
+        // the second writer, on a fresh plan of the same model, from `stop`
+        const second = new ArrivingSource("s", SIZE);
+        const m2 = build(second);
+        const b = new StreamWriter(planStream(second, [{ model: m2, layout: layoutGguf(m2) }]), [{ write: async (at, x) => void out.set(x, at) }], second);
+        b.resumeAt(stop);
+        await b.start();
+        for (let at = stop; at < SIZE; at += chunk2) await b.feed(at, sourceBytes.slice(at, Math.min(SIZE, at + chunk2)));
+        expect(b.done).toBe(true);
+        expect(Buffer.compare(out, want)).toBe(0);
+      }),
+      { numRuns: 60 },
+    );
+    const s = new ArrivingSource("s", SIZE);
+    const m = build(s);
+    // 1200 is inside b's inputs (1024-2048), which the op needs whole
+    expect(() => new StreamWriter(planStream(s, [{ model: m, layout: layoutGguf(m) }]), [{ write: async () => undefined }], s).resumeAt(1200)).toThrow(GgufError);
   });
 
   it("refuses what it cannot stream: an op that does not declare its inputs, another source, bytes fed out of order", async () => {

@@ -12,4 +12,4 @@ export { fetchRefusesPort } from "./fetch-ports";
 export { pullModel, type PullOptions, type PullProgress, type PulledModel } from "./pull";
 export { createModel, goJson, humanNumber, type CreateSpec, type CreateOptions, type CreatedModel } from "./create";
 export { readIdentity, defaultIdentityPath, tokenUrl, signedText, type Identity } from "./registry-auth";
-export { openPull, fetchLayerBytes, streamBlob, type OpenedPull, type BlobStream } from "./blob-stream";
+export { openPull, fetchLayerBytes, streamBlob, type OpenedPull, type BlobStream, type ResumePoint } from "./blob-stream";

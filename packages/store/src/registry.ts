@@ -130,6 +130,11 @@ export class RegistryClient {
     throw new RegistryError("BAD_REGISTRY_REPLY", `${url.href}: asked for bytes ${start}-${end}, got HTTP ${res.status} ${res.headers.get("content-range") ?? "(no Content-Range)"}`, { url: url.href });
   }
 
+  /** The Authorization a request to `url` carries: the registry's token, only to the registry's own host. */
+  authorizationFor(url: URL): string | undefined {
+    return this.token && url.host === this.base.host ? `Bearer ${this.token}` : undefined;
+  }
+
   /** One request, with the registry's token when it is the registry's host; a 401 challenge is answered once. */
   private async request(url: URL, init: RequestInit = {}): Promise<Response> {
     const signal = anySignal(this.opts.signal, init.signal ?? undefined);

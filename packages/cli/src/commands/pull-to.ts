@@ -5,18 +5,19 @@
  * requests, growing until it parses); the views of that header plan the outputs; then the blob
  * streams in once, in order, each range written where the translation puts it and each op
  * computed as soon as its inputs have arrived (@compat/gguf streamWrite). The blob itself is
- * never stored: the disk written is the translated files. They are temp files until the blob's
- * digest matched, then renamed into place; an interrupted pull leaves only temp files, which
- * the next one (or an export into the folder) removes, and starts over.
+ * never stored: the disk written is the translated files. They are partial files until every
+ * blob's digest matched, then renamed into place; an interrupted pull leaves only partial files
+ * and a record of the blob bytes they hold (pull-resume), and the next pull of the model into the
+ * folder continues from there.
  */
 import { mkdir, open, rename, rm, type FileHandle } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
-import { tempPathFor, trackTempFile, untrackTempFile } from "@compat/files";
+import { acquireLock } from "@compat/files";
 import { ArrivingSource, GgufError, parseGguf, planStream, StreamWriter, type GgufModel, type StreamOutput, type StreamPlan } from "@compat/gguf";
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
 import { modelFacts, type PreparedModel } from "@compat/prepare";
 import { modelArgs, presetSection } from "@compat/server-bridge";
-import { displayName, fetchLayerBytes, fullName, MediaType, openPull, streamBlob, type BlobStream, type ManifestLayer, type PullProgress, type RegistryClient, type ResolvedModel } from "@compat/store";
+import { displayName, fetchLayerBytes, fullName, MediaType, openPull, RegistryError, streamBlob, type BlobStream, type ManifestLayer, type PullProgress, type RegistryClient, type ResolvedModel } from "@compat/store";
 import { openViews } from "@compat/views";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
@@ -24,6 +25,7 @@ import { jsonText, terminalSafe } from "../terminal";
 import { configFileOf, exportPaths, llamaServerFor, writeFolderConfig, type ExportLayout } from "./export";
 import { checkReplaceable, makeFolders, readRecord, relativeTo, sweepLeftovers, writeRecord } from "./export-files";
 import { humanProgress } from "./pull";
+import { partialPathOf, planId, readResume, replayPrefix, removeResume, resumeRecordOf, writeResume, type ResumeRecord } from "./pull-resume";
 
 export interface PullToOptions {
   to: string;
@@ -36,14 +38,27 @@ export interface PullToOptions {
   llamaServer?: string;
 }
 
-/** First header request; it doubles until the header parses (a vocabulary of 262k tokens is a few MB). */
-const FIRST_HEAD = 1 << 20;
+/**
+ * First header request; it doubles until the header parses. A vocabulary of 262k tokens is a few
+ * MB: one request of 8 MiB takes most headers at once (each extra one is a round trip and a parse
+ * before the stream can start), and its bytes are the blob's first ones, fed like the rest.
+ */
+const FIRST_HEAD = 8 << 20;
 
-/** One file being written: where it goes, its temp name and open handle. */
+/** Source bytes streamed between two resume records (each flushes the outputs first): what a crash can cost to download again, as in the store's pull. */
+const CHECKPOINT = 16 << 20;
+
+/** One file being written: where it goes, its partial name and open handle. */
 interface Target {
   final: string;
-  temp: string;
+  partial: string;
   fh: FileHandle;
+}
+
+/** What streamInto leaves: the outputs, whole but not yet named, and the blob's resume record. */
+interface Streamed {
+  targets: Target[];
+  record: string;
 }
 
 export async function pullToCommand(ref: string, opts: PullToOptions, io: CliIo): Promise<void> {
@@ -105,7 +120,7 @@ export async function pullToCommand(ref: string, opts: PullToOptions, io: CliIo)
       await makeFolders(root, dirname(f), force);
       await checkReplaceable(root, f, record, force);
     }
-    // what an earlier pull of this model killed midway left (its temp files: this pull starts over)
+    // temp files of an earlier writer killed midway (a pull's partial files stay: this one continues them)
     await sweepLeftovers(finals.map((f) => dirname(f)));
     // recorded before anything gets its name, as export does: a pull stopped after a rename
     // leaves files known to be its own, which the next one replaces
@@ -113,35 +128,41 @@ export async function pullToCommand(ref: string, opts: PullToOptions, io: CliIo)
     delete record.models[shownName];
     await writeRecord(root, record);
 
-    const targets: Target[] = [];
+    // one pull of this model into this folder at a time: they would write the same partial files
+    const release = await acquireLock(`${partialPathOf(paths.model)}.lock`, { timeoutMs: 24 * 3600_000, staleMs: 60_000, what: `the pull of ${shownName} into ${opts.to}` });
     try {
-      const modelOutputs: Array<{ view: TranslatedView | null; final: string }> = [{ view: text, final: paths.model }];
-      if (tower !== null) modelOutputs.push({ view: tower, final: paths.mmproj });
-      targets.push(...(await streamInto(model, modelLayer, head, modelOutputs, report)));
-      if (projectorLayer !== undefined) {
-        const projector = streamBlob(client, projectorLayer);
-        const phead = await headOf(projector, projectorLayer, client);
-        const pviews = phead.model === undefined ? undefined : await openViews(phead.model, { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
-        try {
-          const view = pviews?.mmproj?.kind === "view" ? pviews.mmproj.view : null;
-          targets.push(...(await streamInto(projector, projectorLayer, phead, [{ view, final: paths.mmproj }], report)));
-        } finally {
-          await pviews?.close();
+      const streamed: Streamed[] = [];
+      try {
+        const modelOutputs: Array<{ view: TranslatedView | null; final: string }> = [{ view: text, final: paths.model }];
+        if (tower !== null) modelOutputs.push({ view: tower, final: paths.mmproj });
+        streamed.push(await streamInto(model, modelLayer, head, modelOutputs, report));
+        if (projectorLayer !== undefined) {
+          const projector = streamBlob(client, projectorLayer);
+          const phead = await headOf(projector, projectorLayer, client);
+          const pviews = phead.model === undefined ? undefined : await openViews(phead.model, { env: io.env, ...(opts.profile !== undefined ? { profile: opts.profile } : {}) });
+          try {
+            const view = pviews?.mmproj?.kind === "view" ? pviews.mmproj.view : null;
+            streamed.push(await streamInto(projector, projectorLayer, phead, [{ view, final: paths.mmproj }], report));
+          } finally {
+            await pviews?.close();
+          }
         }
+        report({ status: "verifying sha256 digest" });
+        // every digest matched: the outputs get their names (synced when their blob was recorded whole)
+        report({ status: "writing files" });
+        for (const { targets } of streamed) {
+          for (const t of targets) {
+            await t.fh.close();
+            await rename(t.partial, t.final);
+          }
+        }
+        for (const dir of new Set(finals.map((f) => dirname(f)))) await syncDir(dir);
+        for (const { record: r } of streamed) await removeResume(r);
+      } finally {
+        for (const { targets } of streamed) for (const t of targets) await t.fh.close().catch(() => undefined);
       }
-      report({ status: "verifying sha256 digest" });
-      // every digest matched: the outputs get their names
-      report({ status: "writing files" });
-      for (const t of targets) {
-        await t.fh.sync();
-        await t.fh.close();
-        await rename(t.temp, t.final);
-        untrackTempFile(t.temp);
-      }
-      for (const dir of new Set(targets.map((t) => dirname(t.final)))) await syncDir(dir);
-    } catch (e) {
-      await discard(targets);
-      throw e;
+    } finally {
+      await release();
     }
 
     // the record and the configuration, as export writes them
@@ -198,7 +219,9 @@ async function headOf(blob: BlobStream, layer: ManifestLayer, client: RegistryCl
 
 /**
  * Streams the rest of one blob into its outputs: each a translated view (planned together, one
- * pass over the blob), or null for the blob as it is. Returns the temp files, not yet synced.
+ * pass over the blob), or null for the blob as it is. Continues what an earlier pull of the same
+ * blob and plan left (its record), and records its own progress every CHECKPOINT bytes, each time
+ * after flushing the outputs. Returns the outputs whole, synced, digest checked, not yet named.
  */
 async function streamInto(
   blob: BlobStream,
@@ -206,52 +229,88 @@ async function streamInto(
   head: Head,
   outputs: ReadonlyArray<{ view: TranslatedView | null; final: string }>,
   report: (p: PullProgress) => void,
-): Promise<Target[]> {
+): Promise<Streamed> {
+  const status = `pulling ${layer.digest.slice(7, 19)}`;
+  const planned: StreamOutput[] = [];
+  for (const o of outputs) if (o.view !== null) planned.push({ model: o.view.model, layout: o.view.layout });
+  const plan: StreamPlan | undefined = planned.length > 0 ? planStream(head.source, planned) : undefined;
+  const sizes = outputs.map((o) => o.view?.size ?? layer.size);
+  const recordPath = resumeRecordOf(outputs[0]!.final);
+  const base: Omit<ResumeRecord, "verified"> = {
+    digest: layer.digest,
+    size: layer.size,
+    plan: planId(plan, sizes),
+    outputs: outputs.map((o, i) => ({ file: relativeTo(dirname(recordPath), partialPathOf(o.final)), size: sizes[i]! })),
+  };
+  const resumed = await readResume(recordPath, base);
   const targets: Target[] = [];
+  const sinks = [];
+  let plain: Target | undefined;
+  let kept = false;
   try {
-    const sinks = [];
-    const planned: StreamOutput[] = [];
-    let plain: Target | undefined;
-    for (const o of outputs) {
-      const temp = tempPathFor(o.final);
-      trackTempFile(temp); // removed by the binary's exit handler on SIGINT/SIGTERM
-      const fh = await open(temp, "wx");
-      const t = { final: o.final, temp, fh };
+    for (const [i, o] of outputs.entries()) {
+      const partial = partialPathOf(o.final);
+      const fh = await open(partial, resumed !== undefined ? "r+" : "w+");
+      const t = { final: o.final, partial, fh };
       targets.push(t);
-      if (o.view === null) {
-        plain = t;
-        await fh.truncate(layer.size);
-        continue;
-      }
-      await fh.truncate(o.view.size);
-      planned.push({ model: o.view.model, layout: o.view.layout });
-      sinks.push({ write: (at: number, bytes: Uint8Array) => writeAll(fh, bytes, at) });
+      if (resumed === undefined) await fh.truncate(sizes[i]!);
+      if (o.view === null) plain = t;
+      else sinks.push({ write: (at: number, bytes: Uint8Array) => writeAll(fh, bytes, at) });
     }
-    const plan: StreamPlan = planStream(head.source, planned);
-    const writer = new StreamWriter(plan, sinks, head.source);
-    await writer.start();
-    const status = `pulling ${layer.digest.slice(7, 19)}`;
+    if (resumed === layer.size) {
+      // the blob came whole, digest checked, before this pull
+      report({ status, digest: layer.digest, total: layer.size, completed: layer.size });
+      kept = true;
+      return { targets, record: recordPath };
+    }
+    const at = resumed ?? 0;
+    const writer = plan !== undefined ? new StreamWriter(plan, sinks, head.source) : undefined;
+    if (at > 0) writer?.resumeAt(at);
+    await writer?.start();
+
+    let recorded = at;
+    let checkpoint: Promise<void> | undefined;
+    const record = (verified: number) => writeResume(recordPath, { ...base, verified });
     const feed = async (offset: number, bytes: Uint8Array) => {
       if (plain !== undefined) await writeAll(plain.fh, bytes, offset);
-      if (planned.length > 0) await writer.feed(offset, bytes);
+      if (writer !== undefined) await writer.feed(offset, bytes);
+      const end = offset + bytes.length;
+      // where the writer holds nothing, its flushed outputs are a prefix another pull can continue
+      // (never at the end: that record waits for the digest)
+      if (end - recorded >= CHECKPOINT && end < layer.size && checkpoint === undefined && (writer === undefined || writer.settled)) {
+        recorded = end;
+        checkpoint = (async () => {
+          for (const t of targets) await t.fh.datasync();
+          await record(end);
+        })().finally(() => (checkpoint = undefined));
+      }
     };
-    await feed(0, head.bytes);
-    report({ status, digest: layer.digest, total: layer.size, completed: head.bytes.length });
-    await blob.rest(feed, (completed) => report({ status, digest: layer.digest, total: layer.size, completed }));
-    if (planned.length > 0 && !writer.done) throw new GgufError("DATA_LENGTH", `internal: ${layer.digest} ended with ops not run`);
-    return targets;
+    if (at < head.bytes.length) await feed(at, head.bytes.subarray(at));
+    const from = Math.max(at, head.bytes.length);
+    report({ status, digest: layer.digest, total: layer.size, completed: from });
+    const files = targets.filter((t) => t !== plain).map((t) => t.fh);
+    try {
+      await blob.rest(feed, (completed) => report({ status, digest: layer.digest, total: layer.size, completed }), { at: from, prefix: (update) => replayPrefix(from, head.bytes, plan, files, plain?.fh, blob, update) });
+    } finally {
+      await checkpoint?.catch(() => undefined);
+    }
+    if (writer !== undefined && !writer.done) throw new GgufError("DATA_LENGTH", `internal: ${layer.digest} ended with ops not run`);
+    for (const t of targets) await t.fh.sync();
+    await record(layer.size);
+    kept = true;
+    return { targets, record: recordPath };
   } catch (e) {
-    await discard(targets);
+    // what the network cut short is kept for the next pull; bytes that do not hash right, or
+    // that the translation refused, are worth nothing to it
+    const resumable = e instanceof RegistryError && (e.code === "REGISTRY_UNREACHABLE" || e.code === "BAD_REGISTRY_REPLY");
+    for (const t of targets) await t.fh.close().catch(() => undefined);
+    if (!resumable) {
+      await removeResume(recordPath);
+      for (const t of targets) await rm(t.partial, { force: true });
+    }
     throw e;
-  }
-}
-
-/** Closes and removes temp files that will not get their names. */
-async function discard(targets: readonly Target[]): Promise<void> {
-  for (const t of targets) {
-    await t.fh.close().catch(() => undefined);
-    await rm(t.temp, { force: true });
-    untrackTempFile(t.temp);
+  } finally {
+    if (!kept) for (const t of targets) await t.fh.close().catch(() => undefined);
   }
 }
 
