@@ -171,14 +171,19 @@ describe("3. kill -9 of serve or verify: llama-server dies with it, and verify's
     };
     let server: number | undefined;
     await until("verify's llama-server", () => (server = childOf(s.child.pid!)) !== undefined);
+    // the child is first setpriv, then the parent check's shell, then the stand-in: kill verify
+    // once the stand-in sleeps, so that verify is waiting for it, not still starting it
+    await until(`llama-server ${server} waiting`, () => read(`/proc/${server}/cmdline`).startsWith("llama-server\0") || s.child.exitCode !== null);
+    const verifyDirs = () => readdirSync(tmp).filter((d) => d.startsWith("ollama-compat-verify-"));
+    expect(verifyDirs(), `verify ended before it was killed: ${s.stderr()}${s.stdout()}`).toHaveLength(1);
     s.child.kill("SIGKILL");
     await s.closed;
     await until(`llama-server ${server} gone`, () => !existsSync(`/proc/${server}`), 20_000);
-    const left = readdirSync(tmp).filter((d) => d.startsWith("ollama-compat-verify-"));
-    expect(left).toHaveLength(1);
+    const left = verifyDirs();
+    expect(left, `after SIGKILL: ${readdirSync(tmp).join(", ")}; verify said: ${s.stderr()}${s.stdout()}`).toHaveLength(1);
     const again = await run(["verify", "gemma3:1b", "--llama-server", llamaServer, "--", ...SMALL], env, 300_000);
     expect(again.code, again.stderr + again.stdout).toBe(0);
-    expect(readdirSync(tmp).filter((d) => d.startsWith("ollama-compat-verify-"))).toEqual([]);
+    expect(verifyDirs()).toEqual([]);
   });
 });
 
