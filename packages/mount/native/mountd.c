@@ -39,7 +39,6 @@
 #include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -49,9 +48,7 @@ enum { EXT_ZERO = 0, EXT_MEMORY = 1, EXT_SOURCE = 2, EXT_SIDECAR = 3 };
 
 /** The largest read the kernel sends (max_read): 1 MiB, FUSE's max_pages limit. */
 #define MAX_READ (1u << 20)
-/** The alignment of a direct read of a source (offset, length and memory): any block size up to a page. */
-#define DIRECT_ALIGN 4096u
-/** How far ahead of the reads a source is asked of the disk, where it cannot be read directly (source_prefetch). */
+/** How far ahead of the reads a source is asked of the disk (source_prefetch). */
 #define PREFETCH (32u << 20)
 /** How far behind the reads a source's pages are dropped from the cache, and in what steps (source_served). */
 #define DROP_STEP (8u << 20)
@@ -80,8 +77,6 @@ struct source {
   int64_t mtime_ns;
   int64_t ctime_ns; // as the daemon opened it: a write with its mtime set back still moves the ctime
   int fd;
-  int dfd;                // the same file opened with O_DIRECT, or -1 (source_bytes)
-  atomic_int direct_off;  // set once: a direct read failed as unsupported, reads go through the page cache
   atomic_int bad;         // set once: the path no longer names the file we opened
   atomic_int invalidated; // the kernel was told to drop the pages of files using it
   _Atomic uint64_t ahead;   // asked of the disk up to here (source_prefetch)
@@ -133,12 +128,6 @@ static struct source *source_get(const char *path, dev_t dev, ino_t ino, off_t s
     return NULL;
   }
   posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL); // llama.cpp reads a model front to back
-  int dfd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT); // -1 where the filesystem has no direct I/O
-  struct stat dst;
-  if (dfd >= 0 && (fstat(dfd, &dst) != 0 || dst.st_dev != st.st_dev || dst.st_ino != st.st_ino)) {
-    close(dfd);
-    dfd = -1;
-  }
   struct source *s = calloc(1, sizeof *s);
   s->path = strdup(path);
   const char *slash = strrchr(s->path, '/');
@@ -149,7 +138,6 @@ static struct source *source_get(const char *path, dev_t dev, ino_t ino, off_t s
   s->mtime_ns = mtime_ns;
   s->ctime_ns = ctime_ns_of(&st);
   s->fd = fd;
-  s->dfd = dfd;
   s->refs = 1;
   s->wd = -1;
   if (inotify_fd >= 0 && slash) {
@@ -179,7 +167,6 @@ static void source_put(struct source *s) {
   pthread_mutex_unlock(&sources_lock);
   // the folder's watch stays: other sources share it, and inotify_add_watch returns the same wd
   close(s->fd);
-  if (s->dfd >= 0) close(s->dfd);
   free(s->path);
   free(s);
 }
@@ -1023,7 +1010,7 @@ static int sidecar_fd(struct sidecar *sc) {
 }
 
 /**
- * Where a source cannot be read with O_DIRECT (source_bytes: a filesystem without it), asks the disk for its bytes up to PREFETCH past a read of [at, end), so they are
+ * Asks the disk for the source's bytes up to PREFETCH past a read of [at, end), so they are
  * cached by the time the kernel's next requests come. The kernel's own readahead of the source
  * does not do it: our workers read it concurrently, out of order, and its per-file window takes
  * that for random reads (synchronous 1 MiB reads from the disk). One frontier per source: a
@@ -1084,71 +1071,7 @@ static int pread_all(int fd, uint8_t *out, uint64_t length, uint64_t offset) {
   return 0;
 }
 
-// cachestat(2) (Linux 6.5): how many pages of a range are in the page cache, without reading
-// them or starting readahead (a RWF_NOWAIT read would start it). Declared here: older headers lack it.
-#ifndef __NR_cachestat
-#define __NR_cachestat 451
-#endif
-struct cachestat_range_ {
-  uint64_t off, len;
-};
-struct cachestat_ {
-  uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
-};
-static atomic_int no_cachestat; // the kernel has none (before 6.5): sources are read directly
-
-/** Whether every page of [at, end) of the source is in the page cache (0 when the kernel cannot tell). */
-static int source_cached(struct source *s, uint64_t at, uint64_t end) {
-  if (atomic_load(&no_cachestat)) return 0;
-  uint64_t from = at / DIRECT_ALIGN * DIRECT_ALIGN, to = (end + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
-  struct cachestat_range_ range = {from, to - from};
-  struct cachestat_ cs;
-  if (syscall(__NR_cachestat, s->fd, &range, &cs, 0) != 0) {
-    if (errno == ENOSYS) atomic_store(&no_cachestat, 1);
-    return 0;
-  }
-  long page = sysconf(_SC_PAGESIZE);
-  return cs.nr_cache >= (to - from + (uint64_t)page - 1) / (uint64_t)page;
-}
-
-/**
- * The bytes [at, at + n) of a source (n <= MAX_READ). When they are all in the page cache
- * (another reader has them, or they were just prefetched), they are copied from it into `dst`,
- * which is returned. Otherwise they are read from the disk with O_DIRECT into `direct` (a
- * thread's DIRECT_BUF), page-aligned around the range, and the returned pointer is inside it:
- * the blob's pages never enter the page cache (the mount's own pages hold the bytes, so a
- * model is cached once), and no CPU goes to filling, copying out of and dropping them, which
- * was most of the daemon's time on a cold load. NULL with errno set on failure.
- */
-static const uint8_t *source_bytes(struct source *s, uint8_t *dst, uint8_t *direct, uint64_t n, uint64_t at) {
-  if (s->dfd >= 0 && !atomic_load(&s->direct_off) && !source_cached(s, at, at + n)) {
-    uint64_t from = at / DIRECT_ALIGN * DIRECT_ALIGN;
-    uint64_t want = (at + n + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN - from; // <= DIRECT_BUF
-    uint64_t need = at + n - from, got = 0;
-    while (got < need) {
-      ssize_t r = pread(s->dfd, direct + got, want - got, (off_t)(from + got));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0 && errno == EINVAL && got == 0) { // this filesystem's alignment is not ours: the page cache from now on
-        if (!atomic_exchange(&s->direct_off, 1)) logf_("direct reads of %s failed (%s): reading it through the page cache", s->path, strerror(errno));
-        goto cached;
-      }
-      if (r < 0) return NULL;
-      got += (uint64_t)r;
-      // Short: the end of the file, or a filesystem that stops early. The rest (if any) through
-      // the page cache, from an offset a direct read may not start at; EIO if the file is shorter.
-      if (r == 0 || (uint64_t)r % DIRECT_ALIGN != 0) {
-        if (got < need && pread_all(s->fd, direct + got, need - got, from + got) != 0) return NULL;
-        break;
-      }
-    }
-    return direct + (at - from);
-  }
-cached:
-  if (s->dfd < 0 || atomic_load(&s->direct_off)) source_prefetch(s, at, at + n); // with direct reads, cached bytes are another reader's
-  return pread_all(s->fd, dst, n, at) == 0 ? dst : NULL;
-}
-
-// Each worker thread's read buffers, mapped on its first read and unmapped when
+// Each worker thread's read buffer (MAX_READ bytes), mapped on its first read and unmapped when
 // the thread exits: libfuse starts workers as reads queue up and retires the idle ones beyond
 // its idle count, so a buffer kept past its thread (a __thread pointer to malloc'd memory) was
 // lost with every retired worker, about 1 MiB each. A mapping, not malloc: its pages go back to
@@ -1156,22 +1079,18 @@ cached:
 static pthread_key_t read_buf_key;
 static pthread_once_t read_buf_once = PTHREAD_ONCE_INIT;
 
-/** A reply's bytes (MAX_READ), then the landing area of direct reads (DIRECT_BUF, page-aligned). */
-#define DIRECT_BUF (MAX_READ + 2 * DIRECT_ALIGN)
-#define READ_BUFS (MAX_READ + DIRECT_BUF)
-
-static void read_buf_free(void *buf) { munmap(buf, READ_BUFS); }
+static void read_buf_free(void *buf) { munmap(buf, MAX_READ); }
 static void read_buf_key_make(void) { pthread_key_create(&read_buf_key, read_buf_free); }
 
-/** This thread's read buffers (the reply's, then DIRECT_BUF for direct reads); NULL when they cannot be mapped. */
+/** This thread's read buffer; NULL when it cannot be mapped. */
 static uint8_t *read_buf(void) {
   pthread_once(&read_buf_once, read_buf_key_make);
   uint8_t *buf = pthread_getspecific(read_buf_key);
   if (buf) return buf;
-  buf = mmap(NULL, READ_BUFS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  buf = mmap(NULL, MAX_READ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (buf == MAP_FAILED) return NULL;
   if (pthread_setspecific(read_buf_key, buf) != 0) {
-    munmap(buf, READ_BUFS);
+    munmap(buf, MAX_READ);
     return NULL;
   }
   return buf;
@@ -1191,8 +1110,6 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
     fuse_reply_err(req, ENOMEM);
     return;
   }
-  uint8_t *direct = buf + MAX_READ;
-  const uint8_t *reply = buf; // the bytes replied: buf, or a direct read's when one source extent is the whole read
   uint64_t start = (uint64_t)off, end = start + size;
   // the first extent that ends after `start`
   uint32_t lo = 0, hi = f->nextents;
@@ -1220,14 +1137,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
           fuse_reply_err(req, EIO);
           return;
         }
-        const uint8_t *bytes = source_bytes(s, dst, direct, n, at);
-        if (!bytes) {
+        source_prefetch(s, at, at + n);
+        if (pread_all(s->fd, dst, n, at) != 0) {
           fuse_reply_err(req, EIO);
           return;
-        }
-        if (bytes != dst) {
-          if (n == size) reply = bytes; // the whole read: replied from where it landed, no copy
-          else memcpy(dst, bytes, n);
         }
         break;
       }
@@ -1255,7 +1168,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
   // Replied first, the pages dropped after (off the read's latency): the reply can let the
   // kernel release the handle, so the file is held until then.
   atomic_fetch_add(&f->refs, 1);
-  fuse_reply_buf(req, (const char *)reply, size);
+  fuse_reply_buf(req, (const char *)buf, size);
   for (uint32_t i = lo; i < f->nextents && f->extents[i].at < end; i++) {
     const struct extent *e = &f->extents[i];
     if (e->kind != EXT_SOURCE) continue;
