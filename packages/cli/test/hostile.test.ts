@@ -154,7 +154,6 @@ describe("3. kill -9 of serve or verify: llama-server dies with it, and verify's
     const waiting = join(await sub(), "llama-server");
     await writeFile(waiting, "#!/bin/bash\nexec -a llama-server sleep 600\n", { mode: 0o755 });
     const s = start(["verify", "gemma3:1b", "--llama-server", waiting, "--", ...SMALL], env);
-    // the moment verify has its llama-server child (setpriv first, exec'd in place): kill verify
     const read = (path: string) => {
       try {
         return readFileSync(path, "utf8");
@@ -169,11 +168,11 @@ describe("3. kill -9 of serve or verify: llama-server dies with it, and verify's
       }
       return undefined;
     };
+    // verify's child is first setpriv, then the parent check's shell, then the stand-in: kill
+    // verify once the stand-in sleeps, so that verify is waiting for it, not still starting it
     let server: number | undefined;
-    await until("verify's llama-server", () => (server = childOf(s.child.pid!)) !== undefined);
-    // the child is first setpriv, then the parent check's shell, then the stand-in: kill verify
-    // once the stand-in sleeps, so that verify is waiting for it, not still starting it
-    await until(`llama-server ${server} waiting`, () => read(`/proc/${server}/cmdline`).startsWith("llama-server\0") || s.child.exitCode !== null);
+    const sleeping = () => (server = childOf(s.child.pid!)) !== undefined && read(`/proc/${server}/cmdline`).startsWith("llama-server\0");
+    await until("verify's llama-server", () => sleeping() || s.child.exitCode !== null);
     const verifyDirs = () => readdirSync(tmp).filter((d) => d.startsWith("ollama-compat-verify-"));
     expect(verifyDirs(), `verify ended before it was killed: ${s.stderr()}${s.stdout()}`).toHaveLength(1);
     s.child.kill("SIGKILL");
@@ -184,7 +183,7 @@ describe("3. kill -9 of serve or verify: llama-server dies with it, and verify's
     const again = await run(["verify", "gemma3:1b", "--llama-server", llamaServer, "--", ...SMALL], env, 300_000);
     expect(again.code, again.stderr + again.stdout).toBe(0);
     expect(verifyDirs()).toEqual([]);
-  });
+  }, 420_000); // the waits inside: two minutes for the stand-in, five for the real verify
 });
 
 describe("4. serve -- --host 0.0.0.0 is held to the loopback rule, and the URL printed is the real one", () => {
