@@ -90,8 +90,11 @@ function keyMatches(header: string | undefined, key: string): boolean {
 /** Ollama's allowedHost: IP literals of this machine or private networks, localhost, this host's name, *.localhost, *.local, *.internal. */
 function allowedHost(hostHeader: string): boolean {
   let host = hostHeader.toLowerCase();
+  const colon = host.lastIndexOf(":");
   if (host.startsWith("[")) host = host.slice(1, host.indexOf("]"));
-  else if (host.lastIndexOf(":") > 0 && isIP(host) === 0) host = host.slice(0, host.lastIndexOf(":"));
+  // one colon is a port (an IPv6 address has at least two): asking isIP would compile Node's
+  // IPv6 pattern on the first request, which is most of its time
+  else if (colon > 0 && (host.indexOf(":") === colon || isIP(host) === 0)) host = host.slice(0, colon);
   if (host === "" || host === "localhost" || host === hostname().toLowerCase()) return true;
   if (["localhost", "local", "internal"].some((tld) => host.endsWith(`.${tld}`))) return true;
   if (isIP(host) === 0) return false;

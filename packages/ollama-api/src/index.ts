@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
-import { asStore, BridgeError, checkPortFree, isLoopback, preparerFor, presetSection, startRouter, withoutStopWords, type ExitInfo, type RouterModel, type RouterServer, type StartRouterOptions } from "@compat/server-bridge";
+import { asStore, BridgeError, isLoopback, preparerFor, presetSection, startRouter, withoutStopWords, type ExitInfo, type RouterModel, type RouterServer, type StartRouterOptions } from "@compat/server-bridge";
 import { allowedOrigins, checkAccess, originMatchers } from "./access";
 import { parseKeepAlive } from "./duration";
 import { LoadConfigs } from "./load-config";
@@ -82,11 +82,35 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
   const modelsMax = opts.modelsMax ?? (env.OLLAMA_MAX_LOADED_MODELS ? Number(env.OLLAMA_MAX_LOADED_MODELS) : 4);
   if (!Number.isInteger(modelsMax) || modelsMax < 0) throw new BridgeError("INVALID_OPTION", `models-max ${modelsMax}: expected a whole number (0: no limit)`, { modelsMax });
   const keepAliveMs = parseKeepAliveOption(opts.keepAlive ?? env.OLLAMA_KEEP_ALIVE ?? "5m");
-  // fail on a taken address before translating anything
-  if (port !== 0) await checkPortFree(host, port);
-
   const maxQueue = env.OLLAMA_MAX_QUEUE ? Number(env.OLLAMA_MAX_QUEUE) : 512;
   if (!Number.isInteger(maxQueue) || maxQueue < 1) throw new BridgeError("INVALID_OPTION", `OLLAMA_MAX_QUEUE ${env.OLLAMA_MAX_QUEUE}: expected a whole number above 0`, { maxQueue });
+
+  const args = routerArgs(opts.args ?? []);
+
+  // The API listens first, as Ollama does: a taken address fails before anything is translated,
+  // and the listener is set up while the store is read and the router starts rather than after.
+  // Requests pass the access checks at once and wait for the routes (none are handed out before
+  // this returns: the URL is given once the router is ready); a start that fails closes it.
+  let routes: OllamaRoutes | undefined;
+  let routesReady!: (r: OllamaRoutes | undefined) => void;
+  const whenRoutes = new Promise<OllamaRoutes | undefined>((r) => (routesReady = r));
+  const access = { origins: allowedOrigins(env), listenHost: host, apiKey: opts.apiKey };
+  const matchers = originMatchers(access.origins);
+  const http = createServer({ noDelay: true, keepAliveTimeout: 65_000 }, (req, res) => {
+    if (checkAccess(req, res, access, matchers) !== "next") return;
+    if (routes !== undefined) void routes.handle(req, res);
+    else
+      void whenRoutes.then((r) => {
+        if (r !== undefined) return r.handle(req, res);
+        res.destroy();
+      });
+  });
+  await listen(http, host, port);
+  const closeApi = () => {
+    routesReady(undefined);
+    http.closeAllConnections();
+    http.close();
+  };
   const instances = new InstanceLog();
   const preparer = preparerFor(opts);
   // the router looks at every projector as it starts (and on each reload); one of a model
@@ -104,11 +128,16 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
     instances.onLog(line);
     opts.onLog?.(line);
   };
-  const args = routerArgs(opts.args ?? []);
   // the key travels to llama-server by environment (LLAMA_API_KEY), which the router's model
   // instances inherit: they check it too (the router passes the Authorization header on)
   const routerKey = randomBytes(32).toString("base64url");
-  const router = await startRouter({ ...opts, args, onLog, host: "127.0.0.1", port: undefined, apiKey: routerKey, insecure: false, modelsMax: 0, stopWordsPerRequest: true });
+  let router: Awaited<ReturnType<typeof startRouter>>;
+  try {
+    router = await startRouter({ ...opts, args, onLog, host: "127.0.0.1", port: undefined, apiKey: routerKey, insecure: false, modelsMax: 0, stopWordsPerRequest: true });
+  } catch (e) {
+    closeApi();
+    throw e;
+  }
   const upstream = new Upstream(router.url, routerKey);
   const configs = new LoadConfigs(router.presetPath, upstream);
   // a model planned on first use (the mount's recorded facts) is planned before its instance opens its files
@@ -132,18 +161,8 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
   };
   const maxBodyBytes = opts.maxBodyBytes ?? 256 * 2 ** 20;
   const maxHeldBodyBytes = opts.maxHeldBodyBytes ?? Math.max(512 * 2 ** 20, maxBodyBytes);
-  const routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, instances, storeRoot: store.root, maxBodyBytes, maxHeldBodyBytes, addModel, env });
-  const access = { origins: allowedOrigins(env), listenHost: host, apiKey: opts.apiKey };
-  const matchers = originMatchers(access.origins);
-  const http = createServer({ noDelay: true, keepAliveTimeout: 65_000 }, (req, res) => {
-    if (checkAccess(req, res, access, matchers) === "next") void routes.handle(req, res);
-  });
-  try {
-    await listen(http, host, port);
-  } catch (e) {
-    await router.stop();
-    throw e;
-  }
+  routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, instances, storeRoot: store.root, maxBodyBytes, maxHeldBodyBytes, addModel, env });
+  routesReady(routes);
   const bound = http.address();
   const boundPort = typeof bound === "object" && bound ? bound.port : port;
   const shutdown = () => {

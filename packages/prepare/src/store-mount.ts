@@ -96,14 +96,13 @@ function signature(m: ResolvedModel): string {
  * store appear and disappear while it is mounted.
  */
 export class StoreMount implements ModelPreparer {
-  readonly dir: string;
   readonly store: ModelStore;
   readonly layout: ModelsLayout;
   /** Resolves when the mount is gone (closed, or its daemon died and was not mounted again). */
   readonly exited: Promise<MountExit>;
   private gone!: (exit: MountExit) => void;
-  /** The daemon serving the mount now (another one after a restart). */
-  private mount: FuseMount;
+  /** The daemon serving the mount now (another one after a restart); set by open once it has mounted. */
+  private mount!: FuseMount;
   private readonly opts: StoreMountOptions;
   private readonly env: Record<string, string | undefined>;
   private readonly mounted = new Map<string, Shown>();
@@ -133,9 +132,7 @@ export class StoreMount implements ModelPreparer {
   private lastFolders: string[] = [];
   private debounce: NodeJS.Timeout | undefined;
 
-  private constructor(mount: FuseMount, store: ModelStore, opts: StoreMountOptions) {
-    this.mount = mount;
-    this.dir = mount.dir;
+  private constructor(store: ModelStore, opts: StoreMountOptions) {
     this.store = store;
     this.layout = opts.layout ?? "models-dir";
     this.opts = opts;
@@ -154,17 +151,31 @@ export class StoreMount implements ModelPreparer {
     // from mkdir in the log) on the first read of a translated file, long after "ready"
     await writableFolder(sidecars.dir);
     opts.signal?.throwIfAborted();
-    const mount = await FuseMount.mount(opts.dir, { sidecars, env, allowOther: opts.allowOther, onLog: (l) => opts.onStatus?.(`mount: ${l}`) });
-    const sm = new StoreMount(mount, store, opts);
+    const sm = new StoreMount(store, opts);
     const stop = () => sm.closing.abort(opts.signal?.reason);
     opts.signal?.addEventListener("abort", stop, { once: true });
+    let mount: FuseMount;
     try {
-      await sm.rescan();
-      sm.closing.signal.throwIfAborted();
-    } catch (e) {
-      sm.closing.abort();
-      await mount.close();
-      throw e;
+      // the store's scan and the models' recorded facts while the daemon starts and mounts:
+      // neither needs the other, and the daemon's start is a process of its own
+      const first = sm.survey(sm.closing.signal);
+      first.catch(() => undefined);
+      try {
+        mount = await FuseMount.mount(opts.dir, { sidecars, env, allowOther: opts.allowOther, onLog: (l) => opts.onStatus?.(`mount: ${l}`) });
+      } catch (e) {
+        sm.closing.abort();
+        await first.catch(() => undefined);
+        throw e;
+      }
+      sm.mount = mount;
+      try {
+        await sm.firstScan(first);
+        sm.closing.signal.throwIfAborted();
+      } catch (e) {
+        sm.closing.abort();
+        await mount.close();
+        throw e;
+      }
     } finally {
       opts.signal?.removeEventListener("abort", stop);
     }
@@ -209,6 +220,11 @@ export class StoreMount implements ModelPreparer {
     void this.fillViews.closeAll();
     this.stopWatching();
     this.gone(exit);
+  }
+
+  /** The mount point (where the daemon mounted the store). */
+  get dir(): string {
+    return this.mount.dir;
   }
 
   /** The models shown now, by name. */
@@ -306,6 +322,18 @@ export class StoreMount implements ModelPreparer {
     return next;
   }
 
+  /** The first rescan, from a survey that ran while the daemon was starting. */
+  private async firstScan(first: Promise<Survey>): Promise<void> {
+    this.started++;
+    const run = this.queue(() => this.syncNow(this.closing.signal, first));
+    this.running = run;
+    try {
+      await run;
+    } finally {
+      if (this.running === run) this.running = undefined;
+    }
+  }
+
   /** A change seen in the store (or the timer's tick): a rescan soon, coalesced with those already asked for. */
   private changed(delayMs = 50): void {
     if (this.closing.signal.aborted || this.debounce) return;
@@ -318,8 +346,28 @@ export class StoreMount implements ModelPreparer {
     this.debounce.unref();
   }
 
-  private async syncNow(signal: AbortSignal): Promise<void> {
+  /**
+   * What a rescan works from: the store's models now and, for each one that will be added (new,
+   * or changed since it was shown), its recorded facts, all read at once rather than model after model.
+   */
+  private async survey(signal: AbortSignal): Promise<Survey> {
     const wanted = await this.wanted(signal);
+    const facts = new Map<string, RecordedFacts | undefined>();
+    const records = this.records;
+    if (records !== undefined) {
+      const profile = this.opts.profile ?? "native";
+      await Promise.all(
+        [...wanted].map(async ([name, entry]) => {
+          if ("error" in entry || this.mounted.get(name)?.signature === signature(entry.model)) return;
+          facts.set(name, await records.read(entry.model, profile));
+        }),
+      );
+    }
+    return { wanted, facts };
+  }
+
+  private async syncNow(signal: AbortSignal, surveyed?: Promise<Survey>): Promise<void> {
+    const { wanted, facts } = await (surveyed ?? this.survey(signal));
     for (const [name, m] of this.mounted) {
       if (wanted.has(name)) continue;
       signal.throwIfAborted();
@@ -339,7 +387,7 @@ export class StoreMount implements ModelPreparer {
       const sig = signature(entry.model);
       if (this.mounted.get(name)?.signature === sig || this.failed.get(name)?.signature === sig) continue;
       signal.throwIfAborted();
-      await this.add(entry.model);
+      await this.add(entry.model, facts.has(name) ? { facts: facts.get(name) } : undefined);
     }
     if (this.watching) this.rewatch(this.lastFolders);
   }
@@ -453,14 +501,14 @@ export class StoreMount implements ModelPreparer {
     for (const p of m.paths) await this.mount.remove(p).catch(() => undefined);
   }
 
-  /** Mounts one model's files (replacing an earlier version of it). Failures are recorded, not thrown. */
-  private async add(resolved: ResolvedModel): Promise<void> {
+  /** Mounts one model's files (replacing an earlier version of it), or shows it from its recorded facts (read now unless `recorded` has them). Failures are recorded, not thrown. */
+  private async add(resolved: ResolvedModel, recorded?: { facts: RecordedFacts | undefined }): Promise<void> {
     const name = resolved.name;
     const old = this.mounted.get(name);
     if (old) await this.drop(name, old);
     this.failed.delete(name);
     const profile = this.opts.profile ?? "native";
-    const facts = await this.records?.read(resolved, profile);
+    const facts = recorded !== undefined ? recorded.facts : await this.records?.read(resolved, profile);
     if (facts !== undefined) {
       this.mounted.set(name, this.shownFromFacts(resolved, facts));
       return;
@@ -691,6 +739,9 @@ async function writableFolder(dir: string): Promise<void> {
 
 /** What the mount makes of one manifest of the store: the model, or why it cannot be shown. */
 type Wanted = { model: ResolvedModel } | { error: string; cause: unknown };
+
+/** A scan of the store, with the recorded facts of the models it will add (StoreMount.survey). */
+type Survey = { wanted: Map<string, Wanted>; facts: Map<string, RecordedFacts | undefined> };
 
 /** A file's identity and version (inode, size, change and modification times); "" when it is not there. */
 async function stamp(path: string): Promise<string> {

@@ -1,4 +1,4 @@
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { accessSync, constants } from "node:fs";
 import { readdir, readFile, readlink } from "node:fs/promises";
 import { request } from "node:http";
@@ -39,24 +39,44 @@ export function tiedToParent(command: string, args: readonly string[]): { comman
 }
 
 let runner: string | null | undefined;
+let probing: Promise<string | null> | undefined;
 
-/** setpriv with --pdeathsig (util-linux 2.33+, part of every Debian and Ubuntu), found once per process. */
-function pdeathsigRunner(): string | null {
-  if (runner !== undefined) return runner;
-  runner = null;
-  if (process.platform !== "linux") return runner;
+/** Where setpriv may be: the first of these that exists is asked (with /bin/sh there to run the command). */
+function setprivCandidate(): string | undefined {
+  if (process.platform !== "linux") return undefined;
   for (const path of ["/usr/bin/setpriv", "/bin/setpriv"]) {
     try {
       accessSync(path, constants.X_OK);
       accessSync("/bin/sh", constants.X_OK);
+      return path;
     } catch {
       continue;
     }
-    const help = spawnSync(path, ["--help"], { encoding: "utf8", timeout: 5_000 });
-    if (help.status === 0 && help.stdout.includes("--pdeathsig")) runner = path;
-    break;
   }
+  return undefined;
+}
+
+/** setpriv with --pdeathsig (util-linux 2.33+, part of every Debian and Ubuntu), found once per process. */
+function pdeathsigRunner(): string | null {
+  if (runner !== undefined) return runner;
+  const path = setprivCandidate();
+  const help = path === undefined ? undefined : spawnSync(path, ["--help"], { encoding: "utf8", timeout: 5_000 });
+  runner = path !== undefined && help?.status === 0 && help.stdout.includes("--pdeathsig") ? path : null;
   return runner;
+}
+
+/**
+ * The same question as pdeathsigRunner, asked without blocking: `setpriv --help` is a process
+ * of its own (tens of milliseconds on a loaded machine), so a launch starts this before its
+ * other work and awaits it just before spawning; the answer is then kept for tiedToParent.
+ */
+export function findPdeathsigRunner(): Promise<string | null> {
+  if (runner !== undefined) return Promise.resolve(runner);
+  return (probing ??= new Promise<string | null>((resolve) => {
+    const path = setprivCandidate();
+    if (path === undefined) return resolve(null);
+    execFile(path, ["--help"], { encoding: "utf8", timeout: 5_000 }, (err, stdout) => resolve(err === null && stdout.includes("--pdeathsig") ? path : null));
+  }).then((found) => (runner ??= found)));
 }
 
 /** A llama.cpp process whose output is split into lines, with its last lines kept for reports; it dies with us (tiedToParent). */
@@ -65,6 +85,8 @@ export class LlamaChild {
   readonly exited: Promise<ExitInfo>;
   private readonly lines: string[] = [];
   private readonly keep: number;
+  /** Settles at the next line printed (then a new one is made): what a wait for the child's start wakes on. */
+  private lineSeen: { promise: Promise<void>; resolve(): void } | undefined;
 
   constructor(opts: ChildOptions) {
     this.keep = opts.keepLines ?? 40;
@@ -73,6 +95,9 @@ export class LlamaChild {
     const onLine = (line: string) => {
       this.lines.push(line);
       if (this.lines.length > this.keep) this.lines.shift();
+      const seen = this.lineSeen;
+      this.lineSeen = undefined;
+      seen?.resolve();
       opts.onLog?.(line);
     };
     for (const stream of [this.process.stdout, this.process.stderr]) {
@@ -106,6 +131,20 @@ export class LlamaChild {
 
   get running(): boolean {
     return this.process.exitCode === null && this.process.signalCode === null && this.process.pid !== undefined;
+  }
+
+  /**
+   * Resolves when the child prints its next line. llama-server says what it did (bound its
+   * port, loaded its model) in a line, so a start waited on by polling looks again at once
+   * rather than at its next tick.
+   */
+  nextLine(): Promise<void> {
+    if (this.lineSeen === undefined) {
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => (resolve = r));
+      this.lineSeen = { promise, resolve };
+    }
+    return this.lineSeen.promise;
   }
 
   lastLines(n = this.keep): string[] {
@@ -255,8 +294,13 @@ export async function waitHealthy(child: LlamaChild, url: string, timeoutMs: num
     } catch {
       // not listening yet
     }
-    await Promise.race([new Promise((r) => setTimeout(r, 150)), child.exited]);
+    // a line printed (its model loaded, say) is looked at soon; at most one look every 10 ms however fast it prints
+    await Promise.race([sleep(150), child.exited, child.nextLine().then(() => sleep(10))]);
   }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
 }
 
 /**

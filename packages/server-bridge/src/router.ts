@@ -1,9 +1,10 @@
-import { rm } from "node:fs/promises";
+import { rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { ownedTempDir, writeFileAtomic } from "@compat/files";
+import { ownedTempDir } from "@compat/files";
 import { PrepareError, type PreparedModel } from "@compat/prepare";
 import { StoreError, type ResolvedModel } from "@compat/store";
 import { modelArgs } from "./args";
+import { findPdeathsigRunner } from "./child";
 import { BridgeError } from "./errors";
 import { asStore, launch, preparerFor, type LaunchOptions, type RunningServer } from "./server";
 
@@ -98,6 +99,8 @@ export function presetSection(name: string, model: PreparedModel, warn: (msg: st
 export async function startRouter(opts: StartRouterOptions): Promise<RouterServer> {
   const store = asStore(opts.store, opts.env ?? process.env);
   const warn = (m: string) => opts.onStatus?.(`warning: ${m}`);
+  // setpriv's check runs while the models are prepared (launch awaits it)
+  void findPdeathsigRunner();
   const models = await prepareRouterModels(opts);
   for (const m of models) if (m.error) warn(`${m.name} is not served: ${m.error.message}`);
   const served = models.filter((m) => m.model);
@@ -107,7 +110,10 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterServe
   // a folder of this process's own: one a SIGKILLed router left behind goes with the next start
   const dir = await ownedTempDir("ollama-compat-router-");
   const presetPath = join(dir, "models.ini");
-  await writeFileAtomic(presetPath, ["version = 1", "", ...sections.map((s) => s + "\n")].join("\n"));
+  // a new file in a new folder of ours, read only by the router started below: nothing can see
+  // it half written, and nothing needs it after a crash, so no fsync (a loaded disk makes one
+  // cost tenths of a second at every start); later changes replace it atomically (LoadConfigs)
+  await writeFile(presetPath, ["version = 1", "", ...sections.map((s) => s + "\n")].join("\n"), { flag: "wx" });
   const args = ["--models-preset", presetPath];
   if (opts.modelsMax !== undefined) args.push("--models-max", String(opts.modelsMax));
   let server: RunningServer;
