@@ -5,7 +5,7 @@ import { allowedOrigins, checkAccess, originMatchers } from "./access";
 import { parseKeepAlive } from "./duration";
 import { LoadConfigs } from "./load-config";
 import { apiModel, type ApiModel } from "./models";
-import { OllamaRoutes } from "./routes";
+import { answerWhileStarting, OllamaRoutes } from "./routes";
 import { InstanceLog } from "./instance-log";
 import { ModelScheduler, RouterModels } from "./scheduler";
 import { Upstream } from "./upstream";
@@ -89,8 +89,9 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
 
   // The API listens first, as Ollama does: a taken address fails before anything is translated,
   // and the listener is set up while the store is read and the router starts rather than after.
-  // Requests pass the access checks at once and wait for the routes (none are handed out before
-  // this returns: the URL is given once the router is ready); a start that fails closes it.
+  // Requests pass the access checks at once; `/` and /api/version answer (Ollama's clients poll
+  // them to see a server is up), the others wait for the routes, which need the router (the URL
+  // is printed once it is ready, and a request sent then is served). A start that fails closes it.
   let routes: OllamaRoutes | undefined;
   let routesReady!: (r: OllamaRoutes | undefined) => void;
   const whenRoutes = new Promise<OllamaRoutes | undefined>((r) => (routesReady = r));
@@ -100,7 +101,9 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
     if (checkAccess(req, res, access, matchers) !== "next") return;
     if (routes !== undefined) void routes.handle(req, res);
     else
-      void whenRoutes.then((r) => {
+      void answerWhileStarting(req, res).then(async (answered) => {
+        if (answered) return;
+        const r = await whenRoutes;
         if (r !== undefined) return r.handle(req, res);
         res.destroy();
       });

@@ -624,6 +624,22 @@ const ROUTES: Record<string, Partial<Record<string, RouteHandler>>> = {
   "/api/blobs/:digest": { POST: OllamaRoutes.prototype.postBlob, HEAD: OllamaRoutes.prototype.headBlob },
 };
 
+/** The routes whose answer needs no model, store or router: a starting API gives them at once, as Ollama does once it listens. */
+const WITHOUT_ROUTER = new Set(["/", "/api/version", "/api/status"]);
+
+/**
+ * Answers a request that needs nothing of the router (`GET`/`HEAD /`, `/api/version`,
+ * `/api/status`) while the API starts; false for any other, which waits for the routes.
+ */
+export async function answerWhileStarting(req: IncomingMessage, res: ServerResponse): Promise<boolean> {
+  const path = (req.url ?? "/").split("?")[0]!;
+  const method = req.method === "HEAD" ? "GET" : req.method;
+  const handler = WITHOUT_ROUTER.has(path) && method === "GET" ? ROUTES[path]?.GET : undefined;
+  if (handler === undefined) return false;
+  await handler.call(undefined as unknown as OllamaRoutes, req, res, path);
+  return true;
+}
+
 /** llama-server's response headers that go on to the client (not the ones of its own connection). */
 function passedHeaders(up: IncomingMessage): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
