@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
 import type { BigIntStats } from "node:fs";
-import { mkdir, open, readdir, readFile, rename, rm, stat } from "node:fs/promises";
+import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { processAlive, writeFileAtomic } from "@compat/files";
 import type { GgufTensor } from "@compat/gguf";
@@ -28,10 +28,19 @@ export type SidecarCheck = { ok: true } | { ok: false; missing: true } | { ok: f
  * file ends with the sha256 of its bytes, and `verify` holds them to it before they are used,
  * once per version of the file (device, inode, size, mtime, ctime), as blobs are: the version
  * found whole is kept beside it (`NAME.bin.hashed`), so a later check, in this process or
- * another, is two `stat`s and a small read.
+ * another, is two `stat`s and a small read. A version is kept there only once its bytes are on
+ * the disk (fsynced): one that a crash may have torn has no `.hashed` file, and is hashed.
  */
 export class SidecarStore {
+  /** Sidecars written and not yet fsynced, with their `.hashed` files still to write (`settled`). */
+  private readonly syncing = new Set<Promise<void>>();
+
   constructor(readonly dir: string) {}
+
+  /** Resolves once every sidecar written so far is on the disk and its version kept. */
+  async settled(): Promise<void> {
+    while (this.syncing.size > 0) await Promise.all(this.syncing);
+  }
 
   /** The sidecar of tensor `index` of the file whose content key is `fileKey`. */
   pathFor(fileKey: string, tensor: GgufTensor, index: number): string {
@@ -85,8 +94,12 @@ export class SidecarStore {
         const recorded = Buffer.alloc(SIDECAR_DIGEST_BYTES);
         await fh.read(recorded, 0, SIDECAR_DIGEST_BYTES, length);
         if (hash.digest().equals(recorded)) {
-          // the version as it is now: one changed while it was hashed is hashed again next time
-          if (versionOf(await fh.stat({ bigint: true })) === version) await remember(path, version);
+          // the version as it is now (one changed while it was hashed is hashed again next time),
+          // kept once its bytes are on the disk: another writer's may not be fsynced yet
+          if (versionOf(await fh.stat({ bigint: true })) === version) {
+            await fh.datasync();
+            await remember(path, version);
+          }
           return { ok: true };
         }
         why = "its bytes do not match the sha256 written with them";
@@ -112,8 +125,12 @@ export class SidecarStore {
   }
 
   /**
-   * Computes and writes one sidecar, its bytes then their sha256: a temp file beside it,
-   * fsynced, then renamed into place, so the file is whole or absent, never part of one.
+   * Computes and writes one sidecar, its bytes then their sha256: a temp file beside it, renamed
+   * into place, so the file is whole or absent, never part of one, and readable as soon as this
+   * resolves. Its fsync comes after, off the wait of the read that asked for it (an fsync can
+   * take long on a busy disk): a crash before it can leave a torn file, and such a file has no
+   * `.hashed` file yet, so its next check hashes it, finds it torn, and it is written again. The
+   * `.hashed` file is put in place once the bytes are on the disk (`settled` waits for that).
    * Concurrent writers of the same sidecar write the same bytes; the last rename wins.
    */
   async write(part: ComputedPart): Promise<void> {
@@ -122,6 +139,7 @@ export class SidecarStore {
     const digest = createHash("sha256").update(bytes).digest();
     await mkdir(dirname(part.path), { recursive: true });
     const tmp = `${part.path}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`;
+    const memoTmp = `${part.path}${HASHED}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`;
     const fh = await open(tmp, "wx", 0o644);
     try {
       let at = 0;
@@ -132,17 +150,51 @@ export class SidecarStore {
           at += bytesWritten;
         }
       }
-      await fh.sync();
       await rename(tmp, part.path);
-      // the bytes just written (the version after the rename, which moves the ctime); in the
-      // same tick as this `.hashed` file, they are hashed once more at their next check
-      await remember(part.path, versionOf(await fh.stat({ bigint: true })));
     } catch (e) {
       await rm(tmp, { force: true });
-      throw e;
-    } finally {
       await fh.close().catch(() => undefined);
+      throw e;
     }
+    // The version just written (after the rename, which moves the ctime), and its `.hashed` file
+    // written now, before anything else can change the sidecar: that file's mtime is when the
+    // version was seen, so a change in the same clock tick (every field of the version kept) is
+    // hashed again at the next check.
+    const memo = await writeFile(memoTmp, versionOf(await fh.stat({ bigint: true })), { flag: "wx" }).then(
+      () => true,
+      async () => {
+        await rm(memoTmp, { force: true });
+        return false;
+      },
+    );
+    const synced = (async () => {
+      try {
+        if (!memo) return;
+        await fh.sync();
+        await syncFile(memoTmp);
+        // not over a sidecar that replaced this one meanwhile (checked and removed, written again)
+        const [now, ours] = await Promise.all([stat(part.path, { bigint: true }), fh.stat({ bigint: true })]);
+        if (now.ino !== ours.ino || now.dev !== ours.dev) throw new Error("replaced");
+        await rename(memoTmp, part.path + HASHED);
+      } catch {
+        // not kept: the next check hashes the bytes (and fsyncs them) instead
+        await rm(memoTmp, { force: true });
+      } finally {
+        await fh.close().catch(() => undefined);
+      }
+    })();
+    this.syncing.add(synced);
+    void synced.then(() => this.syncing.delete(synced));
+  }
+}
+
+/** fsync of a file by its path. */
+async function syncFile(path: string): Promise<void> {
+  const fh = await open(path, "r");
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
   }
 }
 
