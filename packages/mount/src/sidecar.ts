@@ -32,8 +32,10 @@ export type SidecarCheck = { ok: true } | { ok: false; missing: true } | { ok: f
  * the disk (fsynced): one that a crash may have torn has no `.hashed` file, and is hashed.
  */
 export class SidecarStore {
-  /** Sidecars written and not yet fsynced, with their `.hashed` files still to write (`settled`). */
+  /** Sidecars written and not yet fsynced, with their `.hashed` files still to put in place (`settled`). */
   private readonly syncing = new Set<Promise<void>>();
+  /** The `.hashed` file (not yet in place) of each sidecar this store wrote and has not fsynced yet, by path. */
+  private readonly unsynced = new Map<string, string>();
 
   constructor(readonly dir: string) {}
 
@@ -70,8 +72,11 @@ export class SidecarStore {
   async verify(path: string, length: number): Promise<SidecarCheck> {
     let fh;
     try {
-      // a version already found whole (the daemon opens the path after this, either way)
-      if (await this.known(path, await stat(path, { bigint: true }))) return { ok: true };
+      // a version already found whole, or written here and not changed since (its bytes are in
+      // the page cache until they are on the disk); the daemon opens the path after this, either way
+      const st = await stat(path, { bigint: true });
+      const ours = this.unsynced.get(path);
+      if ((ours !== undefined && (await this.known(ours, st))) || (await this.known(path + HASHED, st))) return { ok: true };
       fh = await open(path, "r");
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "ENOENT") return { ok: false, missing: true };
@@ -113,15 +118,15 @@ export class SidecarStore {
   }
 
   /**
-   * Whether this version of the sidecar (`st`) was found whole: its `.hashed` file names it and
+   * Whether this version of the sidecar (`st`) was found whole: its `.hashed` file (`memoPath`) names it and
    * was written after the sidecar last changed. File times tick coarsely (a few ms), so a write
    * in the same tick as the `.hashed` file would keep every field of the version it names: such
    * a sidecar is hashed again (git's "racily clean" files), and its `.hashed` file rewritten.
    */
-  private async known(path: string, st: BigIntStats): Promise<boolean> {
-    const memo = await stat(path + HASHED, { bigint: true }).catch(() => undefined);
+  private async known(memoPath: string, st: BigIntStats): Promise<boolean> {
+    const memo = await stat(memoPath, { bigint: true }).catch(() => undefined);
     if (memo === undefined || st.ctimeNs >= memo.mtimeNs) return false;
-    return (await readFile(path + HASHED, "utf8").catch(() => "")) === versionOf(st);
+    return (await readFile(memoPath, "utf8").catch(() => "")) === versionOf(st);
   }
 
   /**
@@ -167,6 +172,7 @@ export class SidecarStore {
         return false;
       },
     );
+    if (memo) this.unsynced.set(part.path, memoTmp);
     const synced = (async () => {
       try {
         if (!memo) return;
@@ -180,6 +186,7 @@ export class SidecarStore {
         // not kept: the next check hashes the bytes (and fsyncs them) instead
         await rm(memoTmp, { force: true });
       } finally {
+        if (this.unsynced.get(part.path) === memoTmp) this.unsynced.delete(part.path);
         await fh.close().catch(() => undefined);
       }
     })();

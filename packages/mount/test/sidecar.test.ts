@@ -27,7 +27,8 @@ describe("SidecarStore.verify", () => {
         fc.integer({ min: 1, max: 255 }),
         fc.constantFrom("flip", "cut", "extra"),
         fc.boolean(),
-        async (bytes, where, xor, how, checkedFirst) => {
+        fc.boolean(),
+        async (bytes, where, xor, how, checkedFirst, byWriter) => {
           const path = join(dir, `${n++}.bin`);
           const writer = new SidecarStore(dir);
           await writer.write(part(path, bytes));
@@ -45,9 +46,12 @@ describe("SidecarStore.verify", () => {
           }
           await fh.close();
           if (how === "cut") await truncate(path, where % (bytes.length + SIDECAR_DIGEST_BYTES));
-          await writer.settled(); // its `.hashed` file put in place after the change, as a slow fsync would
-          // the store that wrote it and a new one alike: the write moved the ctime
-          const check = await new SidecarStore(dir).verify(path, bytes.length);
+          // the store that wrote it, before its fsync (it knows the version it wrote), and a new
+          // one after it (the `.hashed` file put in place after the change, as a slow fsync
+          // would) alike: the change moved the ctime
+          if (!byWriter) await writer.settled();
+          const check = await (byWriter ? writer : new SidecarStore(dir)).verify(path, bytes.length);
+          await writer.settled();
           expect(check).toMatchObject({ ok: false, missing: false });
           expect(existsSync(path)).toBe(false);
           expect(existsSync(`${path}.hashed`)).toBe(false);
@@ -67,6 +71,7 @@ describe("SidecarStore.write", () => {
     const bytes = new Uint8Array(100_000).map((_, i) => (i * 7) & 0xff);
     const path = join(dir, "ab", "whole.bin");
     await store.write(part(path, bytes));
+    expect(await store.verify(path, bytes.length)).toEqual({ ok: true }); // before its fsync: known to the store that wrote it
     const written = await readFile(path);
     expect(written.length).toBe(bytes.length + SIDECAR_DIGEST_BYTES);
     expect(Buffer.compare(written.subarray(0, bytes.length), bytes)).toBe(0);
