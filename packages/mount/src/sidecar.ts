@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
 import type { BigIntStats } from "node:fs";
-import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, open, readdir, readFile, rename, rm, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { processAlive, writeFileAtomic } from "@compat/files";
 import type { GgufTensor } from "@compat/gguf";
@@ -32,16 +32,16 @@ export type SidecarCheck = { ok: true } | { ok: false; missing: true } | { ok: f
  * the disk (fsynced): one that a crash may have torn has no `.hashed` file, and is hashed.
  */
 export class SidecarStore {
-  /** Sidecars written and not yet fsynced, with their `.hashed` files still to put in place (`settled`). */
-  private readonly syncing = new Set<Promise<void>>();
-  /** The `.hashed` file (not yet in place) of each sidecar this store wrote and has not fsynced yet, by path. */
+  /** Sidecars written and not yet fsynced, with their `.hashed` files still to put in place (`settled`), by path. */
+  private readonly syncingOf = new Map<string, Promise<void>>();
+  /** The version of each sidecar this store wrote whose `.hashed` file is not in place yet, by path. */
   private readonly unsynced = new Map<string, string>();
 
   constructor(readonly dir: string) {}
 
   /** Resolves once every sidecar written so far is on the disk and its version kept. */
   async settled(): Promise<void> {
-    while (this.syncing.size > 0) await Promise.all(this.syncing);
+    while (this.syncingOf.size > 0) await Promise.all(this.syncingOf.values());
   }
 
   /** The sidecar of tensor `index` of the file whose content key is `fileKey`. */
@@ -75,8 +75,7 @@ export class SidecarStore {
       // a version already found whole, or written here and not changed since (its bytes are in
       // the page cache until they are on the disk); the daemon opens the path after this, either way
       const st = await stat(path, { bigint: true });
-      const ours = this.unsynced.get(path);
-      if ((ours !== undefined && (await this.known(ours, st))) || (await this.known(path + HASHED, st))) return { ok: true };
+      if (this.unsynced.get(path) === versionOf(st) || (await this.known(path + HASHED, st))) return { ok: true };
       fh = await open(path, "r");
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "ENOENT") return { ok: false, missing: true };
@@ -112,6 +111,8 @@ export class SidecarStore {
     } finally {
       await fh.close();
     }
+    // after this store's own fsync of it, if one is under way: its `.hashed` file goes too
+    await this.syncingOf.get(path);
     await rm(path, { force: true });
     await rm(path + HASHED, { force: true });
     return { ok: false, missing: false, why };
@@ -144,7 +145,6 @@ export class SidecarStore {
     const digest = createHash("sha256").update(bytes).digest();
     await mkdir(dirname(part.path), { recursive: true });
     const tmp = `${part.path}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`;
-    const memoTmp = `${part.path}${HASHED}.${process.pid}.${randomBytes(4).toString("hex")}.tmp`;
     const fh = await open(tmp, "wx", 0o644);
     try {
       let at = 0;
@@ -161,47 +161,33 @@ export class SidecarStore {
       await fh.close().catch(() => undefined);
       throw e;
     }
-    // The version just written (after the rename, which moves the ctime), and its `.hashed` file
-    // written now, before anything else can change the sidecar: that file's mtime is when the
-    // version was seen, so a change in the same clock tick (every field of the version kept) is
-    // hashed again at the next check.
-    const memo = await writeFile(memoTmp, versionOf(await fh.stat({ bigint: true })), { flag: "wx" }).then(
-      () => true,
-      async () => {
-        await rm(memoTmp, { force: true });
-        return false;
-      },
+    // The version just written (after the rename, which moves the ctime): this store vouches for
+    // it until its `.hashed` file is in place, which names it (a change since, however soon,
+    // moves the ctime: the kernel gives a file whose times were just read a finer one).
+    const version = await fh.stat({ bigint: true }).then(
+      (st) => versionOf(st),
+      () => undefined,
     );
-    if (memo) this.unsynced.set(part.path, memoTmp);
+    if (version !== undefined) this.unsynced.set(part.path, version);
     const synced = (async () => {
       try {
-        if (!memo) return;
+        if (version === undefined) return;
         await fh.sync();
-        await syncFile(memoTmp);
-        // not over a sidecar that replaced this one meanwhile (checked and removed, written again)
+        // not for a sidecar that replaced this one meanwhile (checked and removed, written again)
         const [now, ours] = await Promise.all([stat(part.path, { bigint: true }), fh.stat({ bigint: true })]);
-        if (now.ino !== ours.ino || now.dev !== ours.dev) throw new Error("replaced");
-        await rename(memoTmp, part.path + HASHED);
+        if (now.ino !== ours.ino || now.dev !== ours.dev) return;
+        await remember(part.path, version);
       } catch {
         // not kept: the next check hashes the bytes (and fsyncs them) instead
-        await rm(memoTmp, { force: true });
       } finally {
-        if (this.unsynced.get(part.path) === memoTmp) this.unsynced.delete(part.path);
+        if (this.unsynced.get(part.path) === version) this.unsynced.delete(part.path);
         await fh.close().catch(() => undefined);
       }
     })();
-    this.syncing.add(synced);
-    void synced.then(() => this.syncing.delete(synced));
-  }
-}
-
-/** fsync of a file by its path. */
-async function syncFile(path: string): Promise<void> {
-  const fh = await open(path, "r");
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
+    this.syncingOf.set(part.path, synced);
+    void synced.then(() => {
+      if (this.syncingOf.get(part.path) === synced) this.syncingOf.delete(part.path);
+    });
   }
 }
 
