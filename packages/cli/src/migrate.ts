@@ -320,13 +320,23 @@ async function migrateGroup(store: ModelStore, g: Group, opts: MigrateOptions, r
       addBlob(store.root, (p) => writeHashed(view, p)).catch(async (e: unknown) => {
         throw (await spaceError(e, store.root, view.size, `${what} of ${names.join(", ")} (${view.size} bytes, from ${first.modelDigest})`, result)) ?? e;
       });
-    const text = views.text ? (reused(g.done?.model) ?? (await write("the text GGUF", views.text))) : undefined;
-    if (text?.created) created.push(text);
-    const projector = mm ? (reused(g.done?.projector) ?? (await write("the projector", mm))) : undefined;
-    if (projector?.created) created.push(projector);
+    // The source's facts are read, and the two files written, at once: a model's time is its
+    // bytes on the disk, and one after the other the projector's computed tensors, each file's
+    // final flush and this header parse each left the disk idle in turn. Both writes are
+    // awaited before either's failure is thrown, so every blob made is known to the cleanup.
+    const beforeFacts = derivedFacts(first.modelPath, first.projectors);
+    beforeFacts.catch(() => undefined); // awaited below, unless a write fails first
+    const [textWrite, projectorWrite] = await Promise.allSettled([
+      views.text ? (reused(g.done?.model) ?? write("the text GGUF", views.text)) : undefined,
+      mm ? (reused(g.done?.projector) ?? write("the projector", mm)) : undefined,
+    ]);
+    for (const w of [textWrite, projectorWrite]) if (w.status === "fulfilled" && w.value?.created) created.push(w.value);
+    for (const w of [textWrite, projectorWrite]) if (w.status === "rejected") throw w.reason;
+    const text = textWrite.status === "fulfilled" ? textWrite.value : undefined;
+    const projector = projectorWrite.status === "fulfilled" ? projectorWrite.value : undefined;
 
     const newProjectors = projector ? [projector.path, ...first.projectors.slice(1)] : first.projectors;
-    const before = await derivedFacts(first.modelPath, first.projectors);
+    const before = await beforeFacts;
     const after = await derivedFacts(text?.path ?? first.modelPath, newProjectors);
     const differs = (Object.keys(before) as Array<keyof Facts>).filter((k) => before[k] !== after[k]);
     if (differs.length > 0) return fail(`what Ollama derives from the files would change (${differs.join(", ")})`);

@@ -1,7 +1,8 @@
 import { join } from "node:path";
 import { GgufValueType, writeGguf } from "@compat/gguf";
-import { generateFixture, generateFixtureFiles, toByteLevel } from "@compat/testkit";
-import { buildOllamaStore, type StoreModelSpec } from "@compat/store";
+import { generateFixture, generateFixtureFiles, llamaServerPath, SMALL_SERVER_ARGS, toByteLevel } from "@compat/testkit";
+import { buildOllamaStore, ModelStore, type StoreModelSpec } from "@compat/store";
+import { serveOllama, type OllamaServer, type ServeOllamaOptions } from "@compat/ollama-api";
 
 /** Printable ASCII only: tiny random-weight models otherwise emit stray bytes. */
 export const PRINTABLE = "root ::= [ -~]*";
@@ -27,6 +28,30 @@ export async function userStore(root: string, dir: string, extra: StoreModelSpec
     { name: "embeddinggemma", model: embedder.text, params: { num_ctx: 512 } },
     ...extra,
   ]);
+}
+
+/**
+ * serveOllama with real llama-server over a new store of two small llama models (`names`, seeds 3
+ * and 4, num_ctx 256 in their params), every request held to printable text: random weights
+ * sample bytes that are not UTF-8, which llama-server's chat parser answers with a 500, and
+ * Ollama's API has no grammar field of its own. `temp` makes the folders; `extra` adds options.
+ */
+export async function serveTwoLlamas(temp: () => Promise<string>, names: [string, string], extra: Partial<ServeOllamaOptions> = {}): Promise<OllamaServer> {
+  const root = await temp();
+  const dir = await temp();
+  await buildOllamaStore(root, [
+    { name: names[0], model: await llamaFile(dir, 3), params: { num_ctx: 256 } },
+    { name: names[1], model: await llamaFile(dir, 4), params: { num_ctx: 256 } },
+  ]);
+  return serveOllama({
+    models: "all",
+    store: new ModelStore(root),
+    cache: { dir: await temp() },
+    llamaServer: await llamaServerPath(),
+    args: [...SMALL_SERVER_ARGS, "--grammar", PRINTABLE],
+    port: 0,
+    ...extra,
+  });
 }
 
 /** A llama.cpp-native llama GGUF (what `ollama pull` of an older model leaves). */

@@ -1,10 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Ollama } from "ollama";
-import { serveOllama, type OllamaServer } from "@compat/ollama-api";
-import { buildOllamaStore, ModelStore } from "@compat/store";
-import { SMALL_SERVER_ARGS } from "@compat/testkit";
-import { llamaServerPath, tempDirs } from "./helpers";
-import { llamaFile, PRINTABLE } from "./ollama-helpers";
+import type { OllamaServer } from "@compat/ollama-api";
+import { tempDirs } from "./helpers";
+import { PRINTABLE, serveTwoLlamas } from "./ollama-helpers";
 
 /**
  * A model's life in the router behind the Ollama API: the context a request asks for
@@ -18,24 +16,7 @@ const logs: string[] = [];
 const status: string[] = [];
 
 beforeAll(async () => {
-  const root = await temp();
-  const dir = await temp();
-  await buildOllamaStore(root, [
-    { name: "small", model: await llamaFile(dir, 3), params: { num_ctx: 256 } },
-    { name: "other", model: await llamaFile(dir, 4), params: { num_ctx: 256 } },
-  ]);
-  server = await serveOllama({
-    models: "all",
-    store: new ModelStore(root),
-    cache: { dir: await temp() },
-    llamaServer: await llamaServerPath(),
-    // the default grammar of every request: Ollama's API has no grammar field, and the bytes a
-    // random-weight model samples (no UTF-8) make llama-server's chat parser answer 500
-    args: [...SMALL_SERVER_ARGS, "--grammar", PRINTABLE],
-    port: 0,
-    onLog: (l) => logs.push(l),
-    onStatus: (l) => status.push(l),
-  });
+  server = await serveTwoLlamas(temp, ["small", "other"], { onLog: (l) => logs.push(l), onStatus: (l) => status.push(l) });
   ollama = new Ollama({ host: server.url });
 });
 afterAll(async () => {

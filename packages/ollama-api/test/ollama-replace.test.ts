@@ -11,11 +11,10 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Ollama, type ChatResponse, type GenerateResponse } from "ollama";
-import { serveOllama, type OllamaServer } from "@compat/ollama-api";
-import { buildOllamaStore, ModelStore } from "@compat/store";
-import { generateFixtureFiles, SMALL_SERVER_ARGS, startOciRegistry, type OciRegistry } from "@compat/testkit";
-import { llamaServerPath, tempDirs } from "./helpers";
-import { llamaFile, PRINTABLE } from "./ollama-helpers";
+import type { OllamaServer } from "@compat/ollama-api";
+import { generateFixtureFiles, startOciRegistry, type OciRegistry } from "@compat/testkit";
+import { tempDirs } from "./helpers";
+import { serveTwoLlamas } from "./ollama-helpers";
 
 const temp = tempDirs();
 let server: OllamaServer;
@@ -26,21 +25,7 @@ const stopped = new Set<number>();
 
 beforeAll(async () => {
   registry = await startOciRegistry();
-  const root = await temp();
-  const dir = await temp();
-  await buildOllamaStore(root, [
-    { name: "alpha", model: await llamaFile(dir, 3), params: { num_ctx: 256 } },
-    { name: "beta", model: await llamaFile(dir, 4), params: { num_ctx: 256 } },
-  ]);
-  server = await serveOllama({
-    models: "all",
-    store: new ModelStore(root),
-    cache: { dir: await temp() },
-    llamaServer: await llamaServerPath(),
-    // random weights sample bytes that are not UTF-8, which llama-server's chat parser refuses: printable text only
-    args: [...SMALL_SERVER_ARGS, "--grammar", PRINTABLE],
-    port: 0,
-  });
+  server = await serveTwoLlamas(temp, ["alpha", "beta"]);
   ollama = new Ollama({ host: server.url });
 }, 300_000);
 afterAll(async () => {
