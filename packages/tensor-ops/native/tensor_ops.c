@@ -489,10 +489,15 @@ static napi_value large_buffer_js(napi_env env, napi_callback_info info) {
     if (argc < 1) { napi_throw_type_error(env, NULL, "largeBuffer(bytes)"); return NULL; }
     if (!integer_args(env, argv, 1, 1, 9007199254740991.0, "largeBuffer: bytes must be a positive integer", &bytes)) return NULL;
 #if defined(__linux__)
-    /* whole huge pages, so the last one's tail is ours too */
+    /* whole huge pages from a huge-page boundary (only aligned 2 MiB stretches can be huge):
+     * one huge page more is mapped, and the slack before the boundary and after the end unmapped */
     size_t mapped = ((size_t) bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-    void *p = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p != MAP_FAILED) {
+    char *raw = mmap(NULL, mapped + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw != MAP_FAILED) {
+        char *p = (char *) (((uintptr_t) raw + HUGE_PAGE - 1) & ~(uintptr_t) (HUGE_PAGE - 1));
+        size_t head = (size_t) (p - raw);
+        if (head > 0) munmap(raw, head);
+        if (HUGE_PAGE - head > 0) munmap(p + mapped, HUGE_PAGE - head);
         (void) madvise(p, mapped, MADV_HUGEPAGE); /* advice: refused (THP off), the pages are small */
         if (napi_create_external_arraybuffer(env, p, (size_t) bytes, unmap_large, (void *) (uintptr_t) mapped, &result) == napi_ok) return result;
         /* refused (napi_no_external_buffers_allowed in an Electron sandbox): the caller allocates */
