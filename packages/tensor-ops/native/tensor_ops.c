@@ -476,8 +476,9 @@ static napi_value resample_grid_js(napi_env env, napi_callback_info info) {
 #if defined(__linux__)
 #define HUGE_PAGE ((size_t) 2 << 20)
 static void unmap_large(napi_env env, void *data, void *hint) {
-    (void) env;
+    int64_t total;
     munmap(data, (size_t) (uintptr_t) hint);
+    (void) napi_adjust_external_memory(env, -(int64_t) (uintptr_t) hint, &total);
 }
 #endif
 
@@ -499,7 +500,13 @@ static napi_value large_buffer_js(napi_env env, napi_callback_info info) {
         if (head > 0) munmap(raw, head);
         if (HUGE_PAGE - head > 0) munmap(p + mapped, HUGE_PAGE - head);
         (void) madvise(p, mapped, MADV_HUGEPAGE); /* advice: refused (THP off), the pages are small */
-        if (napi_create_external_arraybuffer(env, p, (size_t) bytes, unmap_large, (void *) (uintptr_t) mapped, &result) == napi_ok) return result;
+        if (napi_create_external_arraybuffer(env, p, (size_t) bytes, unmap_large, (void *) (uintptr_t) mapped, &result) == napi_ok) {
+            /* V8 sees a small object: told the mapping's size, its collector frees these as it
+             * would as many bytes of its own (a long-lived serve or mount computes GiBs over time) */
+            int64_t total;
+            (void) napi_adjust_external_memory(env, (int64_t) mapped, &total);
+            return result;
+        }
         /* refused (napi_no_external_buffers_allowed in an Electron sandbox): the caller allocates */
         munmap(p, mapped);
     }
