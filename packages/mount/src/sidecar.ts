@@ -75,7 +75,7 @@ export class SidecarStore {
       // a version already found whole, or written here and not changed since (its bytes are in
       // the page cache until they are on the disk); the daemon opens the path after this, either way
       const st = await stat(path, { bigint: true });
-      if (this.unsynced.get(path) === versionOf(st) || (await this.known(path + HASHED, st))) return { ok: true };
+      if (this.unsynced.get(path) === versionOf(st) || (await this.known(path, st))) return { ok: true };
       fh = await open(path, "r");
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "ENOENT") return { ok: false, missing: true };
@@ -119,15 +119,15 @@ export class SidecarStore {
   }
 
   /**
-   * Whether this version of the sidecar (`st`) was found whole: its `.hashed` file (`memoPath`) names it and
+   * Whether this version of the sidecar (`st`) was found whole: its `.hashed` file names it and
    * was written after the sidecar last changed. File times tick coarsely (a few ms), so a write
    * in the same tick as the `.hashed` file would keep every field of the version it names: such
    * a sidecar is hashed again (git's "racily clean" files), and its `.hashed` file rewritten.
    */
-  private async known(memoPath: string, st: BigIntStats): Promise<boolean> {
-    const memo = await stat(memoPath, { bigint: true }).catch(() => undefined);
+  private async known(path: string, st: BigIntStats): Promise<boolean> {
+    const memo = await stat(path + HASHED, { bigint: true }).catch(() => undefined);
     if (memo === undefined || st.ctimeNs >= memo.mtimeNs) return false;
-    return (await readFile(memoPath, "utf8").catch(() => "")) === versionOf(st);
+    return (await readFile(path + HASHED, "utf8").catch(() => "")) === versionOf(st);
   }
 
   /**
