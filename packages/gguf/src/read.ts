@@ -7,6 +7,13 @@ import type { ByteSource, GgufTensor } from "./types";
 export interface ReadOptions {
   /** First read size; the header is then read in growing chunks. Default 1 MiB. */
   initialChunk?: number;
+  /**
+   * Where the header's buffers come from: `length` bytes, contents unspecified (every byte is
+   * read into or zeroed before the buffer is handed out). Default: Buffer.allocUnsafeSlow in
+   * Node, a Uint8Array elsewhere. A caller with cheaper fresh memory passes its allocator
+   * (@compat/tensor-ops' largeBytes: huge pages for a vocabulary's megabytes).
+   */
+  allocate?: (length: number) => Uint8Array;
 }
 
 export interface ParseOptions {
@@ -115,6 +122,7 @@ class SteppedBuffer {
 
   constructor(
     private readonly source: ByteSource,
+    private readonly allocate: (length: number) => Uint8Array,
     public buf: Uint8Array,
     public base: number,
     public filled: number,
@@ -168,7 +176,7 @@ class SteppedBuffer {
   grow(keep: number, end: number): void {
     // Entries already parsed keep viewing the old buffer: its room no read will reach is zeroed.
     this.buf.fill(0, this.issued - this.base);
-    const next = headerBuffer(end - keep);
+    const next = this.allocate(end - keep);
     next.set(this.buf.subarray(keep - this.base, this.filled - this.base), 0);
     this.buf = next;
     this.base = keep;
@@ -185,7 +193,8 @@ class SteppedBuffer {
 async function readFromSource(source: ByteSource, owned: ByteSource[], opts: ReadOptions): Promise<GgufModel> {
   const size = source.size;
   const first = Math.min(size, Math.max(64, opts.initialChunk ?? 1 << 20));
-  const sb = new SteppedBuffer(source, headerBuffer(first), 0, 0);
+  const allocate = opts.allocate ?? headerBuffer;
+  const sb = new SteppedBuffer(source, allocate, allocate(first), 0, 0);
   try {
     // Only the first step: nothing past it is read before the parser asks (a small header's
     // file is read no further than this step).

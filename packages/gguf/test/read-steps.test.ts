@@ -67,6 +67,21 @@ describe("stepped header reads", () => {
     }
   });
 
+  it("take their buffers from the caller's allocator, whose stale contents never show", async () => {
+    const bytes = await bigHeader();
+    const whole = parseGguf(bytes);
+    for (const initialChunk of [64, 4096, 1 << 20]) {
+      const sizes: number[] = [];
+      // memory that was used before: every byte the model shows must be read or zeroed
+      const allocate = (length: number): Uint8Array => (sizes.push(length), new Uint8Array(length).fill(0xee));
+      const m = await readGguf(recording(bytes).source, { initialChunk, allocate });
+      expect(sizes[0]).toBe(initialChunk);
+      expect(sizes.length).toBeGreaterThan(1); // the buffer grew, through the allocator too
+      for (const key of ["tokenizer.ggml.tokens", "tokenizer.ggml.merges"]) expect(m.getStringArray(key).join("\n") === whole.getStringArray(key).join("\n")).toBe(true);
+      expect(Buffer.compare(await serializeGguf(m), await serializeGguf(whole))).toBe(0);
+    }
+  });
+
   it("reject a header cut short with the same error as a whole-buffer parse, with no read left in flight", async () => {
     const bytes = await bigHeader();
     // Corrupt one merge's length far into the header: found while later steps are being read.

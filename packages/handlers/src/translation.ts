@@ -1,5 +1,5 @@
 import { GgmlType, GgufKeys, GgufValueType, ggmlTypeInfo, readTensorData, tensorByteSize, type BytesData, type GgufModel, type GgufTensor, type GgufValue, type RangeData, type TensorData } from "@compat/gguf";
-import type { JoinPiece } from "@compat/tensor-ops";
+import { largeBytes, type JoinPiece } from "@compat/tensor-ops";
 import { TranslationError } from "./errors";
 import { tensorNames } from "./reads";
 
@@ -21,6 +21,18 @@ interface OpSpecBase {
   /** Output type and shape; default: the destination's current ones. */
   readonly type?: number;
   readonly shape?: readonly number[];
+}
+
+/**
+ * An op's input, whole. A range of a file is read into largeBytes memory: an input is read once
+ * and at once, and a large one in fresh 4 KiB pages pays a page fault per page.
+ */
+async function readInput(t: Pick<GgufTensor, "name" | "data">): Promise<Uint8Array> {
+  const d = t.data;
+  if (d.kind !== "range" || d.source.readInto === undefined) return readTensorData(t);
+  const out = largeBytes(d.length);
+  await d.source.readInto(out, d.offset);
+  return out;
 }
 
 /**
@@ -350,7 +362,7 @@ export class Translation {
       inputs: captured.map((c) => c.data),
       async produce() {
         const inputs: OpInput[] = [];
-        for (const c of captured) inputs.push({ name: c.name, type: c.type, shape: c.shape, bytes: await readTensorData(c) });
+        for (const c of captured) inputs.push({ name: c.name, type: c.type, shape: c.shape, bytes: await readInput(c) });
         let out: Uint8Array;
         try {
           out = join !== undefined ? joinBytes(join, inputs, length) : await spec.compute(inputs);

@@ -2,7 +2,7 @@ import { GgmlType, GgufModel, bufferSource, layoutGguf, readGguf, serializeGguf,
 import { permuteQKRows, promoteF16ToF32, rowAsF32Tensor, translateModel, TranslationError, type Handler, type Translation } from "@compat/handlers";
 import { f16ToNumber, numberToF16 } from "@compat/tensor-ops";
 import { describe, expect, it } from "vitest";
-import { addF32 } from "./helpers";
+import { addF32, onDisk, tempDir } from "./helpers";
 
 /** Runs one ad-hoc handler (gated on "toy") over a model and returns the view. */
 function run(m: GgufModel, apply: (t: Translation) => void) {
@@ -34,6 +34,8 @@ const f16 = async (t: GgufTensor) => {
   const b = await readTensorData(t);
   return Array.from(new Uint16Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength)), f16ToNumber);
 };
+
+const scratch = tempDir();
 
 describe("verbs for views that keep part of a file (the clip side)", () => {
   it("keepOnly hides every tensor outside the prefixes, by final name; keepKeysOnly drops keys likewise", () => {
@@ -68,6 +70,28 @@ describe("verbs for views that keep part of a file (the clip side)", () => {
     expect(await f32(h)).toEqual(await f16(m.findTensor("v.h")!));
     expect(view.model.findTensor("v.f")!.type).toBe(GgmlType.F32);
     expect(view.report.ops.map((o) => o.tensor)).toEqual(["v.h"]);
+  });
+
+  it("promoteF16ToF32 of a tensor of several MiB read from a file (its input and output in largeBytes memory) is exact", async () => {
+    const dir = await scratch();
+    const m = toy();
+    const n = 3 << 20; // 6 MiB of F16 in, 12 MiB of F32 out: both past largeBytes' 4 MiB
+    addF16(m, "v.big", [1024, n / 1024], (i) => ((i * 7919) % 65_519) / 64 - 511);
+    const { model } = await onDisk(dir, "big.gguf", m);
+    try {
+      expect(model.findTensor("v.big")!.data.kind).toBe("range");
+      const view = run(model, (t) => promoteF16ToF32(t, "v.big"));
+      const got = await readTensorData(view.model.findTensor("v.big")!);
+      expect(got.length).toBe(n * 4);
+      const floats = new Float32Array(got.buffer, got.byteOffset, n);
+      const halves = await readTensorData(m.findTensor("v.big")!);
+      const h16 = new Uint16Array(halves.buffer, halves.byteOffset, n);
+      let wrong = 0;
+      for (let i = 0; i < n; i++) if (!Object.is(floats[i], f16ToNumber(h16[i]!))) wrong++;
+      expect(wrong).toBe(0);
+    } finally {
+      await model.close();
+    }
   });
 
   it("permuteQKRows moves rows as convert_hf_to_gguf's LLaMA permute does (checked against the index formula)", async () => {

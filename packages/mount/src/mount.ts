@@ -212,6 +212,7 @@ export class FuseMount {
     const exit = await this.exited;
     // a daemon killed before it unmounted leaves the mount stale: detach it
     if ((await mountState(this.dir).catch(() => "none")) === "stale") await detachMount(this.dir).catch(() => undefined);
+    await this.sidecars.settled(); // the sidecars written are on the disk, and known whole to the next mount
     return exit;
   }
 

@@ -28,10 +28,21 @@ export type SidecarCheck = { ok: true } | { ok: false; missing: true } | { ok: f
  * file ends with the sha256 of its bytes, and `verify` holds them to it before they are used,
  * once per version of the file (device, inode, size, mtime, ctime), as blobs are: the version
  * found whole is kept beside it (`NAME.bin.hashed`), so a later check, in this process or
- * another, is two `stat`s and a small read.
+ * another, is two `stat`s and a small read. A version is kept there only once its bytes are on
+ * the disk (fsynced): one that a crash may have torn has no `.hashed` file, and is hashed.
  */
 export class SidecarStore {
+  /** Sidecars written and not yet fsynced, with their `.hashed` files still to put in place (`settled`), by path. */
+  private readonly syncingOf = new Map<string, Promise<void>>();
+  /** The version of each sidecar this store wrote whose `.hashed` file is not in place yet, by path. */
+  private readonly unsynced = new Map<string, string>();
+
   constructor(readonly dir: string) {}
+
+  /** Resolves once every sidecar written so far is on the disk and its version kept. */
+  async settled(): Promise<void> {
+    while (this.syncingOf.size > 0) await Promise.all(this.syncingOf.values());
+  }
 
   /** The sidecar of tensor `index` of the file whose content key is `fileKey`. */
   pathFor(fileKey: string, tensor: GgufTensor, index: number): string {
@@ -61,8 +72,10 @@ export class SidecarStore {
   async verify(path: string, length: number): Promise<SidecarCheck> {
     let fh;
     try {
-      // a version already found whole (the daemon opens the path after this, either way)
-      if (await this.known(path, await stat(path, { bigint: true }))) return { ok: true };
+      // a version already found whole, or written here and not changed since (its bytes are in
+      // the page cache until they are on the disk); the daemon opens the path after this, either way
+      const st = await stat(path, { bigint: true });
+      if (this.unsynced.get(path) === versionOf(st) || (await this.known(path, st))) return { ok: true };
       fh = await open(path, "r");
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code === "ENOENT") return { ok: false, missing: true };
@@ -85,8 +98,12 @@ export class SidecarStore {
         const recorded = Buffer.alloc(SIDECAR_DIGEST_BYTES);
         await fh.read(recorded, 0, SIDECAR_DIGEST_BYTES, length);
         if (hash.digest().equals(recorded)) {
-          // the version as it is now: one changed while it was hashed is hashed again next time
-          if (versionOf(await fh.stat({ bigint: true })) === version) await remember(path, version);
+          // the version as it is now (one changed while it was hashed is hashed again next time),
+          // kept once its bytes are on the disk: another writer's may not be fsynced yet
+          if (versionOf(await fh.stat({ bigint: true })) === version) {
+            await fh.datasync();
+            await remember(path, version);
+          }
           return { ok: true };
         }
         why = "its bytes do not match the sha256 written with them";
@@ -94,6 +111,8 @@ export class SidecarStore {
     } finally {
       await fh.close();
     }
+    // after this store's own fsync of it, if one is under way: its `.hashed` file goes too
+    await this.syncingOf.get(path);
     await rm(path, { force: true });
     await rm(path + HASHED, { force: true });
     return { ok: false, missing: false, why };
@@ -112,8 +131,12 @@ export class SidecarStore {
   }
 
   /**
-   * Computes and writes one sidecar, its bytes then their sha256: a temp file beside it,
-   * fsynced, then renamed into place, so the file is whole or absent, never part of one.
+   * Computes and writes one sidecar, its bytes then their sha256: a temp file beside it, renamed
+   * into place, so the file is whole or absent, never part of one, and readable as soon as this
+   * resolves. Its fsync comes after, off the wait of the read that asked for it (an fsync can
+   * take long on a busy disk): a crash before it can leave a torn file, and such a file has no
+   * `.hashed` file yet, so its next check hashes it, finds it torn, and it is written again. The
+   * `.hashed` file is put in place once the bytes are on the disk (`settled` waits for that).
    * Concurrent writers of the same sidecar write the same bytes; the last rename wins.
    */
   async write(part: ComputedPart): Promise<void> {
@@ -132,17 +155,39 @@ export class SidecarStore {
           at += bytesWritten;
         }
       }
-      await fh.sync();
       await rename(tmp, part.path);
-      // the bytes just written (the version after the rename, which moves the ctime); in the
-      // same tick as this `.hashed` file, they are hashed once more at their next check
-      await remember(part.path, versionOf(await fh.stat({ bigint: true })));
     } catch (e) {
       await rm(tmp, { force: true });
-      throw e;
-    } finally {
       await fh.close().catch(() => undefined);
+      throw e;
     }
+    // The version just written (after the rename, which moves the ctime): this store vouches for
+    // it until its `.hashed` file is in place, which names it (a change since, however soon,
+    // moves the ctime: the kernel gives a file whose times were just read a finer one).
+    const version = await fh.stat({ bigint: true }).then(
+      (st) => versionOf(st),
+      () => undefined,
+    );
+    if (version !== undefined) this.unsynced.set(part.path, version);
+    const synced = (async () => {
+      try {
+        if (version === undefined) return;
+        await fh.sync();
+        // not for a sidecar that replaced this one meanwhile (checked and removed, written again)
+        const [now, ours] = await Promise.all([stat(part.path, { bigint: true }), fh.stat({ bigint: true })]);
+        if (now.ino !== ours.ino || now.dev !== ours.dev) return;
+        await remember(part.path, version);
+      } catch {
+        // not kept: the next check hashes the bytes (and fsyncs them) instead
+      } finally {
+        if (this.unsynced.get(part.path) === version) this.unsynced.delete(part.path);
+        await fh.close().catch(() => undefined);
+      }
+    })();
+    this.syncingOf.set(part.path, synced);
+    void synced.then(() => {
+      if (this.syncingOf.get(part.path) === synced) this.syncingOf.delete(part.path);
+    });
   }
 }
 

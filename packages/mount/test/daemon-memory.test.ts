@@ -90,6 +90,7 @@ describe("the daemon's memory", () => {
         }
         await readAllAtOnce(files.map((f) => join(mount.dir, f)));
         await mount.remove(`r${round}`);
+        await mount.sidecars.settled(); // their fsyncs and `.hashed` files, written after the reads
         await rm(sidecarDir, { recursive: true, force: true });
       }
     };

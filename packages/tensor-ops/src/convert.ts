@@ -10,7 +10,7 @@ import type { DequantKernel } from "./dequant/kernel";
 import * as simple from "./dequant/simple";
 import * as k from "./dequant/kquants";
 import * as iq from "./dequant/iquants";
-import { nativeAddon, wasmTier } from "./native";
+import { largeBytes, nativeAddon, wasmTier } from "./native";
 
 const T = GgmlType;
 
@@ -117,7 +117,7 @@ function elementsIn(type: number, byteLength: number): number {
  */
 export function toF32(type: number, bytes: Uint8Array, nElements: number = elementsIn(type, bytes.byteLength)): Float32Array {
   validateToF32(type, bytes.byteLength, nElements);
-  return toF32Into(type, bytes, new Float32Array(nElements), nElements);
+  return toF32Into(type, bytes, new Float32Array(largeBytes(nElements * 4).buffer, 0, nElements), nElements);
 }
 
 /**

@@ -3,7 +3,7 @@ import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { beforeAll, describe, expect, it } from "vitest";
 import { GgmlType as T, ggmlTypeInfo } from "@compat/gguf";
-import { activeBackend, backendInfo, resamplePositionGrid, setBackend, toF32Into } from "../src/index";
+import { activeBackend, backendInfo, largeBytes, resamplePositionGrid, setBackend, toF32, toF32Into } from "../src/index";
 import { toF32IntoJs } from "../src/convert";
 import { nativeAddon, reloadNative } from "../src/native";
 import { randomBlocks } from "./support/blocks";
@@ -108,5 +108,49 @@ describe("native position-grid resample", () => {
     if (!available || addon?.resampleGrid === undefined) ctx.skip();
     expect(() => addon!.resampleGrid!(new Float32Array(3), new Float32Array(4), 1, 2, 2, 2, 2)).toThrow(RangeError);
     expect(() => addon!.resampleGrid!(new Float32Array(4), new Float32Array(4), 1, 2, 2, 0, 2)).toThrow(RangeError);
+  });
+});
+
+describe("large buffers (largeBytes)", () => {
+  it("gives zero-filled, writable memory of exactly the length asked, from the addon when large", (ctx) => {
+    const addon = nativeAddon();
+    if (!available || addon?.largeBuffer === undefined) ctx.skip();
+    // below, at and above the size that goes to the addon, and lengths that are no whole huge page
+    for (const length of [1, 4096, (4 << 20) - 1, 4 << 20, (5 << 20) + 3, 9 << 20]) {
+      const b = largeBytes(length);
+      expect(b.length).toBe(length);
+      expect(b.buffer.byteLength).toBe(length);
+      expect(b.every((x) => x === 0)).toBe(true);
+      b.fill(0xa5);
+      expect(b[0]).toBe(0xa5);
+      expect(b[length - 1]).toBe(0xa5);
+    }
+    const raw = addon!.largeBuffer!(3 << 20)!;
+    expect(raw.byteLength).toBe(3 << 20);
+    expect(() => addon!.largeBuffer!(0)).toThrow(RangeError);
+    expect(() => addon!.largeBuffer!(-1)).toThrow(RangeError);
+    expect(() => addon!.largeBuffer!(1.5)).toThrow(RangeError);
+  });
+
+  it("without the addon, is a plain Uint8Array", () => {
+    setBackend("js");
+    try {
+      const b = largeBytes(5 << 20);
+      expect(b.length).toBe(5 << 20);
+      expect(b.every((x) => x === 0)).toBe(true);
+    } finally {
+      setBackend("auto");
+    }
+  });
+
+  it("a whole-tensor conversion into it gives the JS kernel's bits (an F16 tensor of 3 Mi elements)", () => {
+    const n = 3 << 20;
+    const src = new Uint8Array(n * 2);
+    for (let i = 0; i < src.length; i++) src[i] = (i * 131 + (i >> 9)) & 0xff;
+    const out = toF32(T.F16, src);
+    expect(out.length).toBe(n);
+    expect(out.buffer.byteLength).toBe(n * 4);
+    const js = toF32IntoJs(T.F16, src, new Float32Array(n), n);
+    expect(Buffer.from(bytesOf(out)).equals(Buffer.from(bytesOf(js)))).toBe(true);
   });
 });

@@ -28,7 +28,7 @@ const require = createRequire(import.meta.url);
 const napiHeaders = require("node-api-headers") as { symbols: Record<string, { js_native_api_symbols: string[]; node_api_symbols: string[] }> };
 // The addon is built against the headers' default NAPI_VERSION 8: Node >= 12.22 / 14.17 / 16 has all of it.
 const napiV8 = new Set([...napiHeaders.symbols.v8!.js_native_api_symbols, ...napiHeaders.symbols.v8!.node_api_symbols]);
-const libcAllowed = new Set(["memcpy", "snprintf", "strerror", "strcmp", "ioctl", "copy_file_range", "__errno_location", "calloc", "free"]);
+const libcAllowed = new Set(["memcpy", "snprintf", "strerror", "strcmp", "ioctl", "copy_file_range", "__errno_location", "calloc", "free", "mmap", "mmap64", "munmap", "madvise"]);
 
 const onPath = (cmd: string) => spawnSync("sh", ["-c", `command -v ${cmd}`], { stdio: "ignore" }).status === 0;
 

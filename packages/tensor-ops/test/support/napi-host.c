@@ -128,6 +128,13 @@ napi_status napi_create_async_work(napi_env env, napi_value r, napi_value n, nap
 }
 napi_status napi_queue_async_work(napi_env env, napi_async_work w) { (void) env; (void) w; return napi_generic_failure; }
 napi_status napi_delete_async_work(napi_env env, napi_async_work w) { (void) env; (void) w; return napi_generic_failure; }
+/* largeBuffer's calls: bound at load, never run by this host (the kernels take the caller's arrays) */
+napi_status napi_create_external_arraybuffer(napi_env env, void *data, size_t n, napi_finalize f, void *hint, napi_value *out) {
+    (void) env; (void) data; (void) n; (void) f; (void) hint; (void) out;
+    return napi_generic_failure;
+}
+napi_status napi_get_null(napi_env env, napi_value *out) { (void) env; (void) out; return napi_generic_failure; }
+napi_status napi_adjust_external_memory(napi_env env, int64_t change, int64_t *total) { (void) env; (void) change; (void) total; return napi_generic_failure; }
 napi_status napi_throw_error(napi_env env, const char *code, const char *msg) { (void) env; fail(code ? code : "Error", msg); return napi_ok; }
 napi_status napi_throw_type_error(napi_env env, const char *code, const char *msg) { (void) env; (void) code; fail("TypeError", msg); return napi_ok; }
 napi_status napi_throw_range_error(napi_env env, const char *code, const char *msg) { (void) env; (void) code; fail("RangeError", msg); return napi_ok; }
