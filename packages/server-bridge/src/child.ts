@@ -56,12 +56,17 @@ function setprivCandidate(): string | undefined {
   return undefined;
 }
 
+/** Whether setpriv's `--help` answer (its exit status and output) offers --pdeathsig. */
+function offersPdeathsig(ok: boolean, help: string): boolean {
+  return ok && help.includes("--pdeathsig");
+}
+
 /** setpriv with --pdeathsig (util-linux 2.33+, part of every Debian and Ubuntu), found once per process. */
 function pdeathsigRunner(): string | null {
   if (runner !== undefined) return runner;
   const path = setprivCandidate();
   const help = path === undefined ? undefined : spawnSync(path, ["--help"], { encoding: "utf8", timeout: 5_000 });
-  runner = path !== undefined && help?.status === 0 && help.stdout.includes("--pdeathsig") ? path : null;
+  runner = path !== undefined && help !== undefined && offersPdeathsig(help.status === 0, help.stdout) ? path : null;
   return runner;
 }
 
@@ -75,7 +80,7 @@ export function findPdeathsigRunner(): Promise<string | null> {
   return (probing ??= new Promise<string | null>((resolve) => {
     const path = setprivCandidate();
     if (path === undefined) return resolve(null);
-    execFile(path, ["--help"], { encoding: "utf8", timeout: 5_000 }, (err, stdout) => resolve(err === null && stdout.includes("--pdeathsig") ? path : null));
+    execFile(path, ["--help"], { encoding: "utf8", timeout: 5_000 }, (err, stdout) => resolve(offersPdeathsig(err === null, stdout) ? path : null));
   }).then((found) => (runner ??= found)));
 }
 
