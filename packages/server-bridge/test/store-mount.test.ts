@@ -121,6 +121,10 @@ describe("StoreMount: the Ollama store as a read-only FUSE mount", () => {
     const m = mount.models()[0]!;
     await sha256(m.prepared.modelPath);
     await sha256(m.prepared.mmproj!);
+    const mmprojSize = (await stat(m.prepared.mmproj!)).size;
+    // closed first: a sidecar's fsync and its `.hashed` record follow its first read, and a
+    // walk of the folder meanwhile can list a temp file that is renamed before its stat
+    await mount.close();
     const onDisk = async (d: string): Promise<number> => {
       let n = 0;
       for (const e of await readdir(d, { withFileTypes: true, recursive: true })) if (e.isFile()) n += (await stat(join(e.parentPath, e.name))).size;
@@ -129,7 +133,7 @@ describe("StoreMount: the Ollama store as a read-only FUSE mount", () => {
     // the gemma3 projector's promoted F32 patch and position embeddings, nothing else
     const sidecars = await onDisk(join(dir, "s"));
     expect(sidecars).toBeGreaterThan(0);
-    expect(sidecars).toBeLessThan((await stat(m.prepared.mmproj!)).size);
+    expect(sidecars).toBeLessThan(mmprojSize);
   });
 
   it("parses a model once for all its computed tensors, keeps those views while they are filled and closes them with the mount", async () => {
