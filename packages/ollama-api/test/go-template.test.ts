@@ -227,8 +227,11 @@ describe("properties", () => {
 
   it("trim markers remove exactly the white space next to them", () => {
     const ws = fc.stringMatching(/^[ \t\r\n]*$/);
+    // `a` must not end in "{": with an empty w1 that brace and the action's "{{" read as "{{{", whose
+    // first two braces open the action (as in Go's lexer), so "{- .X" would be a parse error there too.
+    const before = noDelims.filter((s) => !s.endsWith("{"));
     fc.assert(
-      fc.property(noDelims, ws, fc.string(), ws, noDelims, (a, w1, x, w2, b) => {
+      fc.property(before, ws, fc.string(), ws, noDelims, (a, w1, x, w2, b) => {
         return render(`${a}${w1}{{- .X -}}${w2}${b}`, { X: x }) === a.replace(/[ \t\r\n]+$/, "") + x + b.replace(/^[ \t\r\n]+/, "");
       }),
     );
