@@ -29,7 +29,7 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-describe("ollama-compat translate", { timeout: 300_000 }, () => {
+describe("ollama-compat translate", () => {
   it("writes the translated GGUF and leaves the source unchanged", async () => {
     const before = await readFile(ollamaPath);
     const out = join(dir, "out.gguf");
@@ -206,7 +206,7 @@ describe("ollama-compat translate on a monolithic vision blob", () => {
   });
 });
 
-describe("ollama-compat detect and inspect", { timeout: 300_000 }, () => {
+describe("ollama-compat detect and inspect", () => {
   it("detect names the handler and its markers, or says there is nothing to do", async () => {
     const hit = await cli(["detect", ollamaPath]);
     expect(hit.code).toBe(0);
@@ -227,7 +227,7 @@ describe("ollama-compat detect and inspect", { timeout: 300_000 }, () => {
   });
 });
 
-describe("errors and usage", { timeout: 300_000 }, () => {
+describe("errors and usage", () => {
   it("a missing file is one line on stderr and exit 1", async () => {
     const r = await cli(["inspect", join(dir, "nope.gguf")]);
     expect(r.code).toBe(1);

@@ -90,7 +90,7 @@ async function store(extra: Parameters<typeof buildOllamaStore>[1] = []) {
 const oneLine = (s: string) => s.trim().split("\n");
 const SMALL = ["--threads", "1", "--no-warmup"];
 
-describe("1. translate never writes over a model's own blob", { timeout: 300_000 }, () => {
+describe("1. translate never writes over a model's own blob", () => {
   it("-o (or --mmproj) naming the blob of the MODEL being translated, directly or through a symlink: usage error, blob unchanged", async () => {
     const { root, gemma } = await store();
     const blob = gemma.blob(MediaType.model);
@@ -109,7 +109,7 @@ describe("1. translate never writes over a model's own blob", { timeout: 300_000
   });
 });
 
-describe("3. kill -9 of serve or verify: llama-server dies with it, and verify's temp dir is swept", { timeout: 300_000 }, () => {
+describe("3. kill -9 of serve or verify: llama-server dies with it, and verify's temp dir is swept", () => {
   it("serve: SIGKILL once it is ready leaves no llama-server behind", async () => {
     const { root } = await store();
     const s = start(["serve", "tiny:native", "--models", root, "--cache-dir", await sub(), "--llama-server", llamaServer, "--", ...SMALL]);
@@ -186,7 +186,7 @@ describe("3. kill -9 of serve or verify: llama-server dies with it, and verify's
   }, 420_000); // the waits inside: two minutes for the stand-in, five for the real verify
 });
 
-describe("4. serve -- --host 0.0.0.0 is held to the loopback rule, and the URL printed is the real one", { timeout: 300_000 }, () => {
+describe("4. serve -- --host 0.0.0.0 is held to the loopback rule, and the URL printed is the real one", () => {
   it("refused without a key (one line naming the argument); with --insecure the URL says 0.0.0.0", async () => {
     const { root } = await store();
     const refused = await run(["serve", "tiny:native", "--models", root, "--cache-dir", await sub(), "--llama-server", llamaServer, "--", "--host", "0.0.0.0"]);
@@ -201,7 +201,7 @@ describe("4. serve -- --host 0.0.0.0 is held to the loopback rule, and the URL p
   });
 });
 
-describe("5. a FIFO in the store never hangs a command", { timeout: 300_000 }, () => {
+describe("5. a FIFO in the store never hangs a command", () => {
   it("a FIFO as a template layer: ls lists every model, the broken one as one line; serve and detect of it fail at once", async () => {
     const { root, gemma } = await store();
     const template = gemma.blob(MediaType.template);
@@ -253,7 +253,7 @@ describe("5. a FIFO in the store never hangs a command", { timeout: 300_000 }, (
   });
 });
 
-describe("7. a stale lock naming a live, unrelated PID", { timeout: 300_000 }, () => {
+describe("7. a stale lock naming a live, unrelated PID", () => {
   it("serve says what it waits for (pid 1, a lock it cannot check), and SIGTERM still stops it", async () => {
     const { root, gemma } = await store();
     const cacheDir = await sub();
@@ -319,7 +319,7 @@ describe("8. one oversized layer is one line of ls, not a failed command", () =>
   });
 });
 
-describe("9. untrusted text reaches the terminal escaped, every error on one line", { timeout: 300_000 }, () => {
+describe("9. untrusted text reaches the terminal escaped, every error on one line", () => {
   const ESC = "\x1b]0;pwned\x07\x1b[2J";
   let evil: string;
   let root: string;
@@ -369,7 +369,7 @@ describe("9. untrusted text reaches the terminal escaped, every error on one lin
   });
 });
 
-describe("11. errors in words; one rule for FILE-or-MODEL", { timeout: 300_000 }, () => {
+describe("11. errors in words; one rule for FILE-or-MODEL", () => {
   // the cache's errors: --no-mount, since a mount of the store writes no translation
   it("a cache below a file: the file is named, not 'ENOTDIR: … mkdir'; on a read-only mount: EROFS (as root)", async () => {
     const { root } = await store();

@@ -57,7 +57,7 @@ function readFileSyncText(p: string): string {
   return execFileSync("cat", [p], { encoding: "utf8" });
 }
 
-describe("ollama-compat mount", { timeout: 300_000 }, () => {
+describe("ollama-compat mount", () => {
   it("shows every installed model in the --models-dir layout; llama-server --models-dir serves them; SIGINT unmounts", async () => {
     const { dir, store } = await storeDir();
     const point = join(dir, "mnt");
@@ -169,7 +169,7 @@ describe("ollama-compat mount", { timeout: 300_000 }, () => {
   });
 });
 
-describe("ollama-compat serve on a mount of its own", { timeout: 300_000 }, () => {
+describe("ollama-compat serve on a mount of its own", () => {
   async function serveUntilReady(args: string[], env: Record<string, string> = {}) {
     const child = cli(args, env);
     const err = collect(child.stderr);

@@ -48,7 +48,7 @@ async function ggufs(dir: string): Promise<string[]> {
   return (await readdir(dir, { recursive: true }).catch(() => [] as string[])).filter((n) => n.endsWith(".gguf")).sort();
 }
 
-describe("pull --to DIR (real registry)", { timeout: 300_000 }, () => {
+describe("pull --to DIR (real registry)", () => {
   it("every vision fixture: the text GGUF and the mmproj equal translate's output and its --mmproj output", async () => {
     const fixtures = await temp();
     const to = await temp();

@@ -32,7 +32,7 @@ function prng(seed: number): () => number {
   };
 }
 
-describe("ollama-compat pull (real registry)", { timeout: 300_000 }, () => {
+describe("ollama-compat pull (real registry)", () => {
   it("pulls into the store: ls lists it, serve answers it", async () => {
     const fx = await generateFixtureFiles("gemma3", { seed: 5, layout: "ollama", variant: "1b" }, await temp());
     const pushed = await harness.registry.pushModel({ name: "library/gemma3:1b", model: fx.text, params: { num_ctx: 512 } });

@@ -88,7 +88,7 @@ describe("ollama-compat ls", () => {
   });
 });
 
-describe("ollama-compat serve (real llama-server)", { timeout: 300_000 }, () => {
+describe("ollama-compat serve (real llama-server)", () => {
   it("prints the URL on its own line, serves chat, streams prefixed logs, and stops on SIGTERM", async () => {
     const { root } = await store();
     const tools = await findLlamaTools();

@@ -112,7 +112,7 @@ describe("serve --port on a port fetch() refuses (6000, 22, ...)", () => {
   });
 });
 
-describe("serve MODEL --all", { timeout: 300_000 }, () => {
+describe("serve MODEL --all", () => {
   it("is a usage error naming both, before anything is translated", async () => {
     const cache = await temp();
     const r = await run(["serve", "gemma3:1b", "--all", "--models", await store(), "--cache-dir", cache, "--llama-server", await refusingServer("")]);
@@ -153,7 +153,7 @@ describe("llama-server exits before it is ready", () => {
   });
 });
 
-describe("status lines", { timeout: 300_000 }, () => {
+describe("status lines", () => {
   it("a cache hit says 'cached', never 'translating'", async () => {
     const root = await store();
     const cache = await temp();
@@ -227,7 +227,7 @@ describe("serve beyond loopback without a key", () => {
   });
 });
 
-describe("--cache-dir D and OLLAMA_COMPAT_CACHE=D are the same folder", { timeout: 300_000 }, () => {
+describe("--cache-dir D and OLLAMA_COMPAT_CACHE=D are the same folder", () => {
   it("both keep translations in D/translated, and each command's --help says so", async () => {
     const root = await store();
     const server = await refusingServer("error: stand-in");

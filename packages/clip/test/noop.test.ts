@@ -4,7 +4,7 @@ import { allFixtureVariants, arbitraryNonOllamaGguf, generateFixture, summarized
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 
-describe("the clip view is a no-op where it must be", { timeout: 300_000 }, () => {
+describe("the clip view is a no-op where it must be", () => {
   it("null for arbitrary non-Ollama GGUFs (synthetic, and llama.cpp-native text and mmproj files)", () => {
     fc.assert(
       fc.property(arbitraryNonOllamaGguf().map(summarized), ({ model }) => {

@@ -58,7 +58,7 @@ const REFERENCE_REFUSES: Record<string, string> = { "glmocr/mixed": "MIXED_TYPES
 
 const roundTrip = async (m: GgufModel) => parseGguf(await serializeGguf(m));
 
-describe("translation profiles", { timeout: 300_000 }, () => {
+describe("translation profiles", () => {
   const variants = allFixtureVariants();
 
   it("native is the default; an unknown profile is a typed error", async () => {

@@ -40,7 +40,7 @@ function expectBlockOffsetsKept(view: TranslatedView): number {
   return kept;
 }
 
-describe("translated files keep the source's block offsets (shared extents)", { timeout: 300_000 }, () => {
+describe("translated files keep the source's block offsets (shared extents)", () => {
   it("pads the header with the padding key, and real llama.cpp loads the padded gemma3 output", async () => {
     const d = await dir();
     const ollama = await writeFixture(generateFixture("gemma3", { seed: 5, variant: "1b", layout: "ollama" }), d);

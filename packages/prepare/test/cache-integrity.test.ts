@@ -159,7 +159,7 @@ describe("the cache serves only translations of the bytes its source holds now",
   });
 });
 
-describe("cache locks name their owner by more than a pid", { timeout: 300_000 }, () => {
+describe("cache locks name their owner by more than a pid", () => {
   async function lockOf(store: ModelStore, dir: string): Promise<string> {
     const key = new TranslationCache({ dir }).keyFor((await store.resolve("gemma3:1b")).modelDigest!, "text");
     await mkdir(join(dir, "locks"), { recursive: true });

@@ -31,7 +31,7 @@ async function listDir(p: string): Promise<string[]> {
   return readdir(p).catch(() => []);
 }
 
-describe("translation cache", { timeout: 300_000 }, () => {
+describe("translation cache", () => {
   it("writes a translated text GGUF once, then reuses the verified entry", async () => {
     const store = await gemmaStore([1]);
     const cache = new TranslationCache({ dir: await temp() });

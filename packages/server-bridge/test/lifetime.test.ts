@@ -24,7 +24,7 @@ async function gone(pid: number, ms = 20_000): Promise<boolean> {
   return false;
 }
 
-describe("a llama.cpp child dies with its parent", { timeout: 300_000 }, () => {
+describe("a llama.cpp child dies with its parent", () => {
   it("SIGKILL of the process that started llama-server: llama-server is gone too", async () => {
     const fx = await generateFixtureFiles("llama", { seed: 1, layout: "native" }, await temp());
     const parent = spawn(process.execPath, ["--import", tsx, script, fx.text, await llamaServerPath(), await temp()], { stdio: ["ignore", "pipe", "pipe"] });

@@ -236,7 +236,7 @@ describe("StoreMount on a store of thousands of models", () => {
   }, 600_000);
 });
 
-describe("serving from the mount (real llama.cpp)", { timeout: 300_000 }, () => {
+describe("serving from the mount (real llama.cpp)", () => {
   it("llama-server serves a vision model straight from the mount, and llama-mtmd-cli answers an image with the mounted pair", async () => {
     const root = await fixtureStore([{ name: "gemma3:4b", arch: "gemma3", variant: "4b-vision" }]);
     const mount = await open({ store: root });

@@ -38,7 +38,7 @@ function jsCopier(decline: () => boolean): RangeCopier {
 
 const sha256 = (b: Uint8Array) => createHash("sha256").update(b).digest("hex");
 
-describe("OutputHasher", { timeout: 300_000 }, () => {
+describe("OutputHasher", () => {
   it("hashes random layouts of written bytes and copied ranges as the file they make", async () => {
     const piece = fc.oneof(
       fc.record({ kind: fc.constant("bytes" as const), bytes: fc.uint8Array({ minLength: 0, maxLength: 5000 }) }),

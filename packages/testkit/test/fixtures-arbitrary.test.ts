@@ -3,7 +3,7 @@ import fc from "fast-check";
 import { parseGguf, serializeGguf } from "@compat/gguf";
 import { allFixtureVariants, arbitraryNativeFixtureGguf, arbitraryNonOllamaGguf, arbitrarySyntheticGguf, OLLAMA_HANDLED_ARCHS } from "@compat/testkit";
 
-describe("arbitraryNonOllamaGguf", { timeout: 300_000 }, () => {
+describe("arbitraryNonOllamaGguf", () => {
   it("synthetic models are valid GGUFs that round-trip and never use an Ollama-handled arch or tower prefix", async () => {
     await fc.assert(
       fc.asyncProperty(arbitrarySyntheticGguf({ bigEndian: true }), async (m) => {

@@ -44,7 +44,7 @@ function kvKeys(m: GgufModel): string[] {
   return m.kvs().map((kv) => kv.key);
 }
 
-describe("fixture determinism", { timeout: 300_000 }, () => {
+describe("fixture determinism", () => {
   it.each(CASES)("$arch/$variant/$layout: same seed, same bytes; other seed, other bytes", async ({ arch, variant, layout }) => {
     const a = await serializeGguf(generateFixture(arch, { seed: 7, layout, variant }).text);
     const b = await serializeGguf(generateFixture(arch, { seed: 7, layout, variant }).text);
@@ -285,7 +285,7 @@ describe("registry", () => {
   });
 });
 
-describe("quantized fixtures (Ollama's Q4_K_M files and their twins)", { timeout: 300_000 }, () => {
+describe("quantized fixtures (Ollama's Q4_K_M files and their twins)", () => {
   const float = new Set([GgmlType.F32, GgmlType.F16, GgmlType.BF16]);
   const cases = quantizedFixtureVariants().map((c) => ({ opts: c, arch: c.arch, variant: c.variant, quant: c.quant, towers: c.bf16Towers ? "BF16 towers" : "towers as converted" }));
   it.each(cases)("$arch/$variant $quant, $towers: file type Q4_K_M, whole blocks, the twin's tensors of one name quantized alike", ({ opts }) => {

@@ -17,7 +17,7 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-describe("real llama.cpp loader (node-llama-cpp prebuilt)", { timeout: 300_000 }, () => {
+describe("real llama.cpp loader (node-llama-cpp prebuilt)", () => {
   it("runs the CPU variant of the suite's baseline on every host, not the one ggml scores best here", async () => {
     const pinned = pinNodeLlamaCppCpuVariant();
     if (process.platform !== "linux" || process.arch !== "x64") return expect(pinned).toBeUndefined();

@@ -32,7 +32,7 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-describe("llama.cpp tools harness", { timeout: 300_000 }, () => {
+describe("llama.cpp tools harness", () => {
   it("finds llama-server, llama-mtmd-cli and llama-quantize", async () => {
     const tools = await findLlamaTools();
     for (const path of [tools.server, tools.mtmdCli, tools.quantize]) expect((await stat(path)).isFile()).toBe(true);

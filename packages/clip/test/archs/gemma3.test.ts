@@ -8,7 +8,7 @@ import { greyImage, mtmdAnswer, proveClip } from "../proof";
 const dir = tempDir();
 afterAll(() => killAllSpawned());
 
-describe("gemma3 clip handler (SigLIP tower and gemma3 projector inline)", { timeout: 300_000 }, () => {
+describe("gemma3 clip handler (SigLIP tower and gemma3 projector inline)", () => {
   it("our mmproj equals llama.cpp's native mmproj, and llama-mtmd-cli answers an image prompt with our text GGUF and our mmproj", async () => {
     const d = await dir();
     const p = await proveClip(d, "gemma3", {

@@ -83,7 +83,7 @@ async function sineWav(dir: string): Promise<string> {
   return path;
 }
 
-describe("gemma4 clip handler (gemma4v vision and gemma4a audio towers inline)", { timeout: 300_000 }, () => {
+describe("gemma4 clip handler (gemma4v vision and gemma4a audio towers inline)", () => {
   it("dense: our mmproj equals llama.cpp's native vision+audio mmproj, and llama-mtmd-cli answers an image and an audio prompt with our pair", async () => {
     const d = await dir();
     const p = await proveClip(d, "gemma4", {

@@ -9,7 +9,7 @@ import { greyImage, mtmdAnswer, proveClip, valuesF32 } from "../proof";
 const dir = tempDir();
 afterAll(() => killAllSpawned());
 
-describe("mistral3 clip handler (Pixtral tower and patch-merger projector inline)", { timeout: 300_000 }, () => {
+describe("mistral3 clip handler (Pixtral tower and patch-merger projector inline)", () => {
   it.each(["small-3.1", "ministral3"])("%s: our mmproj equals llama.cpp's native pixtral mmproj, and llama-mtmd-cli answers with our pair as with the native pair", async (variant) => {
     const d = join(await dir(), variant);
     const p = await proveClip(d, "mistral3", {

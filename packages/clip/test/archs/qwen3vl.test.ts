@@ -14,7 +14,7 @@ afterAll(() => killAllSpawned());
 /** Ollama stored v.pos_embed F16; llama.cpp's converter keeps it F32: compared through F16. */
 const QWEN3VL_TWIN = { roundedThrough: { "v.position_embd.weight": GgmlType.F16 } };
 
-describe("qwen3vl clip handler (ViT, patch merger and DeepStack mergers inline)", { timeout: 300_000 }, () => {
+describe("qwen3vl clip handler (ViT, patch merger and DeepStack mergers inline)", () => {
   it("our mmproj equals llama.cpp's native qwen3vl_merger mmproj, and llama-mtmd-cli answers an image prompt with our pair", async () => {
     const d = await dir();
     const p = await proveClip(d, "qwen3vl", { seed: 5, twin: QWEN3VL_TWIN });

@@ -9,7 +9,7 @@ import { expectTowerFromSource } from "../qwen-tower";
 const dir = tempDir();
 afterAll(() => killAllSpawned());
 
-describe("qwen3vl clip handler on qwen3vlmoe (Qwen3-VL-30B-A3B-style: the same tower beside an MoE text model)", { timeout: 300_000 }, () => {
+describe("qwen3vl clip handler on qwen3vlmoe (Qwen3-VL-30B-A3B-style: the same tower beside an MoE text model)", () => {
   it("our mmproj equals llama.cpp's native qwen3vl_merger mmproj, and llama-mtmd-cli answers an image prompt with our pair", async () => {
     const d = await dir();
     // Ollama stored v.pos_embed F16; llama.cpp's converter keeps it F32: compared through F16

@@ -25,7 +25,7 @@ const IGNORE_KEYS = [
   "tokenizer.chat_template",
 ];
 
-describe("deepseekocr handler (DeepSeek-OCR as Ollama's converter wrote it)", { timeout: 300_000 }, () => {
+describe("deepseekocr handler (DeepSeek-OCR as Ollama's converter wrote it)", () => {
   it.each([
     { variant: "3b", sourceDtype: "bf16" },
     { variant: "3b", sourceDtype: "f16" },

@@ -14,7 +14,7 @@ const twinIgnore = [
   "tokenizer.ggml.token_type",
 ];
 
-describe("embeddinggemma handler (EmbeddingGemma as Ollama published it, arch gemma3)", { timeout: 300_000 }, () => {
+describe("embeddinggemma handler (EmbeddingGemma as Ollama published it, arch gemma3)", () => {
   it("reference profile: turns it into gemma-embedding; real llama.cpp embeds with it; matches the native twin", async () => {
     const p = await proveHandler(await dir(), "embeddinggemma", {
       seed: 11,

@@ -26,7 +26,7 @@ const gemma3ReferenceTwin = {
   ],
 };
 
-describe("gemma3 handler", { timeout: 300_000 }, () => {
+describe("gemma3 handler", () => {
   it("1B (nested rope keys, no RMS epsilon): loads in real llama.cpp and matches the native twin", async () => {
     const p = await proveHandler(await dir(), "gemma3", { seed: 5, variant: "1b", twin: gemma3ReferenceTwin, profile: "reference" });
     reference1b = p.outPath;

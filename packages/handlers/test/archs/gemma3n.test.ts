@@ -33,7 +33,7 @@ const gemma3nTwin = {
   prefixOk: ["tokenizer.ggml.tokens", "token_embd.weight", "per_layer_token_embd.weight"],
 };
 
-describe("gemma3n handler", { timeout: 300_000 }, () => {
+describe("gemma3n handler", () => {
   it("cuts every vocab-shaped part to the per-layer rows; loads and generates in real llama.cpp; matches the native twin", async () => {
     const p = await proveHandler(await dir(), "gemma3n", { seed: 5, twin: gemma3nTwin, nativeTwin: true, profile: "reference" });
     expect(p.view.report.handlers.map((h) => h.name)).toEqual(["gemma3n"]);

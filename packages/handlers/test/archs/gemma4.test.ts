@@ -80,7 +80,7 @@ async function expectFusedFromSource(p: HandlerProof, variant: string, sourceDty
   }
 }
 
-describe("gemma4 handler", { timeout: 300_000 }, () => {
+describe("gemma4 handler", () => {
   it("dense with vision and audio inline: tokenizer model, towers hidden; loads, equals the native twin, same tokens", async () => {
     const p = await prove("dense");
     const hidden = p.view.report.tensors.hidden;

@@ -4,7 +4,7 @@ import { NO_DIFFERENCES, proveHandler } from "../proof";
 
 const dir = tempDir();
 
-describe("glm4moelite handler (GLM-4.7 Flash as Ollama's legacy converter wrote it)", { timeout: 300_000 }, () => {
+describe("glm4moelite handler (GLM-4.7 Flash as Ollama's legacy converter wrote it)", () => {
   it("turns it into deepseek2 with llama.cpp's MLA dims; real llama.cpp loads it; matches the native twin", async () => {
     const p = await proveHandler(await dir(), "glm4moelite", {
       seed: 5,

@@ -116,7 +116,7 @@ function expectCommon(p: HandlerProof): void {
   expect(p.load.ok ? p.load.tokens : p.load.error).toEqual(nativeLoad.ok ? nativeLoad.tokens : []);
 }
 
-describe("glmocr handler (GLM-OCR as Ollama converted it: split gate/up, no NextN layer, vision inline)", { timeout: 300_000 }, () => {
+describe("glmocr handler (GLM-OCR as Ollama converted it: split gate/up, no NextN layer, vision inline)", () => {
   it("F16: renames to glm4, fuses gate+up by raw concat; real llama.cpp generates what the native twin generates", async () => {
     const { p, ollamaPath } = await prove(5);
     expectCommon(p);
@@ -220,7 +220,7 @@ describe("glmocr handler: gate and up of two types", () => {
   }, 300_000);
 });
 
-describe("glmocr handler, native profile", { timeout: 300_000 }, () => {
+describe("glmocr handler, native profile", () => {
   it("glmocr-user-turn-end: eot_token_id = <|user|>; llama-server stops at <|user|> like the native twin, not with the reference output", async () => {
     const d = join(await dir(), "native-profile");
     const p = await proveHandler(d, "glmocr", { seed: 5, nativeTwin: true, twin: NATIVE_GAPS });

@@ -5,7 +5,7 @@ import { NO_DIFFERENCES, proveHandler } from "../proof";
 
 const dir = tempDir();
 
-describe("gptoss handler (gpt-oss as Ollama's legacy converter wrote it)", { timeout: 300_000 }, () => {
+describe("gptoss handler (gpt-oss as Ollama's legacy converter wrote it)", () => {
   it("renames the arch and tensors, fills the missing hparams; real llama.cpp loads it; matches the native twin", async () => {
     const p = await proveHandler(await dir(), "gptoss", {
       seed: 11,

@@ -24,7 +24,7 @@ const twinIgnore = [
   "tokenizer.chat_template",
 ];
 
-describe("laguna handler (Laguna as Ollama's converter wrote it)", { timeout: 300_000 }, () => {
+describe("laguna handler (Laguna as Ollama's converter wrote it)", () => {
   it("reference profile: copies the SWA rope keys and renames attn_g; real llama.cpp loads and generates; matches the native twin", async () => {
     const p = await proveHandler(await dir(), "laguna", {
       seed: 9,

@@ -6,7 +6,7 @@ import { NO_DIFFERENCES, proveHandler, proveNativeTwin } from "../proof";
 const dir = tempDir();
 let translatedTokens: number[] | undefined;
 
-describe("lfm2 handler (LFM2 as Ollama's first lfm2 converter wrote it)", { timeout: 300_000 }, () => {
+describe("lfm2 handler (LFM2 as Ollama's first lfm2 converter wrote it)", () => {
   it("renames the final norm, sets the pre-tokenizer, fixes the ffn length; llama.cpp loads it; matches the native twin", async () => {
     const p = await proveHandler(await dir(), "lfm2", {
       seed: 3,

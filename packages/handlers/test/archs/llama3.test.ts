@@ -12,7 +12,7 @@ let referenceOut: string | undefined;
 // converter keeps <|end_of_text|> and relies on llama.cpp marking <|eot_id|> as EOG
 const EOS = "tokenizer.ggml.eos_token_id";
 
-describe("llama3-metadata handler (Llama 3 as Ollama converted it)", { timeout: 300_000 }, () => {
+describe("llama3-metadata handler (Llama 3 as Ollama converted it)", () => {
   it("reference profile: fixes the tokenizer metadata; real llama.cpp loads and generates; matches the native twin", async () => {
     const p = await proveHandler(await dir(), "llama", {
       seed: 7,

@@ -8,7 +8,7 @@ const dir = tempDir();
 let referenceOut: string | undefined;
 afterAll(() => killAllSpawned());
 
-describe("llama4 handler (Llama 4 Maverick-style MoE as Ollama converted it, vision inline)", { timeout: 300_000 }, () => {
+describe("llama4 handler (Llama 4 Maverick-style MoE as Ollama converted it, vision inline)", () => {
   it("reference profile: hides the vision tower; real llama.cpp loads and generates; matches the native twin but for two tokenizer keys", async () => {
     const p = await proveHandler(await dir(), "llama4", {
       seed: 9,

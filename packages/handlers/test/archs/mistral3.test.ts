@@ -7,7 +7,7 @@ import { expectMtmdEncodesImage, expectTwinTokens, NO_DIFFERENCES, proveHandler,
 const dir = tempDir();
 afterAll(() => killAllSpawned());
 
-describe("mistral3 handler (Mistral Small 3.x as Ollama converted it, Pixtral tower inline)", { timeout: 300_000 }, () => {
+describe("mistral3 handler (Mistral Small 3.x as Ollama converted it, Pixtral tower inline)", () => {
   it("hides the vision tower and names the tekken pre-tokenizer; real llama.cpp generates what the native twin generates", async () => {
     const p = await proveHandler(await dir(), "mistral3", { seed: 5, nativeTwin: true });
     expect(p.view.report.handlers.map((h) => h.name)).toEqual(["mistral3"]);

@@ -27,7 +27,7 @@ const IGNORE_KEYS = [
 // leaves every attention score unchanged, so only the bytes differ.
 const EXPECTED = { ...NO_DIFFERENCES, data: ["blk.3.attn_k.weight", "blk.3.attn_q.weight"] };
 
-describe("nemotron_h_moe handler (Nemotron-H MoE as Ollama's legacy converter wrote it)", { timeout: 300_000 }, () => {
+describe("nemotron_h_moe handler (Nemotron-H MoE as Ollama's legacy converter wrote it)", () => {
   it.each([
     { variant: "latent", markers: ["tensor blk.N.ffn_latent_in"], latent: 16 },
     { variant: "mtp", markers: ["embedded MTP tensors mtp.*"], latent: undefined },

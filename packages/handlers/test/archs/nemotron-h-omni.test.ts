@@ -30,7 +30,7 @@ function ignoreKeys(arch: string): string[] {
 // llama.cpp's converter RoPE-permutes attention Q/K rows (see the nemotron_h_moe proof): bytes differ, scores do not.
 const EXPECTED = { ...NO_DIFFERENCES, data: ["blk.3.attn_k.weight", "blk.3.attn_q.weight"] };
 
-describe("nemotron_h_omni handler (Nemotron-H with RADIO vision / Parakeet audio inline, as Ollama's converter wrote it)", { timeout: 300_000 }, () => {
+describe("nemotron_h_omni handler (Nemotron-H with RADIO vision / Parakeet audio inline, as Ollama's converter wrote it)", () => {
   it.each([
     {
       variant: "omni",
@@ -86,7 +86,7 @@ describe("nemotron_h_omni handler (Nemotron-H with RADIO vision / Parakeet audio
   );
 });
 
-describe("nemotron_h_omni in llama-server (upstream llama.cpp from LLAMA_BIN)", { timeout: 300_000 }, () => {
+describe("nemotron_h_omni in llama-server (upstream llama.cpp from LLAMA_BIN)", () => {
   afterAll(() => killAllSpawned());
 
   async function promptTokens(model: string): Promise<number[]> {

@@ -19,7 +19,7 @@ const twin = {
   ],
 };
 
-describe("olmo3 handler (OLMo 3 as Ollama converted it, arch olmo3)", { timeout: 300_000 }, () => {
+describe("olmo3 handler (OLMo 3 as Ollama converted it, arch olmo3)", () => {
   it("reference profile: renames the arch to olmo2; real llama.cpp loads and generates; matches the native twin's keys", async () => {
     const p = await proveHandler(await dir(), "olmo3", { seed: 5, twin, profile: "reference" });
     expect(p.view.report.handlers.map((h) => h.name)).toEqual(["olmo3"]);

@@ -8,7 +8,7 @@ const dir = tempDir();
 
 const twin = { ignoreKeys: [...QWEN_UNUSED_BOS_KEYS] };
 
-describe("qwen25vl handler (Qwen2.5-VL as Ollama converted it, vision tower inline)", { timeout: 300_000 }, () => {
+describe("qwen25vl handler (Qwen2.5-VL as Ollama converted it, vision tower inline)", () => {
   it("renames it to qwen2vl with 4 M-RoPE sections; real llama.cpp generates what the native twin generates", async () => {
     const p = await proveHandler(await dir(), "qwen25vl", { seed: 5, nativeTwin: true, twin });
     expect(p.view.report.handlers.map((h) => h.name)).toEqual(["qwen25vl"]);

@@ -51,7 +51,7 @@ describe("qwen35moe handler (Qwen 3.5 MoE as Ollama's legacy converter wrote it)
   });
 });
 
-describe("qwen35moe handler: MTP experts of two types (35b-a3b-mixed)", { timeout: 300_000 }, () => {
+describe("qwen35moe handler: MTP experts of two types (35b-a3b-mixed)", () => {
   const gate = `blk.${MTP_BLOCK}.ffn_gate_exps.weight`;
 
   it("native (qwen35moe-mtp-mixed-experts-f32): the gate experts stack as F32; real llama.cpp loads the file and its MTP head drafts", async () => {

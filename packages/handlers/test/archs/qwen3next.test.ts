@@ -4,7 +4,7 @@ import { NO_DIFFERENCES, proveHandler } from "../proof";
 
 const dir = tempDir();
 
-describe("qwen3next handler", { timeout: 300_000 }, () => {
+describe("qwen3next handler", () => {
   it("collapses head_count_kv, renames ssm_dt to ssm_dt.bias; loads in real llama.cpp and matches the native twin", async () => {
     const p = await proveHandler(await dir(), "qwen3next", {
       seed: 5,

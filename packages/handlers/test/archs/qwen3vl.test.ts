@@ -11,7 +11,7 @@ afterAll(() => killAllSpawned());
 
 const twin = { ignoreKeys: [...QWEN_UNUSED_BOS_KEYS] };
 
-describe("qwen3vl handler (Qwen3-VL dense as Ollama converted it: no M-RoPE sections, vision tower inline)", { timeout: 300_000 }, () => {
+describe("qwen3vl handler (Qwen3-VL dense as Ollama converted it: no M-RoPE sections, vision tower inline)", () => {
   it("head_dim 128: injects [24, 20, 20, 0] and the DeepStack count; exactly the native twin, same greedy tokens in llama.cpp", async () => {
     const p = await proveHandler(await dir(), "qwen3vl", { seed: 5, nativeTwin: true, twin });
     expect(p.view.report.handlers.map((h) => h.name)).toEqual(["qwen3vl"]);

@@ -4,7 +4,7 @@ import { expectTwinTokens, NO_DIFFERENCES, proveHandler, QWEN_UNUSED_BOS_KEYS } 
 
 const dir = tempDir();
 
-describe("qwen3vlmoe handler (Qwen3-VL MoE as Ollama converted it)", { timeout: 300_000 }, () => {
+describe("qwen3vlmoe handler (Qwen3-VL MoE as Ollama converted it)", () => {
   it("injects the M-RoPE sections and DeepStack count; real llama.cpp generates what the native twin generates", async () => {
     const p = await proveHandler(await dir(), "qwen3vlmoe", {
       seed: 5,

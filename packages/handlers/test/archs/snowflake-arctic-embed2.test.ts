@@ -8,7 +8,7 @@ const dir = tempDir();
 const CHARSMAP = "tokenizer.ggml.precompiled_charsmap";
 let translatedEmbedding: number[] | undefined;
 
-describe("snowflake-arctic-embed2 handler (bert + t5 tokenizer, charsmap as base64 characters)", { timeout: 300_000 }, () => {
+describe("snowflake-arctic-embed2 handler (bert + t5 tokenizer, charsmap as base64 characters)", () => {
   it("decodes the charsmap to bytes; real llama.cpp embeds with it; matches the native twin", async () => {
     const p = await proveHandler(await dir(), "bert", { seed: 13, variant: "snowflake-arctic-embed2", embedding: true });
     expect(p.view.report.handlers.map((h) => h.name)).toEqual(["snowflake-arctic-embed2"]);
