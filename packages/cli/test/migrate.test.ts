@@ -366,7 +366,10 @@ describe("migrate", () => {
       const child = spawn(process.execPath, ["--import", tsx, bin, "migrate", "--all", "--no-verify"], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
       const ended = exited(child);
       const planned = new Promise<void>((resolve) => child.stdout!.on("data", (d: Buffer) => d.toString().startsWith("store ") && resolve()));
-      return { child, ended, planned: Promise.race([planned, ended]) };
+      // the progress lines so far: a model "writing" while the one before it finishes is the pipeline's overlap
+      let progress = "";
+      child.stderr!.on("data", (d: Buffer) => (progress += d.toString()));
+      return { child, ended, planned: Promise.race([planned, ended]), writing: () => progress.match(/: writing /g)?.length ?? 0 };
     };
     const first = start();
     await first.planned;
@@ -391,6 +394,16 @@ describe("migrate", () => {
       if (MODELS.every((m) => now.get(path(m)) !== before.get(path(m)))) await undoMigration({ root });
     }
     expect(interrupted).toBeGreaterThan(0);
+    // and aimed at the overlap: killed as the second, then the third model starts writing, while
+    // the model before it hashes its last bytes and switches its manifest
+    for (const k of [2, 3]) {
+      await undoMigration({ root }); // every model to write again
+      const run = start();
+      await until(() => run.writing() >= k || run.child.exitCode !== null, "a model writing");
+      run.child.kill("SIGKILL");
+      await run.ended;
+      await checkStore(root);
+    }
     const resumed = await cli(["migrate", "--all", "--no-verify"], env);
     expect(resumed.code, resumed.stderr).toBe(0);
     await checkStore(root);
