@@ -5,6 +5,7 @@ import { readTensorData } from "@compat/gguf";
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
 import { isSystemError, whyNotWritable } from "@compat/files";
 import { FuseMount, planView, SidecarStore, type ComputedPart, type MountExit } from "@compat/mount";
+import { activeBackend } from "@compat/tensor-ops";
 import { contentKey, defaultCacheDir, TRANSLATOR_VERSION } from "./cache";
 import { FactsRecords, factsOf, preparedFromFacts, servedAsIs, type RecordedFacts } from "./model-facts";
 import { PrepareError } from "./errors";
@@ -627,6 +628,7 @@ export class StoreMount implements ModelPreparer {
   ): ComputedPart[] {
     const env = this.env;
     const kept = this.fillViews;
+    if (computed.length > 0) loadOpsSoon();
     const key = JSON.stringify([signature(resolved), profile, planned?.ino.toString(), planned?.mtimeNs.toString()]);
     // bytes computed from another file than the one planned would be kept under its key
     const same = async () => {
@@ -650,6 +652,21 @@ export class StoreMount implements ModelPreparer {
       },
     }));
   }
+}
+
+let opsLoading = false;
+
+/**
+ * Loads the ops' native code (@compat/tensor-ops' addon, unless COMPAT_TENSOR_OPS rules it out)
+ * once a model with computed tensors is mounted, on the next turn of the event loop. Its first
+ * fill would load it otherwise, inside the wait of the read that asked for it: a dlopen, read
+ * from the disk when the load comes after the page cache was dropped. Loaded here, its pages are
+ * mapped, and a cache drop leaves mapped pages where they are.
+ */
+function loadOpsSoon(): void {
+  if (opsLoading) return;
+  opsLoading = true;
+  setImmediate(() => activeBackend()).unref();
 }
 
 /** How long views stay open after their last fill. */
