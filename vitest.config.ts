@@ -27,7 +27,10 @@ export default defineConfig({
   resolve: { alias: compatAliases },
   test: {
     include: ["packages/*/test/**/*.test.ts", "examples/*/test/**/*.test.ts"],
-    testTimeout: 60_000,
+    // Many tests run real processes (llama-server, the CLI, FUSE mounts). Loaded, such a test
+    // stretches about 20x (a 2 s mount test took 38-41 s with four copies pinned to one core),
+    // so a tight default bound would fail runs for the machine's load, not for the code.
+    testTimeout: 300_000,
     hookTimeout: 600_000,
     pool: "forks",
   },

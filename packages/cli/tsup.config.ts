@@ -36,8 +36,10 @@ export default [
     banner: {
       js: [
         '"use strict";',
-        'const __tensorOpsUrl = () => require("node:url").pathToFileURL(require.resolve("@compat/tensor-ops")).href;',
-        'const __mountUrl = () => require("node:url").pathToFileURL(require.resolve("@compat/mount")).href;',
+        // resolved once: a package-exports lookup costs about 3 ms at start, and the addon's loader asks twice
+        'let __tensorOpsHref, __mountHref;',
+        'const __tensorOpsUrl = () => (__tensorOpsHref ??= require("node:url").pathToFileURL(require.resolve("@compat/tensor-ops")).href);',
+        'const __mountUrl = () => (__mountHref ??= require("node:url").pathToFileURL(require.resolve("@compat/mount")).href);',
       ].join("\n"),
     },
     esbuildPlugins: [

@@ -193,9 +193,11 @@ describe("cache locks name their owner by more than a pid", () => {
     const { store } = await gemmaStore(33);
     const dir = await temp();
     const lock = await lockOf(store, dir);
+    // taken before the lock is written: the lock is stale 2 s after its mtime, so a stall between
+    // the write and a later clock reading (a loaded machine) would shorten the wait measured
+    const started = Date.now();
     await writeFile(lock, "1 a1b2c3d4e5f6");
     const waits: string[] = [];
-    const started = Date.now();
     const r = await prepareModel(await store.resolve("gemma3:1b"), {
       cache: new TranslationCache({ dir, lockTimeoutMs: 60_000, lockStaleMs: 2_000 }),
       ...noClip,

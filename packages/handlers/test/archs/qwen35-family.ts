@@ -175,16 +175,12 @@ export async function mtpDraftCandidates(model: string): Promise<DraftStep[]> {
       }
       return steps;
     };
-    // The verbose log reaches us through a pipe and can trail the HTTP answer: read it once it
-    // has stopped growing (at most 5 s).
-    let seen = drafts();
-    for (let quiet = 0, waited = 0; quiet < 3 && waited < 5000; waited += 100) {
-      await new Promise((r) => setTimeout(r, 100));
-      const now = drafts();
-      quiet = now.length === seen.length && now.length > 0 ? quiet + 1 : 0;
-      seen = now;
-    }
-    return seen;
+    // llama.cpp's log is written by a thread of its own, so it can trail the HTTP answer by as
+    // long as a loaded machine keeps that thread waiting: read it once it shows the slot's
+    // release, which the same thread logs after every draft of the completion.
+    for (let i = 0; i < 1200 && !server.logs().includes("stop processing"); i++) await new Promise((r) => setTimeout(r, 50));
+    expect(server.logs(), "llama-server's log never showed the completion's end").toContain("stop processing");
+    return drafts();
   } finally {
     await server.stop();
   }
