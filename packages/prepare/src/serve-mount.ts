@@ -5,7 +5,7 @@ import { fuseSupport, MountError } from "@compat/mount";
 import { ModelStore, type ResolvedModel, type StoreError } from "@compat/store";
 import { preparedModel, servedViews, type ModelPreparer, type PreparedModel } from "./preparer";
 import { compatEnabled } from "@compat/handlers";
-import { FactsRecords, factsOf, preparedFromFacts, servedAsIs } from "./model-facts";
+import { FactsRecords, factsOf, preparedFromFacts, servedAsIs, type RecordedFacts } from "./model-facts";
 import { defaultFactsDir, listedModels, listStore, shownAt, StoreMount, type StoreListing, type StoreMountOptions } from "./store-mount";
 
 export interface ServeMountOptions extends Omit<StoreMountOptions, "dir" | "factsDir"> {
@@ -42,6 +42,8 @@ export class ServeMount implements ModelPreparer {
   private readonly store: ModelStore;
   /** The store as list() found it: the mount's first scan when it opens, so the store is read once at start. */
   private listing: Promise<StoreListing> | undefined;
+  /** The records found by list(), by the models it answered. */
+  private listedFacts: WeakMap<ResolvedModel, RecordedFacts> | undefined;
 
   constructor(private readonly opts: ServeMountOptions) {
     const env = opts.env ?? process.env;
@@ -53,10 +55,27 @@ export class ServeMount implements ModelPreparer {
 
   /** Every installed model, as ModelStore.list answers; a mount opened after this starts from the same look at the store. */
   async list(): Promise<Array<{ name: string; model?: ResolvedModel; error?: StoreError }>> {
-    const listing = listStore(this.store);
+    const listing = listStore(this.store).then((l) => this.withFacts(l));
     // a mount opening later starts from this listing only if it still is the last one
     if (this.opening === undefined) this.listing = listing;
     return listedModels(await listing);
+  }
+
+  /** The listing with each model's recorded facts, read all at once (prepare and the mount's first scan use them). */
+  private async withFacts(listing: StoreListing): Promise<StoreListing> {
+    const records = this.records;
+    if (records === undefined) return listing;
+    const facts = new WeakMap<ResolvedModel, RecordedFacts>();
+    const profile = this.opts.profile ?? "native";
+    await Promise.all(
+      [...listing.resolvedBy.values()].map(async ({ entry }) => {
+        if (!("model" in entry)) return;
+        const found = await records.read(entry.model, profile);
+        if (found !== undefined) facts.set(entry.model, found);
+      }),
+    );
+    this.listedFacts = facts;
+    return { ...listing, facts };
   }
 
   /** Whether a model needed translating (so the mount, or the fallback, was asked for). */
@@ -78,7 +97,7 @@ export class ServeMount implements ModelPreparer {
       return { ...prepared, modelPath: shown.asIs.model, ...(shown.asIs.mmproj !== undefined ? { mmproj: shown.asIs.mmproj } : {}) };
     }
     // recorded facts: a native model needs no parse, and one that needs translating is shown by the mount from its record
-    const facts = await this.records?.read(resolved, this.opts.profile ?? "native");
+    const facts = this.listedFacts?.get(resolved) ?? (await this.records?.read(resolved, this.opts.profile ?? "native"));
     if (facts !== undefined && servedAsIs(facts)) {
       const layer = resolved.projectors[0];
       return preparedFromFacts(resolved, facts, { modelPath: resolved.modelPath, mmproj: facts.mmproj === "file" ? layer : undefined });

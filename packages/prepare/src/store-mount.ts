@@ -358,6 +358,7 @@ export class StoreMount implements ModelPreparer {
    */
   private async survey(signal: AbortSignal, listed?: Promise<StoreListing>): Promise<Survey> {
     const wanted = await this.wanted(signal, listed);
+    const listing = listed !== undefined ? await listed : undefined;
     const facts = new Map<string, RecordedFacts | undefined>();
     const records = this.records;
     if (records !== undefined) {
@@ -365,7 +366,8 @@ export class StoreMount implements ModelPreparer {
       await Promise.all(
         [...wanted].map(async ([name, entry]) => {
           if ("error" in entry || this.mounted.get(name)?.signature === signature(entry.model)) return;
-          facts.set(name, await records.read(entry.model, profile));
+          // a record found when the store was listed (a record written since is read now)
+          facts.set(name, listing?.facts?.get(entry.model) ?? (await records.read(entry.model, profile)));
         }),
       );
     }
@@ -754,6 +756,8 @@ export interface StoreListing {
   resolvedBy: Map<string, { stamp: string; entry: Wanted }>;
   blobsStamp: string;
   folders: string[];
+  /** The recorded facts found for its models when it was listed (ServeMount reads them once for itself and the mount). */
+  facts?: WeakMap<ResolvedModel, RecordedFacts>;
 }
 
 /**
