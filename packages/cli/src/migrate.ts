@@ -63,11 +63,11 @@ import {
   displayName,
   fsyncDir,
   fullName,
+  HashingThread,
   isRollbackName,
   manifestStaging,
   MediaType,
   ModelStore,
-  OutputHasher,
   parseManifest,
   parseModelName,
   readManifestText,
@@ -192,7 +192,13 @@ export async function migrateStore(opts: MigrateOptions = {}): Promise<MigrateRe
     }
     opts.onPlan?.(plan);
     const result: MigrateResult = { plan, migrated: [], failed: [] };
-    await migrateGroups(store, groups, opts, result);
+    // one hashing thread for every blob of the run (see writeHashed)
+    const hashing = new HashingThread();
+    try {
+      await migrateGroups(store, groups, opts, result, hashing);
+    } finally {
+      await hashing.close();
+    }
     return result;
   } finally {
     await release();
@@ -324,7 +330,7 @@ interface GroupRun {
  * stops its writes and removes what it wrote, and the first such error in group order is thrown
  * once every group started has settled.
  */
-async function migrateGroups(store: ModelStore, groups: readonly Group[], opts: MigrateOptions, result: MigrateResult): Promise<void> {
+async function migrateGroups(store: ModelStore, groups: readonly Group[], opts: MigrateOptions, result: MigrateResult, hashing: HashingThread): Promise<void> {
   const runs: GroupRun[] = [];
   for (const g of groups) {
     // its header parsed and planned while the group before writes: ready when the disk is
@@ -340,7 +346,7 @@ async function migrateGroups(store: ModelStore, groups: readonly Group[], opts: 
       await views.then((v) => v.close(), () => undefined);
       break;
     }
-    runs.push(startGroup(store, g, opts, result, last?.done, views));
+    runs.push(startGroup(store, g, opts, result, last?.done, views, hashing));
   }
   const outcomes = await Promise.allSettled(runs.map((r) => r.done));
   const failure = outcomes.find((o) => o.status === "rejected");
@@ -353,13 +359,13 @@ function groupViews(g: Group, opts: MigrateOptions): Promise<ModelViews> {
   return openViews(first.modelPath, { env: opts.env ?? process.env, projectors: first.projectors, ...(opts.profile ? { profile: opts.profile } : {}) });
 }
 
-function startGroup(store: ModelStore, g: Group, opts: MigrateOptions, result: MigrateResult, previous: Promise<void> | undefined, views: Promise<ModelViews>): GroupRun {
+function startGroup(store: ModelStore, g: Group, opts: MigrateOptions, result: MigrateResult, previous: Promise<void> | undefined, views: Promise<ModelViews>, hashing: HashingThread): GroupRun {
   const stop = new AbortController();
   // the group before ended the run: this one's writes stop (its error is the one reported)
   const previousOk = previous ? previous.then(() => true, () => (stop.abort(), false)) : Promise.resolve(true);
   let wrote!: (ok: boolean) => void;
   const written = new Promise<boolean>((resolve) => (wrote = resolve));
-  const run: GroupRun = { written, done: migrateGroup(store, g, opts, result, views, { signal: stop.signal, wrote, previousOk }), fatal: false };
+  const run: GroupRun = { written, done: migrateGroup(store, g, opts, result, views, { signal: stop.signal, wrote, previousOk, hashing }), fatal: false };
   run.done.then(
     () => wrote(false),
     () => {
@@ -377,6 +383,8 @@ interface GroupPipe {
   wrote: (ok: boolean) => void;
   /** Whether the group before finished without ending the run; awaited before this group's tail. */
   previousOk: Promise<boolean>;
+  /** The run's hashing thread. */
+  hashing: HashingThread;
 }
 
 async function migrateGroup(store: ModelStore, g: Group, opts: MigrateOptions, result: MigrateResult, opened: Promise<ModelViews>, pipe: GroupPipe): Promise<void> {
@@ -404,7 +412,7 @@ async function migrateGroup(store: ModelStore, g: Group, opts: MigrateOptions, r
       const write = (what: string, view: TranslatedView) => {
         let mark!: (ok: boolean) => void;
         bytesWritten.push(new Promise<boolean>((resolve) => (mark = resolve)));
-        const blob = addBlob(store.root, (p) => writeHashed(view, p, pipe.signal, () => mark(true)));
+        const blob = addBlob(store.root, (p) => writeHashed(view, p, pipe.hashing, pipe.signal, () => mark(true)));
         blob.then(() => mark(true), () => mark(false));
         return { what, size: view.size, blob };
       };
@@ -484,12 +492,14 @@ async function migrateGroup(store: ModelStore, g: Group, opts: MigrateOptions, r
 
 /**
  * Writes `view` to `path` as `translate` does (the same writer, kernel range copies) and returns
- * its sha256, hashed on the way (OutputHasher): the blob is never read back to learn its name.
+ * its sha256, hashed on the way (OutputHasher) on the run's one hashing thread, which hashes the
+ * text GGUF and the projector of a model (and the next model's first pieces) in the order their
+ * pieces come: the blob is never read back to learn its name.
  * The copier is always given, wrapped (one that declines when there is no kernel call), so no
  * byte reaches the file without passing the hasher; the size check catches one that did.
  */
-async function writeHashed(view: TranslatedView, path: string, signal: AbortSignal, onWritten: () => void): Promise<BlobHash> {
-  const hasher = new OutputHasher();
+async function writeHashed(view: TranslatedView, path: string, hashing: HashingThread, signal: AbortSignal, onWritten: () => void): Promise<BlobHash> {
+  const hasher = hashing.hasher();
   try {
     const kernel = kernelRangeCopier(nativeFileCopy()) ?? (async () => false);
     // checked before each kernel copy too: one run of tensors can be most of the file

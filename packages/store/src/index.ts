@@ -5,7 +5,7 @@ export { canonicalDigest, blobDigest, blobFileName } from "./digest";
 export { ModelStore, defaultModelsDir, isPathLike, parseManifest, readManifestText, type Manifest, type ManifestLayer, type ResolvedModel, type StoreOptions } from "./store";
 export { buildOllamaStore, type BuiltModel, type StoreLayer, type StoreModelSpec } from "./store-writer";
 export { addBlob, addBlobBytes, writeManifest, removeManifest, sweepStaging, hashFile, blobStaging, manifestStaging, fsyncDir, STAGING_DIR, type WrittenBlob } from "./store-write";
-export { OutputHasher, type BlobHash } from "./output-hash";
+export { HashingThread, OutputHasher, type BlobHash } from "./output-hash";
 export { blobPathIn, manifestPathIn, installBlob, writeBlobBytesChecked, writeModelManifest, copyModel, deleteModel, removeUnreferenced, receiveBlob, existingName } from "./store-write";
 export { RegistryClient, RegistryError, parseChallenge, type RegistryErrorCode, type RegistryOptions } from "./registry";
 export { fetchRefusesPort } from "./fetch-ports";

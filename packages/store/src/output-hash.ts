@@ -9,6 +9,10 @@
  * copy reaches `bytes` instead). The hashing runs on a worker thread: its reads of a range just
  * copied come from the page cache and overlap the kernel's copy of the next one (and the final
  * fsync) on the other core.
+ *
+ * One HashingThread serves many outputs (a migration's blobs, several at once): a worker's start
+ * costs ~90 ms of CPU and a heap of its own, and one per blob made ten of them for five models.
+ * The thread holds the process open only while some output is being hashed.
  */
 import { Worker } from "node:worker_threads";
 import type { RangeCopier } from "@compat/files";
@@ -18,62 +22,129 @@ export interface BlobHash {
   size: number;
 }
 
-/** Bytes posted but not yet hashed beyond which `bytes` makes the writer wait. */
+/** Bytes posted but not yet hashed beyond which `bytes` makes the writer wait (per output). */
 const MAX_PENDING = 64 << 20;
 
 // Plain CommonJS evaluated as the worker's source: no file of its own to locate after bundling.
+// Each message names its output (id); the outputs' pieces are hashed in the order they come,
+// through one read buffer.
 const WORKER_SOURCE = `
 const { parentPort } = require("node:worker_threads");
 const { createHash } = require("node:crypto");
 const { readSync } = require("node:fs");
-const hash = createHash("sha256");
-let size = 0;
-let failure;
+const outputs = new Map();
 let buf;
 parentPort.on("message", (m) => {
-  if (m.end) return parentPort.postMessage(failure !== undefined ? { error: failure } : { hex: hash.digest("hex"), size });
-  if (failure !== undefined) return m.bytes ? parentPort.postMessage({ hashed: m.bytes.length }) : undefined;
+  if (m.drop) return void outputs.delete(m.id);
+  let o = outputs.get(m.id);
+  if (o === undefined) outputs.set(m.id, (o = { hash: createHash("sha256"), size: 0, failure: undefined }));
+  if (m.end) {
+    outputs.delete(m.id);
+    return parentPort.postMessage(o.failure !== undefined ? { id: m.id, error: o.failure } : { id: m.id, hex: o.hash.digest("hex"), size: o.size });
+  }
+  if (o.failure !== undefined) return m.bytes ? parentPort.postMessage({ id: m.id, hashed: m.bytes.length }) : undefined;
   try {
     if (m.bytes) {
-      hash.update(m.bytes);
-      size += m.bytes.length;
-      return parentPort.postMessage({ hashed: m.bytes.length });
+      o.hash.update(m.bytes);
+      o.size += m.bytes.length;
+      return parentPort.postMessage({ id: m.id, hashed: m.bytes.length });
     }
     buf ??= Buffer.allocUnsafe(8 << 20);
     for (let done = 0; done < m.length; ) {
       const n = readSync(m.fd, buf, 0, Math.min(buf.length, m.length - done), m.offset + done);
       if (n === 0) throw new Error("the source ended at " + (m.offset + done) + " (" + (m.length - done) + " bytes of the range left)");
-      hash.update(n === buf.length ? buf : buf.subarray(0, n));
+      o.hash.update(n === buf.length ? buf : buf.subarray(0, n));
       done += n;
-      size += n;
+      o.size += n;
     }
   } catch (e) {
-    failure = String((e && e.message) || e);
+    o.failure = String((e && e.message) || e);
   }
 });
 `;
 
-/** sha256 of a writer's output from its pieces in output order, hashed on a worker thread. */
-export class OutputHasher {
+type Reply = { id: number; hashed?: number; hex?: string; size?: number; error?: string };
+
+/** A worker thread that hashes outputs for OutputHashers (`hasher()`); close() ends it. */
+export class HashingThread {
   private readonly worker = new Worker(WORKER_SOURCE, { eval: true });
-  private pending = 0;
-  private drained: Array<() => void> = [];
-  private readonly result: Promise<BlobHash>;
+  private readonly outputs = new Map<number, (m: Reply) => void>();
+  private nextId = 0;
+  private stopped: Error | undefined;
   private closed = false;
 
   constructor() {
-    this.result = new Promise<BlobHash>((resolve, reject) => {
-      this.worker.on("message", (m: { hashed?: number; hex?: string; size?: number; error?: string }) => {
-        if (m.hashed !== undefined) {
-          this.pending -= m.hashed;
-          if (this.pending <= MAX_PENDING / 2) for (const wake of this.drained.splice(0)) wake();
-        } else if (m.error !== undefined) reject(new Error(`hashing the output failed: ${m.error}`));
-        else resolve({ hex: m.hex!, size: m.size! });
-      });
-      this.worker.on("error", reject);
-      this.worker.on("exit", () => reject(new Error("the hashing worker stopped before the digest")));
-    });
+    this.worker.unref(); // ref'd while an output is open: an idle thread never keeps the process alive
+    this.worker.on("message", (m: Reply) => this.outputs.get(m.id)?.(m));
+    const stop = (e: Error) => {
+      this.stopped ??= e;
+      for (const [id, listener] of [...this.outputs]) listener({ id, error: this.stopped.message });
+    };
+    this.worker.on("error", stop);
+    this.worker.on("exit", () => stop(new Error("the hashing worker stopped before the digest")));
+  }
+
+  /** A hasher of one more output on this thread. */
+  hasher(): OutputHasher {
+    return new OutputHasher(this);
+  }
+
+  /** Stops the thread (idempotent); digests still pending reject. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.worker.terminate();
+  }
+
+  /** @internal An output's id, its replies given to `listener`. */
+  open(listener: (m: Reply) => void): number {
+    const id = this.nextId++;
+    this.outputs.set(id, listener);
+    this.worker.ref();
+    if (this.stopped !== undefined) queueMicrotask(() => listener({ id, error: this.stopped!.message }));
+    return id;
+  }
+
+  /** @internal */
+  post(m: Record<string, unknown>, transfer?: ArrayBuffer[]): void {
+    if (this.stopped === undefined) this.worker.postMessage(m, transfer);
+  }
+
+  /** @internal The output is done (digested or dropped): no more replies for it. */
+  release(id: number, drop: boolean): void {
+    if (!this.outputs.delete(id)) return;
+    if (drop) this.post({ id, drop: true });
+    if (this.outputs.size === 0) this.worker.unref();
+  }
+}
+
+/** sha256 of a writer's output from its pieces in output order, hashed on a worker thread (a HashingThread's, else its own). */
+export class OutputHasher {
+  private readonly thread: HashingThread;
+  private readonly owned: boolean;
+  private readonly id: number;
+  private pending = 0;
+  private drained: Array<() => void> = [];
+  private readonly result: Promise<BlobHash>;
+  private readonly settle: { resolve: (h: BlobHash) => void; reject: (e: Error) => void };
+  private closed = false;
+
+  constructor(thread?: HashingThread) {
+    this.owned = thread === undefined;
+    this.thread = thread ?? new HashingThread();
+    let settle!: { resolve: (h: BlobHash) => void; reject: (e: Error) => void };
+    this.result = new Promise<BlobHash>((resolve, reject) => (settle = { resolve, reject }));
+    this.settle = settle;
     this.result.catch(() => undefined); // observed by digest(); a writer that failed first never asks
+    this.id = this.thread.open((m) => {
+      if (m.hashed !== undefined) {
+        this.pending -= m.hashed;
+        if (this.pending <= MAX_PENDING / 2) this.wake();
+      } else if (m.error !== undefined) {
+        this.wake();
+        settle.reject(new Error(`hashing the output failed: ${m.error}`));
+      } else settle.resolve({ hex: m.hex!, size: m.size! });
+    });
   }
 
   /** The next `chunk` of output (copied: the writer may reuse it); resolves once the backlog allows more. */
@@ -81,13 +152,13 @@ export class OutputHasher {
     if (chunk.length === 0) return undefined;
     this.pending += chunk.length;
     const copy = new Uint8Array(chunk); // its own buffer (a Buffer's slice() would share the writer's), moved, not cloned again
-    this.worker.postMessage({ bytes: copy }, [copy.buffer]);
+    this.thread.post({ id: this.id, bytes: copy }, [copy.buffer as ArrayBuffer]);
     return this.pending > MAX_PENDING ? new Promise<void>((resolve) => this.drained.push(resolve)) : undefined;
   }
 
   /** The next `length` bytes of output are those of the open file `fd` from `offset` (which must stay open until digest()). */
   range(fd: number, offset: number, length: number): void {
-    if (length > 0) this.worker.postMessage({ fd, offset, length });
+    if (length > 0) this.thread.post({ id: this.id, fd, offset, length });
   }
 
   /** `inner`, with each range it copies hashed as the next piece of output. */
@@ -101,19 +172,27 @@ export class OutputHasher {
 
   /** The digest of everything told so far; the hasher is finished after. */
   async digest(): Promise<BlobHash> {
-    this.worker.postMessage({ end: true });
+    this.thread.post({ id: this.id, end: true });
     try {
       return await this.result;
     } finally {
-      await this.close();
+      this.closed = true; // the thread forgot this output when it answered
+      this.thread.release(this.id, false);
+      if (this.owned) await this.thread.close();
     }
   }
 
-  /** Stops the worker (idempotent); a pending digest() rejects. */
+  /** Lets the output go (idempotent): its state on the thread is dropped, a thread of its own stopped; a pending digest() rejects. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.wake();
+    this.settle.reject(new Error("the hasher was closed before the digest"));
+    this.thread.release(this.id, true);
+    if (this.owned) await this.thread.close();
+  }
+
+  private wake(): void {
     for (const wake of this.drained.splice(0)) wake();
-    await this.worker.terminate();
   }
 }

@@ -1,7 +1,9 @@
 // OutputHasher: the digest of a file's pieces, told in output order while it is written, equals
 // the sha256 of the file written, for random layouts of bytes and copied source ranges (with
-// copies the copier declines), and through @compat/gguf's writer as migrate drives it.
+// copies the copier declines), and through @compat/gguf's writer as migrate drives it; several
+// outputs written at once on one HashingThread (migrate's) each get the digest of their own file.
 import { createHash, randomBytes } from "node:crypto";
+import { execFileSync } from "node:child_process";
 import { closeSync, openSync, readSync, writeSync } from "node:fs";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -10,7 +12,7 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { writeFileAtomic, type RangeCopier } from "@compat/files";
 import { GgmlType, GgufModel, readGguf, writeGguf } from "@compat/gguf";
-import { hashFile, OutputHasher } from "../src/index";
+import { HashingThread, hashFile, OutputHasher } from "../src/index";
 
 let dir: string;
 let source: string;
@@ -132,5 +134,93 @@ describe("OutputHasher", () => {
     } finally {
       await read.close();
     }
+  });
+
+  it("hashes outputs written at once on one HashingThread, each as the file it makes", async () => {
+    const thread = new HashingThread();
+    const piece = fc.oneof(
+      fc.record({ kind: fc.constant("bytes" as const), bytes: fc.uint8Array({ minLength: 0, maxLength: 3000 }) }),
+      fc.record({ kind: fc.constant("range" as const), offset: fc.nat({ max: (2 << 20) - 1 }), length: fc.nat({ max: 1 << 20 }) }),
+    );
+    let run = 0;
+    try {
+      await fc.assert(
+        fc.asyncProperty(fc.array(fc.array(piece, { maxLength: 8 }), { minLength: 1, maxLength: 3 }), async (files) => {
+          const fd = openSync(source, "r");
+          const outs = files.map(() => join(dir, `shared-${run++}.bin`));
+          try {
+            // the writers interleave: each awaits a turn of the loop between its pieces
+            const digests = await Promise.all(
+              files.map(async (pieces, i) => {
+                const hasher = thread.hasher();
+                const copier = hasher.copier(jsCopier(() => false));
+                await writeFileAtomic(outs[i]!, async ({ write, copyRange }) => {
+                  for (const p of pieces) {
+                    await new Promise<void>((resolve) => setImmediate(resolve));
+                    if (p.kind === "range") expect(await copyRange(copier, fd, p.offset, p.length)).toBe(true);
+                    else {
+                      await hasher.bytes(p.bytes);
+                      await write(p.bytes);
+                    }
+                  }
+                });
+                return hasher.digest();
+              }),
+            );
+            for (const [i, out] of outs.entries()) {
+              const written = await readFile(out);
+              expect(digests[i]).toEqual({ hex: sha256(written), size: written.length });
+            }
+          } finally {
+            closeSync(fd);
+            for (const out of outs) await rm(out, { force: true });
+          }
+        }),
+        { numRuns: 25 },
+      );
+    } finally {
+      await thread.close();
+    }
+  });
+
+  it("keeps one output's failure or close to itself on a shared thread; a closed thread fails the digests it owes", async () => {
+    const thread = new HashingThread();
+    const fd = openSync(source, "r");
+    try {
+      const bad = thread.hasher();
+      const dropped = thread.hasher();
+      const good = thread.hasher();
+      bad.range(fd, sourceBytes.length - 10, 20);
+      dropped.range(fd, 0, 1000);
+      good.range(fd, 0, 1000);
+      await good.bytes(sourceBytes.subarray(5, 50));
+      const droppedDigest = dropped.digest().catch(() => undefined); // answered or refused, never left hanging
+      await dropped.close();
+      await expect(bad.digest()).rejects.toThrow(/source ended/);
+      expect(await good.digest()).toEqual({ hex: sha256(Buffer.concat([sourceBytes.subarray(0, 1000), sourceBytes.subarray(5, 50)])), size: 1045 });
+      await droppedDigest;
+      const pending = thread.hasher();
+      pending.range(fd, 0, 10);
+      await thread.close();
+      await expect(pending.digest()).rejects.toThrow(/stopped before the digest/);
+      await expect(thread.hasher().digest()).rejects.toThrow(/stopped before the digest/);
+    } finally {
+      await thread.close();
+      closeSync(fd);
+    }
+  });
+
+  it("never keeps the process alive once no output is open on it", async () => {
+    // a thread left unclosed: the process still ends after its last digest
+    const module = join(__dirname, "../src/output-hash.ts");
+    const script = `import { HashingThread } from ${JSON.stringify(module)};
+const t = new HashingThread();
+const h = t.hasher();
+h.bytes(new Uint8Array([1, 2, 3]));
+console.log((await h.digest()).hex);`;
+    const file = join(dir, "unclosed.mts");
+    await writeFile(file, script);
+    const out = execFileSync(process.execPath, ["--import", "tsx", file], { encoding: "utf8", timeout: 120_000 });
+    expect(out.trim()).toBe(sha256(new Uint8Array([1, 2, 3])));
   });
 });
