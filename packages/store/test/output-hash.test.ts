@@ -223,4 +223,31 @@ console.log((await h.digest()).hex);`;
     const out = execFileSync(process.execPath, ["--import", "tsx", file], { encoding: "utf8", timeout: 120_000 });
     expect(out.trim()).toBe(sha256(new Uint8Array([1, 2, 3])));
   });
+
+  it("hashes large written chunks carried in reused slabs, across outputs of one thread", async () => {
+    const thread = new HashingThread();
+    try {
+      await fc.assert(
+        fc.asyncProperty(fc.array(fc.array(fc.integer({ min: 1, max: 9 << 20 }), { minLength: 1, maxLength: 4 }), { minLength: 1, maxLength: 3 }), async (outputs) => {
+          const writerBuffer = new Uint8Array(9 << 20); // the writer refills one buffer, as @compat/gguf's does
+          for (const [o, sizes] of outputs.entries()) {
+            const hasher = thread.hasher();
+            const whole = createHash("sha256");
+            let size = 0;
+            for (const [i, n] of sizes.entries()) {
+              const chunk = writerBuffer.subarray(0, n).fill((o * 31 + i * 7 + 1) & 0xff);
+              chunk[n - 1] = i;
+              whole.update(chunk);
+              size += n;
+              await hasher.bytes(chunk);
+            }
+            expect(await hasher.digest()).toEqual({ hex: whole.digest("hex"), size });
+          }
+        }),
+        { numRuns: 8 },
+      );
+    } finally {
+      await thread.close();
+    }
+  });
 });
