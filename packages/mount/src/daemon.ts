@@ -1,18 +1,17 @@
 import { accessSync, constants, existsSync } from "node:fs";
-import { createRequire } from "node:module";
-import { delimiter, dirname, join } from "node:path";
+import { delimiter, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 /** The daemon's file name: built from native/mountd.c, shipped in prebuilds/<platform>-<arch>/. */
 const DAEMON_NAME = "ollama-compat-mountd";
 
-/** This package's folder (in a bundle that inlines it, the installed package's). */
+/**
+ * This package's folder (in a bundle that inlines it, the installed package's): every module of
+ * it (src/*.ts, dist/*.js) sits one folder below. Not a resolve of the package's own name, which
+ * loads Node's package-exports resolver: about 10 ms of serve --all's start for one folder name.
+ */
 function packageDir(): string {
-  try {
-    return dirname(createRequire(import.meta.url).resolve("@compat/mount/package.json"));
-  } catch {
-    return fileURLToPath(new URL("..", import.meta.url));
-  }
+  return fileURLToPath(new URL("..", import.meta.url));
 }
 
 /**

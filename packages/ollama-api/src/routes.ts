@@ -166,7 +166,8 @@ export class OllamaRoutes {
         context_length: config.numCtx,
       });
     }
-    models.sort((a, b) => b.expires_at.localeCompare(a.expires_at));
+    // ISO 8601 times of one format order as their code units do (localeCompare would load ICU collation data)
+    models.sort((a, b) => (a.expires_at < b.expires_at ? 1 : a.expires_at > b.expires_at ? -1 : 0));
     sendJson(res, 200, { models });
   }
 

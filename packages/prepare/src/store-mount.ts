@@ -11,7 +11,7 @@ import { FactsRecords, factsOf, preparedFromFacts, servedAsIs, type RecordedFact
 import { PrepareError } from "./errors";
 import { modelFiles, type ModelsLayout } from "./layout";
 import { preparedModel, servedViews, type ModelPreparer, type PreparedModel, type ServedViews } from "./preparer";
-import { blobDigest, displayName, ModelStore, type ResolvedModel, type StoreError } from "@compat/store";
+import { blobDigest, byName, displayName, ModelStore, type ResolvedModel, type StoreError } from "@compat/store";
 
 export interface StoreMountOptions {
   /** The mount point (created if missing; must be empty). */
@@ -786,7 +786,7 @@ export async function listStore(store: ModelStore, signal?: AbortSignal, known?:
     const e = resolved[k]!;
     resolvedBy.set(paths[i]!, { stamp: stamps[i]!, entry: e.model ? { model: e.model } : { error: e.error!.message, cause: e.error } });
   });
-  const listed = names.map((n, i) => ({ name: displayName(n), path: paths[i]! })).sort((a, b) => a.name.localeCompare(b.name));
+  const listed = names.map((n, i) => ({ name: displayName(n), path: paths[i]! })).sort(byName);
   return { names: listed, resolvedBy, blobsStamp, folders };
 }
 
