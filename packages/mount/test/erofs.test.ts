@@ -1,0 +1,213 @@
+import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import fc from "fast-check";
+import { afterAll, describe, expect, it } from "vitest";
+import { writeFileAtomic } from "@compat/files";
+import { findLlamaTools, generateFixtureFiles } from "@compat/testkit";
+import { EROFS_BLOCK, EROFS_CHUNK, EROFS_READ_AHEAD_KB, MountError, mountErofs, planView, writeErofsImage, type ErofsMount, type Extent, type FilePlan } from "@compat/mount";
+import { sha256, viewsOf } from "./helpers";
+
+const made: string[] = [];
+const mounts: ErofsMount[] = [];
+afterAll(async () => {
+  for (const m of mounts) await m.close().catch(() => undefined);
+  for (const d of made) await rm(d, { recursive: true, force: true });
+});
+async function tempDir(): Promise<string> {
+  const d = await mkdtemp(join(tmpdir(), "compat-erofs-"));
+  made.push(d);
+  return d;
+}
+
+/** A plan of `pieces` over the device files `devices` (their paths), as planView would make one. */
+function planOf(devices: string[], memory: Uint8Array, extents: Extent[]): FilePlan {
+  const size = extents.reduce((n, x) => n + x.length, 0);
+  return {
+    size,
+    mtimeNs: 1_700_000_000_123_456_789n,
+    memory,
+    sources: devices.map((path) => ({ path, dev: 0n, ino: 0n, size: 0, mtimeNs: 0n })),
+    sidecars: [],
+    extents,
+  };
+}
+
+/** The bytes a plan describes, built here from its pieces. */
+function expected(plan: FilePlan, devices: Buffer[]): Buffer {
+  return Buffer.concat(
+    plan.extents.map((x) =>
+      x.kind === "zero" ? Buffer.alloc(x.length) : x.kind === "memory" ? Buffer.from(plan.memory.subarray(x.offset, x.offset + x.length)) : x.kind === "source" ? devices[x.source]!.subarray(x.offset, x.offset + x.length) : Buffer.alloc(0),
+    ),
+  );
+}
+
+async function mountImage(files: { name: string; plan: FilePlan }[], dir: string): Promise<{ mount: ErofsMount; mapped: number; copied: number }> {
+  const image = await writeErofsImage(join(dir, "image.erofs"), files);
+  const mnt = join(dir, "mnt");
+  await mkdir(mnt, { recursive: true });
+  const mount = await mountErofs(join(dir, "image.erofs"), mnt, image.devices);
+  mounts.push(mount);
+  return { mount, mapped: image.mapped, copied: image.copied };
+}
+
+/** Whether this machine mounts EROFS images, found by mounting one (root, a kernel with file-backed EROFS). */
+const refused: string | undefined = await (async () => {
+  const dir = await tempDir();
+  const dev = join(dir, "dev");
+  await writeFile(dev, randomBytes(EROFS_CHUNK));
+  try {
+    const { mount } = await mountImage([{ name: "f", plan: planOf([dev], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: 0, length: EROFS_CHUNK }]) }], dir);
+    await mount.close();
+    return undefined;
+  } catch (e) {
+    if (e instanceof MountError && e.code === "EROFS_UNAVAILABLE") return e.message;
+    throw e;
+  }
+})();
+if (refused !== undefined) console.warn(`EROFS mount tests skipped: ${refused}`);
+
+describe("EROFS images of planned files", () => {
+  it("refuses what the format cannot name: more devices than device_id's 16 bits", async () => {
+    const n = 65_536;
+    const extents: Extent[] = Array.from({ length: n }, (_, i) => ({ kind: "source", at: i * EROFS_CHUNK, source: i, offset: 0, length: EROFS_CHUNK }));
+    const plan = planOf(Array.from({ length: n }, (_, i) => `/nonexistent/${i}`), new Uint8Array(), extents);
+    const dir = await tempDir();
+    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "f", plan }])).rejects.toMatchObject({ name: "MountError", code: "EROFS_UNSUPPORTED" });
+    expect(await readdir(dir)).toEqual([]);
+  });
+
+  it("refuses names it cannot hold, and a plan that does not tile its file", async () => {
+    const dir = await tempDir();
+    const plan = planOf([], new Uint8Array(4), [{ kind: "memory", at: 0, offset: 0, length: 4 }]);
+    for (const name of ["", "a//b", "..", "a/./b", "x".repeat(256)]) {
+      await expect(writeErofsImage(join(dir, "x.erofs"), [{ name, plan }]), name).rejects.toMatchObject({ code: "BAD_PLAN" });
+    }
+    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "a", plan }, { name: "a", plan }])).rejects.toMatchObject({ code: "BAD_PLAN" });
+    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "a", plan }, { name: "a/b", plan }])).rejects.toMatchObject({ code: "BAD_PLAN" });
+    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "a", plan: { ...plan, size: 5 } }])).rejects.toMatchObject({ code: "BAD_PLAN" });
+    expect(await readdir(dir)).toEqual([]);
+  });
+
+  it("points every chunk of a block-aligned range into its device, and copies the others", async () => {
+    const dir = await tempDir();
+    const dev = join(dir, "blob");
+    await writeFile(dev, Buffer.alloc(8 * EROFS_CHUNK + 3 * EROFS_BLOCK, 7));
+    // 4 chunks from a block boundary of the blob, then a header-sized memory piece shifts the rest off the blocks
+    const plan = planOf([dev], new Uint8Array(100), [
+      { kind: "source", at: 0, source: 0, offset: 3 * EROFS_BLOCK, length: 4 * EROFS_CHUNK },
+      { kind: "memory", at: 4 * EROFS_CHUNK, offset: 0, length: 100 },
+      { kind: "source", at: 4 * EROFS_CHUNK + 100, source: 0, offset: 0, length: 2 * EROFS_CHUNK },
+    ]);
+    const image = await writeErofsImage(join(dir, "x.erofs"), [{ name: "m/f", plan }]);
+    expect(image).toMatchObject({ devices: [dev], mapped: 4, copied: 3 });
+    expect((await stat(join(dir, "x.erofs"))).size).toBe(image.bytes);
+    expect(image.bytes).toBeLessThan(3 * EROFS_CHUNK + 8 * EROFS_BLOCK);
+  });
+});
+
+describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
+  it("a mounted file reads back as the concatenation of its pieces, its bdi's read-ahead raised", async () => {
+    const dir = await tempDir();
+    const devBytes = [randomBytes(5 * EROFS_CHUNK + 1234), randomBytes(3 * EROFS_CHUNK)];
+    const devPaths = devBytes.map((_, i) => join(dir, `dev${i}`));
+    for (const [i, b] of devBytes.entries()) await writeFile(devPaths[i]!, b);
+    const memory = randomBytes(EROFS_CHUNK);
+
+    // a piece: memory, zeros, or a range of a device; ranges are often block-congruent and chunk-long
+    const piece = fc.oneof(
+      { weight: 1, arbitrary: fc.record({ kind: fc.constant("memory" as const), offset: fc.nat(memory.length - 1), length: fc.integer({ min: 1, max: 70_000 }) }) },
+      { weight: 1, arbitrary: fc.record({ kind: fc.constant("zero" as const), length: fc.integer({ min: 1, max: 10_000 }) }) },
+      {
+        weight: 3,
+        arbitrary: fc.record({ kind: fc.constant("source" as const), source: fc.nat(1), aligned: fc.boolean(), start: fc.nat(), length: fc.oneof(fc.integer({ min: 1, max: 100_000 }), fc.integer({ min: EROFS_CHUNK, max: 3 * EROFS_CHUNK })) }),
+      },
+    );
+    const files = fc.array(fc.record({ name: fc.constantFrom("a", "b.gguf", "m/x.gguf", "m/y", "n/o/p"), pieces: fc.array(piece, { maxLength: 8 }) }), { minLength: 1, maxLength: 3 });
+
+    await fc.assert(
+      fc.asyncProperty(files, async (drawn) => {
+        const byName = new Map(drawn.map((f) => [f.name, f.pieces]));
+        // a name that is a file and a folder ("m" and "m/x") cannot be drawn: the names above never clash
+        const planned = [...byName].map(([name, pieces]) => {
+          const extents: Extent[] = [];
+          let at = 0;
+          for (const p of pieces) {
+            if (p.kind === "memory") {
+              const length = Math.min(p.length, memory.length - p.offset);
+              extents.push({ kind: "memory", at, offset: p.offset, length });
+              at += length;
+            } else if (p.kind === "zero") {
+              extents.push({ kind: "zero", at, length: p.length });
+              at += p.length;
+            } else {
+              const size = devBytes[p.source]!.length;
+              const length = Math.min(p.length, size);
+              // congruent: the device offset ≡ the file offset (mod the block), as translate's header padding makes them
+              let offset = p.start % (size - length + 1);
+              if (p.aligned) offset = Math.max(0, offset - (((offset - at) % EROFS_BLOCK) + EROFS_BLOCK) % EROFS_BLOCK);
+              extents.push({ kind: "source", at, source: p.source, offset, length });
+              at += length;
+            }
+          }
+          return { name, plan: planOf(devPaths, memory, extents) };
+        });
+        const run = await mkdtemp(join(dir, "run-"));
+        const { mount } = await mountImage(planned, run);
+        try {
+          for (const f of planned) expect((await readFile(join(mount.dir, f.name))).equals(expected(f.plan, devBytes)), f.name).toBe(true);
+          expect(mount.bdi).toMatch(/^erofs-\d+$/);
+          expect((await readFile(`/sys/class/bdi/${mount.bdi}/read_ahead_kb`, "utf8")).trim()).toBe(String(EROFS_READ_AHEAD_KB));
+        } finally {
+          mounts.splice(mounts.indexOf(mount), 1);
+          expect(await mount.close()).toBe("unmounted");
+        }
+        expect(await readdir(join(run, "mnt"))).toEqual([]);
+        await rm(run, { recursive: true });
+      }),
+      { numRuns: 12 },
+    );
+  });
+
+  it("real llama-server loads a translated gemma3 whose chunks point into the untouched blob", async () => {
+    const dir = await tempDir();
+    const src = await generateFixtureFiles("gemma3", { seed: 11, layout: "ollama" }, join(dir, "src"));
+    const { text } = await viewsOf(src.text);
+    const { plan, computed } = await planView(text!, { sidecarPath: (_t, i) => join(dir, "sidecars", `${i}.bin`) });
+    // EROFS serves fixed bytes: computed tensors exist before the image is built
+    await mkdir(join(dir, "sidecars"), { recursive: true });
+    for (const c of computed) await writeFileAtomic(c.path, await c.produce());
+    const blobHash = await sha256(src.text);
+    const { mount, mapped, copied } = await mountImage([{ name: "m/m.gguf", plan }], dir);
+    const model = join(mount.dir, "m/m.gguf");
+    // the mounted file is the translation, byte for byte
+    const copy = join(dir, "copy.gguf");
+    await text!.writeTo(copy);
+    expect(await sha256(model)).toBe(await sha256(copy));
+    expect(mapped + copied).toBe(Math.ceil(plan.size / EROFS_CHUNK));
+
+    const { server } = await findLlamaTools();
+    const child = spawn(server, ["--model", model, "--port", "0", "--host", "127.0.0.1", "--threads", "2", "--no-warmup", "-c", "512"], { stdio: ["ignore", "pipe", "pipe"] });
+    let log = "";
+    child.stdout.on("data", (d: Buffer) => (log += d));
+    child.stderr.on("data", (d: Buffer) => (log += d));
+    const exited = new Promise<void>((r) => child.once("exit", () => r()));
+    try {
+      let healthy = false;
+      for (let i = 0; i < 1200 && !healthy && child.exitCode === null; i++) {
+        const port = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log)?.[1];
+        if (port !== undefined) healthy = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.ok, () => false);
+        if (!healthy) await new Promise((r) => setTimeout(r, 250));
+      }
+      expect(healthy, log.slice(-2000)).toBe(true);
+    } finally {
+      child.kill("SIGKILL");
+      await exited;
+    }
+    mounts.splice(mounts.indexOf(mount), 1);
+    expect(await mount.close()).toBe("unmounted");
+    expect(await sha256(src.text)).toBe(blobHash);
+  });
+});
