@@ -85,6 +85,8 @@ interface DirNode {
   data?: Uint8Array;
 }
 
+const align = (n: number, a: number) => Math.ceil(n / a) * a;
+
 /** The devices of the planned files: each source and sidecar path once, in order of first use. */
 function deviceOf(devices: Map<string, number>, path: string): number {
   let k = devices.get(path);
@@ -95,10 +97,11 @@ function deviceOf(devices: Map<string, number>, path: string): number {
   return k;
 }
 
-/** The device path and offset of an extent that is a range of a file, else undefined. */
-function rangeOf(plan: FilePlan, x: Extent): { path: string; offset: number } | undefined {
-  if (x.kind === "source") return { path: plan.sources[x.source]!.path, offset: x.offset };
-  if (x.kind === "sidecar") return { path: plan.sidecars[x.sidecar]!.path, offset: x.offset };
+/** The device path, offset and size (as planned) of an extent that is a range of a file, else undefined. */
+function rangeOf(plan: FilePlan, x: Extent): { path: string; offset: number; size: number } | undefined {
+  if (x.kind === "source") return { path: plan.sources[x.source]!.path, offset: x.offset, size: plan.sources[x.source]!.size };
+  // a sidecar file may hold more after its bytes (its digest): its planned length is what is known to be there
+  if (x.kind === "sidecar") return { path: plan.sidecars[x.sidecar]!.path, offset: x.offset, size: plan.sidecars[x.sidecar]!.length };
   return undefined;
 }
 
@@ -122,7 +125,12 @@ function splitName(name: string): string[] {
   return parts;
 }
 
-/** Which chunks of a file point into a device: those wholly inside one range whose device offset is a block boundary. */
+/**
+ * Which chunks of a file point into a device: those wholly inside one range whose device offset
+ * is a block boundary, and whose last block is whole in the device. The kernel reads a mapped
+ * chunk's tail (a file's last chunk) in whole blocks; with `directio` a block that runs past
+ * the device's end is a short read, and the file's read fails with EIO.
+ */
 function chunksOf(file: ErofsFile, devices: Map<string, number>): FileNode["chunks"] {
   const { plan } = file;
   const chunks: FileNode["chunks"] = [];
@@ -134,7 +142,7 @@ function chunksOf(file: ErofsFile, devices: Map<string, number>): FileNode["chun
     const r = rangeOf(plan, x);
     // the chunk's file offset is a multiple of the block, so the device offset must be one too
     const off = r === undefined ? 0 : r.offset + (lo - x.at);
-    if (r !== undefined && x.at + x.length >= hi && off % EROFS_BLOCK === 0) {
+    if (r !== undefined && x.at + x.length >= hi && off % EROFS_BLOCK === 0 && off + align(hi - lo, EROFS_BLOCK) <= r.size) {
       const block = off / EROFS_BLOCK;
       if (block > U32) throw new MountError("EROFS_UNSUPPORTED", `${file.name}: a chunk at ${lo} reads ${r.path} at ${off}, past the 16 TiB a 32-bit block address reaches`, { file: file.name, source: r.path });
       chunks.push({ device: deviceOf(devices, r.path), block });
@@ -142,8 +150,6 @@ function chunksOf(file: ErofsFile, devices: Map<string, number>): FileNode["chun
   }
   return chunks;
 }
-
-const align = (n: number, a: number) => Math.ceil(n / a) * a;
 
 /** A directory's blocks: dirents sorted by name bytes, as many per block as fit. */
 function dirBlocks(entries: { name: Buffer; nid: number; type: number }[]): { data: Uint8Array; size: number } {

@@ -1,11 +1,12 @@
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, open, readFile, readdir, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, describe, expect, it } from "vitest";
 import { writeFileAtomic } from "@compat/files";
+import { GgmlType, readGguf, tensorByteSize, writeGguf } from "@compat/gguf";
 import { findLlamaTools, generateFixtureFiles } from "@compat/testkit";
 import { EROFS_BLOCK, EROFS_CHUNK, EROFS_READ_AHEAD_KB, MountError, mountErofs, planView, writeErofsImage, type ErofsMount, type Extent, type FilePlan } from "@compat/mount";
 import { sha256, viewsOf } from "./helpers";
@@ -22,14 +23,14 @@ async function tempDir(): Promise<string> {
   return d;
 }
 
-/** A plan of `pieces` over the device files `devices` (their paths), as planView would make one. */
-function planOf(devices: string[], memory: Uint8Array, extents: Extent[]): FilePlan {
+/** A plan of `extents` over the device files `devices` (path and size), as planView would make one. */
+function planOf(devices: { path: string; size: number }[], memory: Uint8Array, extents: Extent[]): FilePlan {
   const size = extents.reduce((n, x) => n + x.length, 0);
   return {
     size,
     mtimeNs: 1_700_000_000_123_456_789n,
     memory,
-    sources: devices.map((path) => ({ path, dev: 0n, ino: 0n, size: 0, mtimeNs: 0n })),
+    sources: devices.map(({ path, size }) => ({ path, dev: 0n, ino: 0n, size, mtimeNs: 0n })),
     sidecars: [],
     extents,
   };
@@ -53,13 +54,48 @@ async function mountImage(files: { name: string; plan: FilePlan }[], dir: string
   return { mount, mapped: image.mapped, copied: image.copied };
 }
 
+/**
+ * The gemma3 fixture (Ollama's layout) with feed-forward tensors of 4 MiB each, so that whole
+ * 2 MiB chunks of the translation are ranges of it: the toy fixture's tensors are a few KiB.
+ */
+async function wideGemma3(dir: string): Promise<string> {
+  const src = await generateFixtureFiles("gemma3", { seed: 11, layout: "ollama" }, join(dir, "src"));
+  const m = await readGguf(src.text);
+  const nEmbd = m.getNumber("gemma3.embedding_length");
+  const nFf = (4 * 1024 * 1024) / (2 * nEmbd);
+  m.setU32("gemma3.feed_forward_length", nFf);
+  let seed = 1;
+  for (const t of [...m.tensors]) {
+    const ffn = /\.ffn_(gate|up|down)\.weight$/.exec(t.name);
+    if (ffn === null) continue;
+    const shape = ffn[1] === "down" ? [nFf, nEmbd] : [nEmbd, nFf];
+    const bytes = new Uint8Array(tensorByteSize(GgmlType.F16, shape));
+    const halves = new Uint16Array(bytes.buffer);
+    // F16 values in [0, 1): exponent below 0x1f, never an Inf or a NaN
+    for (let i = 0; i < halves.length; i++) halves[i] = (seed = (seed * 1103515245 + 12345) >>> 0) & 0x3bff;
+    m.replaceTensor(t.name, { name: t.name, type: GgmlType.F16, shape, data: { kind: "bytes", bytes } });
+  }
+  const blob = join(dir, "blob.gguf");
+  try {
+    await writeGguf(m, blob);
+  } finally {
+    await m.close();
+  }
+  return blob;
+}
+
+/** Whether `dir` is a mount point now (/proc/self/mountinfo). */
+async function mounted(dir: string): Promise<boolean> {
+  return (await readFile("/proc/self/mountinfo", "utf8")).split("\n").some((l) => l.split(" ")[4] === dir);
+}
+
 /** Whether this machine mounts EROFS images, found by mounting one (root, a kernel with file-backed EROFS). */
 const refused: string | undefined = await (async () => {
   const dir = await tempDir();
   const dev = join(dir, "dev");
   await writeFile(dev, randomBytes(EROFS_CHUNK));
   try {
-    const { mount } = await mountImage([{ name: "f", plan: planOf([dev], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: 0, length: EROFS_CHUNK }]) }], dir);
+    const { mount } = await mountImage([{ name: "f", plan: planOf([{ path: dev, size: EROFS_CHUNK }], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: 0, length: EROFS_CHUNK }]) }], dir);
     await mount.close();
     return undefined;
   } catch (e) {
@@ -73,7 +109,7 @@ describe("EROFS images of planned files", () => {
   it("refuses what the format cannot name: more devices than device_id's 16 bits", async () => {
     const n = 65_536;
     const extents: Extent[] = Array.from({ length: n }, (_, i) => ({ kind: "source", at: i * EROFS_CHUNK, source: i, offset: 0, length: EROFS_CHUNK }));
-    const plan = planOf(Array.from({ length: n }, (_, i) => `/nonexistent/${i}`), new Uint8Array(), extents);
+    const plan = planOf(Array.from({ length: n }, (_, i) => ({ path: `/nonexistent/${i}`, size: EROFS_CHUNK })), new Uint8Array(), extents);
     const dir = await tempDir();
     await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "f", plan }])).rejects.toMatchObject({ name: "MountError", code: "EROFS_UNSUPPORTED" });
     expect(await readdir(dir)).toEqual([]);
@@ -94,15 +130,18 @@ describe("EROFS images of planned files", () => {
   it("points every chunk of a block-aligned range into its device, and copies the others", async () => {
     const dir = await tempDir();
     const dev = join(dir, "blob");
-    await writeFile(dev, Buffer.alloc(8 * EROFS_CHUNK + 3 * EROFS_BLOCK, 7));
+    const size = 8 * EROFS_CHUNK + 3 * EROFS_BLOCK + 100;
+    await writeFile(dev, Buffer.alloc(size, 7));
     // 4 chunks from a block boundary of the blob, then a header-sized memory piece shifts the rest off the blocks
-    const plan = planOf([dev], new Uint8Array(100), [
+    const plan = planOf([{ path: dev, size }], new Uint8Array(100), [
       { kind: "source", at: 0, source: 0, offset: 3 * EROFS_BLOCK, length: 4 * EROFS_CHUNK },
       { kind: "memory", at: 4 * EROFS_CHUNK, offset: 0, length: 100 },
       { kind: "source", at: 4 * EROFS_CHUNK + 100, source: 0, offset: 0, length: 2 * EROFS_CHUNK },
     ]);
-    const image = await writeErofsImage(join(dir, "x.erofs"), [{ name: "m/f", plan }]);
-    expect(image).toMatchObject({ devices: [dev], mapped: 4, copied: 3 });
+    // up to the blob's end, whose last block is partial: the tail chunk would be read past it, so it is copied
+    const tail = planOf([{ path: dev, size }], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: 6 * EROFS_CHUNK + 3 * EROFS_BLOCK, length: 2 * EROFS_CHUNK + 100 }]);
+    const image = await writeErofsImage(join(dir, "x.erofs"), [{ name: "m/f", plan }, { name: "t", plan: tail }]);
+    expect(image).toMatchObject({ devices: [dev], mapped: 6, copied: 4 });
     expect((await stat(join(dir, "x.erofs"))).size).toBe(image.bytes);
     expect(image.bytes).toBeLessThan(3 * EROFS_CHUNK + 8 * EROFS_BLOCK);
   });
@@ -112,8 +151,8 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
   it("a mounted file reads back as the concatenation of its pieces, its bdi's read-ahead raised", async () => {
     const dir = await tempDir();
     const devBytes = [randomBytes(5 * EROFS_CHUNK + 1234), randomBytes(3 * EROFS_CHUNK)];
-    const devPaths = devBytes.map((_, i) => join(dir, `dev${i}`));
-    for (const [i, b] of devBytes.entries()) await writeFile(devPaths[i]!, b);
+    const devs = devBytes.map((b, i) => ({ path: join(dir, `dev${i}`), size: b.length }));
+    for (const [i, b] of devBytes.entries()) await writeFile(devs[i]!.path, b);
     const memory = randomBytes(EROFS_CHUNK);
 
     // a piece: memory, zeros, or a range of a device; ranges are often block-congruent and chunk-long
@@ -122,7 +161,7 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
       { weight: 1, arbitrary: fc.record({ kind: fc.constant("zero" as const), length: fc.integer({ min: 1, max: 10_000 }) }) },
       {
         weight: 3,
-        arbitrary: fc.record({ kind: fc.constant("source" as const), source: fc.nat(1), aligned: fc.boolean(), start: fc.nat(), length: fc.oneof(fc.integer({ min: 1, max: 100_000 }), fc.integer({ min: EROFS_CHUNK, max: 3 * EROFS_CHUNK })) }),
+        arbitrary: fc.record({ kind: fc.constant("source" as const), source: fc.nat(1), aligned: fc.boolean(), toEnd: fc.boolean(), start: fc.nat(), length: fc.oneof(fc.integer({ min: 1, max: 100_000 }), fc.integer({ min: EROFS_CHUNK, max: 3 * EROFS_CHUNK })) }),
       },
     );
     const files = fc.array(fc.record({ name: fc.constantFrom("a", "b.gguf", "m/x.gguf", "m/y", "n/o/p"), pieces: fc.array(piece, { maxLength: 8 }) }), { minLength: 1, maxLength: 3 });
@@ -144,15 +183,19 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
               at += p.length;
             } else {
               const size = devBytes[p.source]!.length;
-              const length = Math.min(p.length, size);
-              // congruent: the device offset ≡ the file offset (mod the block), as translate's header padding makes them
-              let offset = p.start % (size - length + 1);
-              if (p.aligned) offset = Math.max(0, offset - (((offset - at) % EROFS_BLOCK) + EROFS_BLOCK) % EROFS_BLOCK);
+              let length = Math.min(p.length, size);
+              // toEnd: up to the device's last byte (dev0's last block is partial); aligned: the device
+              // offset ≡ the file offset (mod the block), as translate's header padding makes them
+              let offset = p.toEnd ? size - length : p.start % (size - length + 1);
+              const skew = (((offset - at) % EROFS_BLOCK) + EROFS_BLOCK) % EROFS_BLOCK;
+              if (p.aligned && p.toEnd) offset = Math.min(size - 1, offset + ((EROFS_BLOCK - skew) % EROFS_BLOCK));
+              else if (p.aligned) offset = Math.max(0, offset - skew);
+              if (p.toEnd) length = size - offset;
               extents.push({ kind: "source", at, source: p.source, offset, length });
               at += length;
             }
           }
-          return { name, plan: planOf(devPaths, memory, extents) };
+          return { name, plan: planOf(devs, memory, extents) };
         });
         const run = await mkdtemp(join(dir, "run-"));
         const { mount } = await mountImage(planned, run);
@@ -161,9 +204,9 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
           expect(mount.bdi).toMatch(/^erofs-\d+$/);
           expect((await readFile(`/sys/class/bdi/${mount.bdi}/read_ahead_kb`, "utf8")).trim()).toBe(String(EROFS_READ_AHEAD_KB));
         } finally {
-          mounts.splice(mounts.indexOf(mount), 1);
           expect(await mount.close()).toBe("unmounted");
         }
+        expect(await mounted(join(run, "mnt"))).toBe(false);
         expect(await readdir(join(run, "mnt"))).toEqual([]);
         await rm(run, { recursive: true });
       }),
@@ -171,15 +214,33 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
     );
   });
 
+  it("a mount still in use is detached, and goes when its last file is closed", async () => {
+    const dir = await tempDir();
+    const dev = join(dir, "dev");
+    await writeFile(dev, randomBytes(EROFS_CHUNK));
+    const { mount } = await mountImage([{ name: "f", plan: planOf([{ path: dev, size: EROFS_CHUNK }], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: 0, length: EROFS_CHUNK }]) }], dir);
+    const held = await open(join(mount.dir, "f"), "r");
+    try {
+      expect(await mount.close()).toBe("detached");
+      expect(await mounted(mount.dir)).toBe(false);
+      // the open file still reads: the kernel keeps the detached mount until it is closed
+      const { bytesRead } = await held.read(Buffer.alloc(16), 0, 16, 0);
+      expect(bytesRead).toBe(16);
+    } finally {
+      await held.close();
+    }
+  });
+
   it("real llama-server loads a translated gemma3 whose chunks point into the untouched blob", async () => {
     const dir = await tempDir();
-    const src = await generateFixtureFiles("gemma3", { seed: 11, layout: "ollama" }, join(dir, "src"));
-    const { text } = await viewsOf(src.text);
+    const blob = await wideGemma3(dir);
+    const { text, mmproj } = await viewsOf(blob);
+    await mmproj?.close();
     const { plan, computed } = await planView(text!, { sidecarPath: (_t, i) => join(dir, "sidecars", `${i}.bin`) });
     // EROFS serves fixed bytes: computed tensors exist before the image is built
     await mkdir(join(dir, "sidecars"), { recursive: true });
     for (const c of computed) await writeFileAtomic(c.path, await c.produce());
-    const blobHash = await sha256(src.text);
+    const blobHash = await sha256(blob);
     const { mount, mapped, copied } = await mountImage([{ name: "m/m.gguf", plan }], dir);
     const model = join(mount.dir, "m/m.gguf");
     // the mounted file is the translation, byte for byte
@@ -187,6 +248,8 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
     await text!.writeTo(copy);
     expect(await sha256(model)).toBe(await sha256(copy));
     expect(mapped + copied).toBe(Math.ceil(plan.size / EROFS_CHUNK));
+    // the feed-forward tensors are 24 MiB of the 24.1: all but the chunks at their seams point into the blob
+    expect(mapped).toBeGreaterThanOrEqual(6);
 
     const { server } = await findLlamaTools();
     const child = spawn(server, ["--model", model, "--port", "0", "--host", "127.0.0.1", "--threads", "2", "--no-warmup", "-c", "512"], { stdio: ["ignore", "pipe", "pipe"] });
@@ -206,8 +269,8 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
       child.kill("SIGKILL");
       await exited;
     }
-    mounts.splice(mounts.indexOf(mount), 1);
     expect(await mount.close()).toBe("unmounted");
-    expect(await sha256(src.text)).toBe(blobHash);
+    await text!.close();
+    expect(await sha256(blob)).toBe(blobHash);
   });
 });
