@@ -30,6 +30,12 @@
  * (a name switched by an interrupted run lends its new blobs to the others: migratedSources). Each model is
  * loaded by real llama-server before its manifest switches (the caller's `verify`).
  *
+ * Models are pipelined one deep (migrateGroups): the next model's files are written while the
+ * model before it finishes (its digest, facts, verification and manifest switch), so the disk
+ * does not idle between models. Disk: the free space checked first counts every model's new
+ * blobs, and the store never holds more, since nothing is deleted before `--prune`; the new
+ * blobs no manifest names yet are at most two models' (one finishing, the next being written).
+ *
  * Undo: the replaced manifest is kept, byte for byte, as a manifest of its own under
  * manifests/ (@compat/store's rollbackName: host `ollama-compat-undo.<host>`), so Ollama's startup prune
  * (PruneLayers deletes blobs no manifest references) keeps the old blobs. `undoMigration`
@@ -39,7 +45,7 @@
  * Crash safety (@compat/store's writes): new blobs get their `sha256-<hex>` name only when complete and
  * hashed; the rollback record is written before the manifest switches; every manifest is
  * replaced by one rename. So `kill -9` at any moment leaves every manifest naming complete blobs,
- * and a second run skips what is native already and redoes the model that was in progress.
+ * and a second run skips what is native already and redoes the models that were in progress.
  * One migration per store at a time (a lock in blobs/.ollama-compat-tmp).
  */
 import { constants as fsConstants } from "node:fs";
@@ -49,7 +55,7 @@ import { acquireLock, kernelRangeCopier, tempPathFor } from "@compat/files";
 import { readGguf } from "@compat/gguf";
 import { compatEnabled, type TranslatedView, type TranslationProfile } from "@compat/handlers";
 import { nativeFileCopy } from "@compat/tensor-ops";
-import { openViews } from "@compat/views";
+import { openViews, type ModelViews } from "@compat/views";
 import {
   addBlob,
   blobDigest,
@@ -186,7 +192,7 @@ export async function migrateStore(opts: MigrateOptions = {}): Promise<MigrateRe
     }
     opts.onPlan?.(plan);
     const result: MigrateResult = { plan, migrated: [], failed: [] };
-    for (const g of groups) await migrateGroup(store, g, opts, result);
+    await migrateGroups(store, groups, opts, result);
     return result;
   } finally {
     await release();
@@ -299,8 +305,81 @@ async function survey(opts: MigrateOptions, writing = false): Promise<{ plan: Mi
   return { plan, groups: [...groups.values()] };
 }
 
-async function migrateGroup(store: ModelStore, g: Group, opts: MigrateOptions, result: MigrateResult): Promise<void> {
-  const env = opts.env ?? process.env;
+/** A group under way: `written` settles once its files' bytes are written (true: every write succeeded), `done` once it has switched, failed or stopped. */
+interface GroupRun {
+  written: Promise<boolean>;
+  done: Promise<void>;
+  /** Set once `done` rejected: an error that ends the run. */
+  fatal: boolean;
+}
+
+/**
+ * The groups in order, pipelined one deep: a group's files are written while the group before
+ * it finishes (the digest of its last bytes, the facts of its new files, its verification, its
+ * manifest switch). That tail writes nothing big, and run one after the other it left the disk
+ * idle between models (~0.5 s a model: strace of five 256 MiB models). At most two groups are in
+ * flight: a group starts once the one before it has written its bytes and the one before that
+ * has finished; each group's tail waits for the tail before it, so manifests switch in order. An
+ * error that ends the run (a full disk, a failed write) ends it as before: the group after it
+ * stops its writes and removes what it wrote, and the first such error in group order is thrown
+ * once every group started has settled.
+ */
+async function migrateGroups(store: ModelStore, groups: readonly Group[], opts: MigrateOptions, result: MigrateResult): Promise<void> {
+  const runs: GroupRun[] = [];
+  for (const g of groups) {
+    // its header parsed and planned while the group before writes: ready when the disk is
+    const views = groupViews(g, opts);
+    views.catch(() => undefined); // its failure is the group's own, thrown once it starts
+    const last = runs.at(-1);
+    const beforeLast = runs.at(-2);
+    let go = !last || (await last.written);
+    if (go && beforeLast) await beforeLast.done.catch(() => undefined); // one group ahead at most
+    go &&= !runs.some((r) => r.fatal);
+    if (!go) {
+      // a write failed or an error ended the run: no group starts after it
+      await views.then((v) => v.close(), () => undefined);
+      break;
+    }
+    runs.push(startGroup(store, g, opts, result, last?.done, views));
+  }
+  const outcomes = await Promise.allSettled(runs.map((r) => r.done));
+  const failure = outcomes.find((o) => o.status === "rejected");
+  if (failure) throw failure.reason;
+}
+
+/** The views of a group's source (its first model's files). */
+function groupViews(g: Group, opts: MigrateOptions): Promise<ModelViews> {
+  const first = g.models[0]!.resolved;
+  return openViews(first.modelPath, { env: opts.env ?? process.env, projectors: first.projectors, ...(opts.profile ? { profile: opts.profile } : {}) });
+}
+
+function startGroup(store: ModelStore, g: Group, opts: MigrateOptions, result: MigrateResult, previous: Promise<void> | undefined, views: Promise<ModelViews>): GroupRun {
+  const stop = new AbortController();
+  // the group before ended the run: this one's writes stop (its error is the one reported)
+  const previousOk = previous ? previous.then(() => true, () => (stop.abort(), false)) : Promise.resolve(true);
+  let wrote!: (ok: boolean) => void;
+  const written = new Promise<boolean>((resolve) => (wrote = resolve));
+  const run: GroupRun = { written, done: migrateGroup(store, g, opts, result, views, { signal: stop.signal, wrote, previousOk }), fatal: false };
+  run.done.then(
+    () => wrote(false),
+    () => {
+      run.fatal = true;
+      wrote(false);
+    },
+  );
+  return run;
+}
+
+interface GroupPipe {
+  /** Stops this group's writes. */
+  signal: AbortSignal;
+  /** Told once this group's files are written (or failed): the next group may start writing. */
+  wrote: (ok: boolean) => void;
+  /** Whether the group before finished without ending the run; awaited before this group's tail. */
+  previousOk: Promise<boolean>;
+}
+
+async function migrateGroup(store: ModelStore, g: Group, opts: MigrateOptions, result: MigrateResult, opened: Promise<ModelViews>, pipe: GroupPipe): Promise<void> {
   const say = opts.onProgress ?? (() => undefined);
   const names = g.models.map((m) => displayName(m.n));
   const fail = (reason: string) => {
@@ -308,30 +387,52 @@ async function migrateGroup(store: ModelStore, g: Group, opts: MigrateOptions, r
     say(`${names.join(", ")}: left as it was: ${reason}`);
   };
   const first = g.models[0]!.resolved;
-  const views = await openViews(first.modelPath, { env, projectors: first.projectors, ...(opts.profile ? { profile: opts.profile } : {}) });
   const created: WrittenBlob[] = [];
   let switched = false;
   try {
-    const mm = views.mmproj?.kind === "view" ? views.mmproj.view : null;
-    if (g.done) say(`${names.join(", ")}: reusing the blobs a model of the same source was migrated to`);
-    else say(`${names.join(", ")}: writing ${[views.text ? `the text GGUF (${views.text.size} bytes)` : "", mm ? `the projector (${mm.size} bytes)` : ""].filter(Boolean).join(" and ")}`);
-    const reused = (l: ManifestLayer | undefined): WrittenBlob | undefined => (l ? { digest: l.digest, size: l.size, path: store.blobPath(l.digest), created: false } : undefined);
-    const write = (what: string, view: TranslatedView) =>
-      addBlob(store.root, (p) => writeHashed(view, p)).catch(async (e: unknown) => {
-        throw (await spaceError(e, store.root, view.size, `${what} of ${names.join(", ")} (${view.size} bytes, from ${first.modelDigest})`, result)) ?? e;
-      });
-    // The source's facts are read, and the two files written, at once: a model's time is its
-    // bytes on the disk, and one after the other the projector's computed tensors, each file's
-    // final flush and this header parse each left the disk idle in turn. Both writes are
-    // awaited before either's failure is thrown, so every blob made is known to the cleanup.
-    const beforeFacts = derivedFacts(first.modelPath, first.projectors);
-    beforeFacts.catch(() => undefined); // awaited below, unless a write fails first
-    const [textWrite, projectorWrite] = await Promise.allSettled([
-      views.text ? (reused(g.done?.model) ?? write("the text GGUF", views.text)) : undefined,
-      mm ? (reused(g.done?.projector) ?? write("the projector", mm)) : undefined,
-    ]);
-    for (const w of [textWrite, projectorWrite]) if (w.status === "fulfilled" && w.value?.created) created.push(w.value);
-    for (const w of [textWrite, projectorWrite]) if (w.status === "rejected") throw w.reason;
+    const views = await opened;
+    /** A layer's blob: written (what, size: for a failure's message) or reused. */
+    let jobs: Array<{ what: string; size: number; blob: Promise<WrittenBlob> } | WrittenBlob | undefined>;
+    let beforeFacts: Promise<Facts>;
+    let settled: Array<PromiseSettledResult<WrittenBlob | undefined>>;
+    try {
+      const mm = views.mmproj?.kind === "view" ? views.mmproj.view : null;
+      if (g.done) say(`${names.join(", ")}: reusing the blobs a model of the same source was migrated to`);
+      else say(`${names.join(", ")}: writing ${[views.text ? `the text GGUF (${views.text.size} bytes)` : "", mm ? `the projector (${mm.size} bytes)` : ""].filter(Boolean).join(" and ")}`);
+      const reused = (l: ManifestLayer | undefined): WrittenBlob | undefined => (l ? { digest: l.digest, size: l.size, path: store.blobPath(l.digest), created: false } : undefined);
+      const bytesWritten: Array<Promise<boolean>> = [];
+      const write = (what: string, view: TranslatedView) => {
+        let mark!: (ok: boolean) => void;
+        bytesWritten.push(new Promise<boolean>((resolve) => (mark = resolve)));
+        const blob = addBlob(store.root, (p) => writeHashed(view, p, pipe.signal, () => mark(true)));
+        blob.then(() => mark(true), () => mark(false));
+        return { what, size: view.size, blob };
+      };
+      // The source's facts are read, and the two files written, at once: a model's time is its
+      // bytes on the disk, and one after the other the projector's computed tensors, each file's
+      // final flush and this header parse each left the disk idle in turn. Both writes are
+      // awaited before either's failure is thrown, so every blob made is known to the cleanup.
+      beforeFacts = derivedFacts(first.modelPath, first.projectors);
+      beforeFacts.catch(() => undefined); // awaited below, unless a write fails first
+      jobs = [
+        views.text ? (reused(g.done?.model) ?? write("the text GGUF", views.text)) : undefined,
+        mm ? (reused(g.done?.projector) ?? write("the projector", mm)) : undefined,
+      ];
+      // every byte is written and fsynced, only the digest's last stretch is left: the next group may write
+      void Promise.all(bytesWritten).then((oks) => pipe.wrote(oks.every(Boolean)));
+      settled = await Promise.allSettled(jobs.map((j) => (j && "blob" in j ? j.blob : j)));
+    } finally {
+      await views.close();
+    }
+    const [textWrite, projectorWrite] = settled as [PromiseSettledResult<WrittenBlob | undefined>, PromiseSettledResult<WrittenBlob | undefined>];
+    for (const w of settled) if (w.status === "fulfilled" && w.value?.created) created.push(w.value);
+    // the group before switches (or fails) first; if that ended the run, this group only cleans up
+    if (!(await pipe.previousOk)) return;
+    for (const [i, w] of settled.entries()) {
+      const job = jobs[i];
+      if (w.status !== "rejected" || !job || !("blob" in job)) continue;
+      throw (await spaceError(w.reason, store.root, job.size, `${job.what} of ${names.join(", ")} (${job.size} bytes, from ${first.modelDigest})`, result)) ?? w.reason;
+    }
     const text = textWrite.status === "fulfilled" ? textWrite.value : undefined;
     const projector = projectorWrite.status === "fulfilled" ? projectorWrite.value : undefined;
 
@@ -376,7 +477,6 @@ async function migrateGroup(store: ModelStore, g: Group, opts: MigrateOptions, r
       say(`${name}: migrated (model ${text?.digest ?? "kept"}${projector ? `, projector ${projector.digest}` : ""})`);
     }
   } finally {
-    await views.close();
     // blobs no manifest took are not left behind (a failed verification, a disk full meanwhile)
     if (!switched) for (const b of created) await unlink(b.path).catch(() => undefined);
   }
@@ -388,11 +488,14 @@ async function migrateGroup(store: ModelStore, g: Group, opts: MigrateOptions, r
  * The copier is always given, wrapped (one that declines when there is no kernel call), so no
  * byte reaches the file without passing the hasher; the size check catches one that did.
  */
-async function writeHashed(view: TranslatedView, path: string): Promise<BlobHash> {
+async function writeHashed(view: TranslatedView, path: string, signal: AbortSignal, onWritten: () => void): Promise<BlobHash> {
   const hasher = new OutputHasher();
   try {
     const kernel = kernelRangeCopier(nativeFileCopy()) ?? (async () => false);
-    await view.writeTo(path, { copyRange: hasher.copier(kernel), tee: (chunk) => hasher.bytes(chunk) });
+    // checked before each kernel copy too: one run of tensors can be most of the file
+    const copyRange = hasher.copier(async (...a) => (signal.throwIfAborted(), kernel(...a)));
+    await view.writeTo(path, { signal, copyRange, tee: (chunk) => hasher.bytes(chunk) });
+    onWritten();
     const hash = await hasher.digest();
     if (hash.size !== view.size) throw new Error(`internal: hashed ${hash.size} bytes of a ${view.size}-byte output`);
     return hash;

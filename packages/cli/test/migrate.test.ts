@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { readGguf, writeGguf } from "@compat/gguf";
 import { buildOllamaStore } from "@compat/store";
-import { undoMigration } from "../src/migrate";
+import { migrateStore, undoMigration } from "../src/migrate";
 import { freePort } from "@compat/server-bridge";
 import { Prng, SMALL_SERVER_ARGS, findLlamaTools, generateFixtureFiles, runMtmdCli, type LlamaTools } from "@compat/testkit";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -88,6 +88,44 @@ async function checkStore(root: string): Promise<void> {
   for (const e of await readdir(join(root, "blobs"), { withFileTypes: true })) {
     if (!e.isDirectory()) expect(e.name).toMatch(/^sha256-[0-9a-f]{64}$/);
   }
+}
+
+/** Every sha256 blob in blobs/ is named by some manifest (a rollback record counts): nothing written was left behind. */
+async function expectNoOrphans(root: string): Promise<void> {
+  const referenced = new Set([...(await manifests(root)).values()].flatMap((t) => [layersOf(t).config, ...layersOf(t).layers].map((l) => l.digest.replace(":", "-"))));
+  expect((await readdir(join(root, "blobs"))).filter((b) => b.startsWith("sha256-") && !referenced.has(b))).toEqual([]);
+  expect((await readdir(join(root, "blobs", ".ollama-compat-tmp")).catch(() => [])).filter((e) => e.endsWith(".tmp"))).toEqual([]);
+}
+
+/** Resolves once `cond()` holds; a generous bound instead of hanging (a verdict on order, never on speed). */
+async function until(cond: () => boolean, what: string, ms = 300_000): Promise<void> {
+  for (const end = Date.now() + ms; !cond(); await sleep(20)) if (Date.now() > end) throw new Error(`still waiting for ${what}`);
+}
+
+/**
+ * A migration in this process whose verification of the first group holds until the next
+ * group has said it is writing (the pipeline: one group's files are written while the group
+ * before it finishes), then runs `meanwhile`; the progress lines are kept in `lines`.
+ */
+function pipelined(root: string, meanwhile: (first: string[]) => Promise<void>, onLine?: (line: string) => void) {
+  const lines: string[] = [];
+  let first: string[] | undefined;
+  const writingOther = () => lines.some((l) => / writing /.test(l) && !first!.some((n) => l.startsWith(`${n}:`) || l.includes(`, ${n}:`)));
+  const run = migrateStore({
+    root,
+    env: { ...process.env, OLLAMA_MODELS: root },
+    onProgress: (l) => {
+      lines.push(l);
+      onLine?.(l);
+    },
+    verify: async (pair) => {
+      if (first) return;
+      first = pair.names;
+      await until(writingOther, "the next model's writes while the one before it is verified");
+      await meanwhile(first);
+    },
+  });
+  return { run, lines, first: () => first! };
 }
 
 /** The model and projector layers of a migrated manifest: translate's outputs, everything else as before. */
@@ -328,7 +366,10 @@ describe("migrate", () => {
       const child = spawn(process.execPath, ["--import", tsx, bin, "migrate", "--all", "--no-verify"], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
       const ended = exited(child);
       const planned = new Promise<void>((resolve) => child.stdout!.on("data", (d: Buffer) => d.toString().startsWith("store ") && resolve()));
-      return { child, ended, planned: Promise.race([planned, ended]) };
+      // the progress lines so far: a model "writing" while the one before it finishes is the pipeline's overlap
+      let progress = "";
+      child.stderr!.on("data", (d: Buffer) => (progress += d.toString()));
+      return { child, ended, planned: Promise.race([planned, ended]), writing: () => progress.match(/: writing /g)?.length ?? 0 };
     };
     const first = start();
     await first.planned;
@@ -353,6 +394,16 @@ describe("migrate", () => {
       if (MODELS.every((m) => now.get(path(m)) !== before.get(path(m)))) await undoMigration({ root });
     }
     expect(interrupted).toBeGreaterThan(0);
+    // and aimed at the overlap: killed as the second, then the third model starts writing, while
+    // the model before it hashes its last bytes and switches its manifest
+    for (const k of [2, 3]) {
+      await undoMigration({ root }); // every model to write again
+      const run = start();
+      await until(() => run.writing() >= k || run.child.exitCode !== null, "a model writing");
+      run.child.kill("SIGKILL");
+      await run.ended;
+      await checkStore(root);
+    }
     const resumed = await cli(["migrate", "--all", "--no-verify"], env);
     expect(resumed.code, resumed.stderr).toBe(0);
     await checkStore(root);
@@ -361,6 +412,54 @@ describe("migrate", () => {
     const staged = await readdir(join(root, "blobs", ".ollama-compat-tmp")).catch(() => []);
     expect(staged.filter((e) => e.endsWith(".tmp"))).toEqual([]);
   }, 1_800_000);
+
+  it("pipelined: the next model's files are written while the one before is verified; meanwhile every manifest names complete blobs; a verification failing then leaves its model as it was, with no blob of it left, and the others migrate", async () => {
+    const root = await freshStore("store-pipe");
+    const before = await manifests(root);
+    const p = pipelined(root, async () => {
+      // what a kill -9 at this instant would leave: two models in flight, every name complete
+      await checkStore(root);
+      throw new Error("refused by the test");
+    });
+    const result = await p.run;
+    const first = p.first();
+    expect(result.failed).toEqual(first.map((name) => ({ name, reason: "llama-server did not serve the migrated files: refused by the test" })));
+    expect(result.migrated.map((m) => m.name).sort()).toEqual(MODELS.filter((m) => !first.includes(m)).sort());
+    const now = await manifests(root);
+    for (const name of MODELS) {
+      const rel = `registry.ollama.ai/library/${name.replace(":", "/")}`;
+      if (first.includes(name)) expect(now.get(rel)).toBe(before.get(rel));
+      else await expectMigrated(root, name, before.get(rel)!);
+    }
+    await checkStore(root);
+    await expectNoOrphans(root);
+  }, 300_000);
+
+  it("pipelined: an error that ends the run in one model's tail stops the next model's writes and removes what they wrote; the store stays whole and a second run finishes", async () => {
+    const root = await freshStore("store-pipe-fatal");
+    const before = await manifests(root);
+    let armed = false;
+    const p = pipelined(
+      root,
+      async () => void (armed = true),
+      (line) => {
+        // thrown where the first model's manifest has just switched, the next one's writes under way
+        if (armed && / migrated \(model /.test(line)) throw new Error("stopped by the test");
+      },
+    );
+    await expect(p.run).rejects.toThrow("stopped by the test");
+    const first = p.first();
+    const now = await manifests(root);
+    const rel = (name: string) => `registry.ollama.ai/library/${name.replace(":", "/")}`;
+    await expectMigrated(root, first[0]!, before.get(rel(first[0]!))!);
+    for (const name of MODELS.filter((m) => !first.includes(m))) expect(now.get(rel(name))).toBe(before.get(rel(name)));
+    await checkStore(root);
+    await expectNoOrphans(root);
+    const again = await cli(["migrate", "--all", "--no-verify"], { OLLAMA_MODELS: root });
+    expect(again.code, again.stderr).toBe(0);
+    for (const name of MODELS) await expectMigrated(root, name, before.get(rel(name))!);
+    await checkStore(root);
+  }, 300_000);
 
   it("audio (gemma4 with its conformer) and K-quant (gemma3 q4_k_m) models: the layers are translate's outputs; a failed verification switches nothing and leaves no new blob", async () => {
     const fx = join(dir, "fixtures");

@@ -130,10 +130,18 @@ export class FuseMount {
     // Its own process group: a terminal's ^C goes to the controller, which stops it in order.
     const child = spawn(support.daemon, args, { stdio: ["pipe", "pipe", "pipe"], detached: true, env: { ...process.env, ...env } });
     const sidecars = typeof opts.sidecars === "string" ? new SidecarStore(opts.sidecars) : opts.sidecars;
-    await sidecars.sweep();
     let ready!: (m: DaemonMessage | Error) => void;
     const readyP = new Promise<DaemonMessage | Error>((r) => (ready = r));
+    // the child's listeners before any await: a daemon that exits at once (its "close" emitted
+    // during the sweep) would otherwise never be seen, and the start would wait for it forever
     const mount = new FuseMount(point, child, sidecars, opts.onLog, ready);
+    try {
+      await sidecars.sweep();
+    } catch (e) {
+      child.kill("SIGKILL");
+      await mount.exited;
+      throw e;
+    }
     const timeoutMs = opts.startTimeoutMs ?? 15_000;
     let timer: NodeJS.Timeout | undefined;
     const first = await Promise.race([readyP, new Promise<"timeout">((r) => (timer = setTimeout(() => r("timeout"), timeoutMs)))]);

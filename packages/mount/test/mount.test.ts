@@ -1,10 +1,10 @@
 import { execFileSync, spawn } from "node:child_process";
-import { open, readdir, readlink, stat, writeFile, mkdir, rm, rename, truncate, unlink, copyFile, appendFile } from "node:fs/promises";
+import { open, readdir, readFile, readlink, stat, writeFile, mkdir, rm, rename, truncate, unlink, copyFile, appendFile } from "node:fs/promises";
 import { join } from "node:path";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { allFixtureVariants, generateFixtureFiles } from "@compat/testkit";
-import { FuseMount, fuseSupport, MountError, planView } from "@compat/mount";
+import { FuseMount, fuseSupport, MountError, planView, SidecarStore } from "@compat/mount";
 import { mountState } from "../src/mounts";
 import { addView, sha256, tempDirs, viewsOf } from "./helpers";
 
@@ -394,6 +394,35 @@ assert os.stat(p).st_mtime_ns == st.st_mtime_ns`;
     const refused = await FuseMount.mount(join(dir, "full"), { sidecars: join(dir, "s2") }).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(MountError);
     expect(refused).toMatchObject({ code: "BAD_MOUNTPOINT" });
+  });
+
+  it("fails with the daemon's last line, not a hang, when the daemon exits while the sidecar folder is swept", async () => {
+    const dir = await t.dir();
+    const marker = join(dir, "daemon-pid");
+    const daemon = join(dir, "exits-at-once");
+    await writeFile(daemon, `#!/bin/sh\necho "no fuse here" >&2\necho $$ > '${marker}'\nexit 1\n`, { mode: 0o755 });
+    // a sweep that ends only once the daemon is gone (reaped: its exit already emitted)
+    class SlowSweep extends SidecarStore {
+      override async sweep(): Promise<void> {
+        for (;;) {
+          const pid = Number((await readFile(marker, "utf8").catch(() => "")).trim());
+          if (pid > 0) {
+            try {
+              process.kill(pid, 0);
+            } catch {
+              break;
+            }
+          }
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        await new Promise((r) => setTimeout(r, 100));
+        return super.sweep();
+      }
+    }
+    const failed = await FuseMount.mount(join(dir, "mnt"), { sidecars: new SlowSweep(join(dir, "s")), env: { ...process.env, OLLAMA_COMPAT_MOUNTD: daemon } }).catch((e: unknown) => e);
+    expect(failed).toBeInstanceOf(MountError);
+    expect(failed).toMatchObject({ code: "MOUNT_FAILED" });
+    expect((failed as Error).message).toContain("no fuse here");
   });
 
   it("unmounts when its controller dies, however it dies", async () => {

@@ -14,6 +14,12 @@ export interface ModelPreparer {
   ready?(resolved: ResolvedModel): Promise<void>;
   /** Whether `path` is a file of a model whose ready() has not run yet (so it is not there yet: llama-server's router looks at projectors as it starts). */
   notYetPlanned?(path: string): boolean;
+  /**
+   * Resolves once every file handed out by prepare() is where it was said to be, or rejects with
+   * why it cannot be (a mount still starting when prepare() answered, that then failed). A
+   * caller may start llama-server before it settles, not report it ready. Absent: at once.
+   */
+  settled?(): Promise<void>;
 }
 
 /** A model's files as llama-server will read them, with the facts its arguments depend on. */

@@ -1,4 +1,4 @@
-import { rm } from "node:fs/promises";
+import { realpath, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { ownedTempDir } from "@compat/files";
 import { fuseSupport, MountError } from "@compat/mount";
@@ -6,7 +6,7 @@ import type { ResolvedModel } from "@compat/store";
 import { preparedModel, servedViews, type ModelPreparer, type PreparedModel } from "./preparer";
 import { compatEnabled } from "@compat/handlers";
 import { FactsRecords, factsOf, preparedFromFacts, servedAsIs } from "./model-facts";
-import { defaultFactsDir, StoreMount, type StoreMountOptions } from "./store-mount";
+import { defaultFactsDir, shownAt, StoreMount, type StoreMountOptions } from "./store-mount";
 
 export interface ServeMountOptions extends Omit<StoreMountOptions, "dir" | "factsDir"> {
   /** Where each model's facts are recorded, so a restart plans nothing up front (default defaultFactsDir(env)); null: record nothing, plan every model at start. */
@@ -27,6 +27,14 @@ export interface ServeMountOptions extends Omit<StoreMountOptions, "dir" | "fact
  */
 export class ServeMount implements ModelPreparer {
   private opening: Promise<{ mount: StoreMount; dir: string } | undefined> | undefined;
+  /** The mount point, known once its folder is made (before the daemon has mounted); undefined: no mount. */
+  private point: Promise<string | undefined> | undefined;
+  /** Files handed out from recorded facts before the mount was up: they are there only once it is (settled). */
+  private readonly early = new Set<string>();
+  /** Why the store could not be mounted, once that is known. */
+  private whyNot: string | undefined;
+  /** The mount's opening has ended (mounted, not mounted, or failed). */
+  private openEnded = false;
   private closed = false;
   private readonly records: FactsRecords | undefined;
   /** The mount once open (for the synchronous notYetPlanned). */
@@ -50,8 +58,8 @@ export class ServeMount implements ModelPreparer {
   }
 
   async prepare(resolved: ResolvedModel): Promise<PreparedModel> {
-    // a model the mount has planned already (its first scan plans every model of the store): no second parse
-    const shown = (await this.mounted())?.shown(resolved);
+    // a model the mount shows already (its first scan shows every model of the store): no second parse
+    const shown = this.current?.shown(resolved);
     if (shown !== undefined) {
       if (shown.asIs === undefined) return shown.prepared;
       const { mmproj: _mounted, ...prepared } = shown.prepared;
@@ -65,8 +73,18 @@ export class ServeMount implements ModelPreparer {
     }
     const env = this.opts.env ?? process.env;
     if (facts !== undefined) {
-      const opened = await (this.opening ??= this.open());
-      return (opened?.mount ?? this.opts.fallback).prepare(resolved);
+      // at the files the mount will show it as: the router can start while the daemon does
+      const opening = this.openOnce();
+      const point = await this.point;
+      // once the mount is open (or known not to be), prepare as it does
+      if (point === undefined || this.openEnded) {
+        const opened = await opening;
+        return (opened?.mount ?? this.opts.fallback).prepare(resolved);
+      }
+      const { prepared } = shownAt(point, this.opts.layout ?? "models-dir", resolved, facts);
+      this.early.add(prepared.modelPath);
+      if (prepared.mmproj !== undefined) this.early.add(prepared.mmproj);
+      return prepared;
     }
     const versions = this.records ? await FactsRecords.versions(resolved).catch(() => undefined) : undefined;
     const views = await servedViews(resolved, env, this.opts.profile ?? "native");
@@ -80,8 +98,18 @@ export class ServeMount implements ModelPreparer {
     } finally {
       await views.close();
     }
-    const opened = await (this.opening ??= this.open());
+    const opened = await this.openOnce();
     return (opened?.mount ?? this.opts.fallback).prepare(resolved);
+  }
+
+  /**
+   * Rejects when files were handed out at the mount's paths (from recorded facts, while the
+   * daemon was starting) and the store could not be mounted after all, or its first scan failed.
+   */
+  async settled(): Promise<void> {
+    if (this.early.size === 0) return;
+    const opened = await this.opening;
+    if (opened === undefined) throw new MountError("MOUNT_FAILED", `the store could not be mounted (${this.whyNot ?? "no reason given"}); serve with --no-mount to use the translation cache`);
   }
 
   /**
@@ -89,11 +117,12 @@ export class ServeMount implements ModelPreparer {
    * from its recorded facts when it is first used (a request waits for that, it does not fail).
    */
   async ready(resolved: ResolvedModel): Promise<void> {
+    await this.settled();
     await (await this.mounted())?.ready(resolved);
   }
 
   notYetPlanned(path: string): boolean {
-    return this.current?.notYetPlanned(path) ?? false;
+    return this.current?.notYetPlanned(path) ?? this.early.has(path);
   }
 
   /** Unmounts, if a model needed the mount (llama-server should be stopped first). */
@@ -105,24 +134,44 @@ export class ServeMount implements ModelPreparer {
     await rm(opened.dir, { recursive: true, force: true }).catch(() => undefined);
   }
 
-  private async open(): Promise<{ mount: StoreMount; dir: string } | undefined> {
+  /** The mount, opened at the first model that needs it (its mount point known as soon as its folder is made). */
+  private openOnce(): Promise<{ mount: StoreMount; dir: string } | undefined> {
+    if (this.opening === undefined) {
+      let placed!: (point: string | undefined) => void;
+      this.point = new Promise((r) => (placed = r));
+      this.opening = this.open(placed).finally(() => {
+        placed(undefined);
+        this.openEnded = true;
+      });
+      // awaited by whoever needs it (prepare, settled, close)
+      this.opening.catch(() => undefined);
+    }
+    return this.opening;
+  }
+
+  private async open(placed: (point: string) => void): Promise<{ mount: StoreMount; dir: string } | undefined> {
     if (this.closed) throw new MountError("MOUNT_FAILED", "the serve is stopping: not mounting the store");
     const { fallback: _fallback, onNoMount, factsDir: _factsDir, ...opts } = this.opts;
     const support = fuseSupport(opts.env);
     if (!support.usable) {
+      this.whyNot = support.reason;
       onNoMount?.(support.reason);
       return undefined;
     }
     // a folder of this process's own: one a SIGKILLed serve left behind goes with the next start
     const dir = await ownedTempDir("ollama-compat-mount-");
     try {
+      // the daemon mounts at this path as resolved (FuseMount: realpath), and shows models under it
+      const point = join(await realpath(dir), "models");
+      placed(point);
       // a daemon that dies is started again: the router's presets name paths in this folder
       const factsDir = this.records?.dir;
-      this.current = await StoreMount.open({ ...opts, dir: join(dir, "models"), restart: true, ...(factsDir !== undefined ? { factsDir } : {}) });
+      this.current = await StoreMount.open({ ...opts, dir: point, restart: true, ...(factsDir !== undefined ? { factsDir } : {}) });
       return { mount: this.current, dir };
     } catch (e) {
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);
       if (e instanceof MountError && (e.code === "MOUNT_FAILED" || e.code === "FUSE_UNAVAILABLE")) {
+        this.whyNot = e.message;
         onNoMount?.(e.message);
         return undefined;
       }

@@ -534,14 +534,13 @@ export class StoreMount implements ModelPreparer {
    */
   private shownFromFacts(resolved: ResolvedModel, facts: RecordedFacts): Shown {
     const name = resolved.name;
-    const files = modelFiles(servedName(resolved), this.layout, facts.mmproj !== "none");
-    const prepared = preparedFromFacts(resolved, facts, { modelPath: join(this.dir, files.model), mmproj: facts.mmproj !== "none" ? join(this.dir, files.mmproj) : undefined });
+    const { files, prepared } = shownAt(this.dir, this.layout, resolved, facts);
     const layer = resolved.projectors[0];
     const asIs = servedAsIs(facts) ? { model: resolved.modelPath, ...(facts.mmproj === "file" && layer !== undefined ? { mmproj: layer } : {}) } : undefined;
     let planning: Promise<void> | undefined;
     const entry: Shown = {
       name,
-      files: { model: files.model, ...(facts.mmproj !== "none" ? { mmproj: files.mmproj } : {}) },
+      files,
       prepared,
       ...(asIs ? { asIs } : {}),
       signature: signature(resolved),
@@ -768,6 +767,16 @@ async function stamp(path: string): Promise<string> {
 
 /** A model as the mount shows it, with what changes it: its version, the paths it added, and, while it is shown from its recorded facts only, the plan that mounts its files. */
 type Shown = MountedModel & { signature: string; paths: string[]; mmprojKind: RecordedFacts["mmproj"]; plan?: () => Promise<void> };
+
+/**
+ * Where a mount at `dir` shows a model from its recorded facts, and what llama-server is given
+ * for it: known before the mount is (ServeMount hands it out while the daemon starts).
+ */
+export function shownAt(dir: string, layout: ModelsLayout, resolved: ResolvedModel, facts: RecordedFacts): { files: { model: string; mmproj?: string }; prepared: PreparedModel } {
+  const files = modelFiles(servedName(resolved), layout, facts.mmproj !== "none");
+  const prepared = preparedFromFacts(resolved, facts, { modelPath: join(dir, files.model), mmproj: facts.mmproj !== "none" ? join(dir, files.mmproj) : undefined });
+  return { files: { model: files.model, ...(facts.mmproj !== "none" ? { mmproj: files.mmproj } : {}) }, prepared };
+}
 
 /** The served name of a model: its Ollama name, or a plain file's name without `.gguf`. */
 function servedName(m: ResolvedModel): string {

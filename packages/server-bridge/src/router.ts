@@ -116,10 +116,21 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterServe
   await writeFile(presetPath, ["version = 1", "", ...sections.map((s) => s + "\n")].join("\n"), { flag: "wx" });
   const args = ["--models-preset", presetPath];
   if (opts.modelsMax !== undefined) args.push("--models-max", String(opts.modelsMax));
+  // a mount still starting when it handed out its paths: the router starts meanwhile (it opens a
+  // model's files only when the model is loaded), and the start is not ready before the mount is
+  const settled = preparerFor(opts).settled?.() ?? Promise.resolve();
+  settled.catch(() => undefined);
   let server: RunningServer;
   try {
     server = await launch(args, opts, "llama-server (router)");
   } catch (e) {
+    if (!opts.keepPreset) await rm(dir, { recursive: true, force: true });
+    throw e;
+  }
+  try {
+    await settled;
+  } catch (e) {
+    await server.stop();
     if (!opts.keepPreset) await rm(dir, { recursive: true, force: true });
     throw e;
   }

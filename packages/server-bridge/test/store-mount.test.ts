@@ -310,4 +310,44 @@ describe("serving from the mount (real llama.cpp)", () => {
     const other = parsed.out.get("gemma3:4b")!;
     expect({ ...vision, modelPath: "", mmproj: "" }).toEqual({ ...other, modelPath: "", mmproj: "" });
   });
+
+  it("ServeMount: a model with recorded facts is handed out at the mount's paths before the daemon has mounted; a mount that then fails is the start's error, not a model that cannot be opened later", async () => {
+    const root = await fixtureStore([{ name: "gemma3:4b", arch: "gemma3", variant: "4b-vision" }]);
+    const store = new ModelStore(root);
+    const dir = await temp();
+    const cache = join(dir, "cache");
+    const make = (env: Record<string, string | undefined>) =>
+      new ServeMount({ store, env: { ...process.env, OLLAMA_COMPAT_CACHE: cache, ...env }, sidecarDir: join(dir, "sidecars"), rescanMs: 0, fallback: cachePreparer({ cache: new TranslationCache({ dir: cache }) }) });
+    // a first start parses the header and records the model's facts
+    const first = make({});
+    try {
+      await first.prepare(await store.resolve("gemma3:4b"));
+      await first.settled();
+    } finally {
+      await first.close();
+    }
+    // a daemon that exits at once: FUSE looks usable, the mount fails only when it is tried
+    const failing = join(dir, "failing-mountd");
+    await writeFile(failing, "#!/bin/sh\nexit 1\n", { mode: 0o755 });
+    const second = make({ OLLAMA_COMPAT_MOUNTD: failing });
+    try {
+      const prepared = await second.prepare(await store.resolve("gemma3:4b"));
+      expect(prepared.translated).toBe(true);
+      expect(prepared.modelPath).toMatch(/\/ollama-compat-mount-[^/]+\/models\//);
+      // the router may look at the projector before the model is planned: expected, not an error
+      expect(second.notYetPlanned(prepared.mmproj!)).toBe(true);
+      await expect(second.settled()).rejects.toMatchObject({ code: "MOUNT_FAILED" });
+      await expect(second.ready(await store.resolve("gemma3:4b"))).rejects.toMatchObject({ code: "MOUNT_FAILED" });
+    } finally {
+      await second.close();
+    }
+    // a router started on such paths (its preparation answers before the daemon can have exited):
+    // its start fails with the mount's error, the router stopped
+    const third = make({ OLLAMA_COMPAT_MOUNTD: failing });
+    try {
+      await expect(startRouter({ models: "all", store: root, mount: third, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS })).rejects.toMatchObject({ code: "MOUNT_FAILED" });
+    } finally {
+      await third.close();
+    }
+  });
 });
