@@ -21,7 +21,7 @@
 //   NUL-terminated (the first dirent's nameoff / 12 is the block's count), sorted by name bytes
 //   including "." and "..": lookup bisects them.
 // - feature_incompat: EROFS_FEATURE_INCOMPAT_CHUNKED_FILE (0x4) | EROFS_FEATURE_INCOMPAT_DEVICE_TABLE (0x8).
-import { open, type FileHandle } from "node:fs/promises";
+import { open, stat, type FileHandle } from "node:fs/promises";
 import { writeFileAtomic } from "@compat/files";
 import { MountError } from "./errors";
 import type { Extent, FilePlan } from "./plan";
@@ -193,7 +193,8 @@ function writeInode(buf: Buffer, at: number, o: { layout: number; mode: number; 
 
 /**
  * Writes an EROFS image of `files` to `path` atomically. Mount it with the returned `devices`
- * as its `device=` options, in order (mountErofs): each must be the file that was planned.
+ * as its `device=` options, in order (mountErofs), right away: each is checked here to be the
+ * file that was planned (REJECTED if not; BAD_SIDECAR for a sidecar not written yet).
  */
 export async function writeErofsImage(path: string, files: ErofsFile[]): Promise<ErofsImage> {
   const devices = new Map<string, number>();
@@ -221,6 +222,7 @@ export async function writeErofsImage(path: string, files: ErofsFile[]): Promise
     fileNodes.push(node);
   }
   if (devices.size > U16) throw new MountError("EROFS_UNSUPPORTED", `the files read ${devices.size} files; an EROFS image can name ${U16} devices`);
+  await checkDevices(fileNodes, devices);
 
   // Metadata: the root's inode first (root_nid is 16 bits), the device table, the other inodes.
   let at = SUPER_OFFSET + 128;
@@ -326,6 +328,34 @@ export async function writeErofsImage(path: string, files: ErofsFile[]): Promise
     return { devices: [...devices.keys()], mapped, copied, bytes };
   } finally {
     for (const h of handles.values()) await h.close().catch(() => undefined);
+  }
+}
+
+/**
+ * Each device is still the file that was planned: a source by (dev, inode, size, mtime) as
+ * planView saw it, a sidecar at least as long as planned. The kernel opens the devices by path
+ * when the image is mounted and keeps them open; a blob replaced (renamed over) later does not
+ * change what the mount reads, but one replaced between planning and mounting would.
+ */
+async function checkDevices(files: FileNode[], devices: Map<string, number>): Promise<void> {
+  const checked = new Set<string>();
+  for (const f of files) {
+    for (const src of f.plan.sources) {
+      if (!devices.has(src.path) || checked.has(src.path)) continue;
+      checked.add(src.path);
+      const st = await stat(src.path, { bigint: true }).catch(() => undefined);
+      if (st === undefined || st.dev !== src.dev || st.ino !== src.ino || Number(st.size) !== src.size || st.mtimeNs !== src.mtimeNs) {
+        throw new MountError("REJECTED", `${f.name}: ${src.path} is not the file that was planned any more (${st === undefined ? "gone" : "another inode, size or mtime"})`, { file: f.name, source: src.path });
+      }
+    }
+    for (const sc of f.plan.sidecars) {
+      if (!devices.has(sc.path) || checked.has(sc.path)) continue;
+      checked.add(sc.path);
+      const st = await stat(sc.path).catch(() => undefined);
+      if (st === undefined || st.size < sc.length) {
+        throw new MountError("BAD_SIDECAR", `${f.name}: sidecar ${sc.path} ${st === undefined ? "is missing" : `holds ${st.size} of its ${sc.length} bytes`}: computed tensors are written before the image is built`, { file: f.name, source: sc.path });
+      }
+    }
   }
 }
 

@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdir, mkdtemp, open, readFile, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, open, readFile, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
@@ -23,17 +23,16 @@ async function tempDir(): Promise<string> {
   return d;
 }
 
-/** A plan of `extents` over the device files `devices` (path and size), as planView would make one. */
-function planOf(devices: { path: string; size: number }[], memory: Uint8Array, extents: Extent[]): FilePlan {
+/** A plan of `extents` over the device files `devices`, as planView would make one (their identity as they are now). */
+async function planOf(devices: string[], memory: Uint8Array, extents: Extent[]): Promise<FilePlan> {
   const size = extents.reduce((n, x) => n + x.length, 0);
-  return {
-    size,
-    mtimeNs: 1_700_000_000_123_456_789n,
-    memory,
-    sources: devices.map(({ path, size }) => ({ path, dev: 0n, ino: 0n, size, mtimeNs: 0n })),
-    sidecars: [],
-    extents,
-  };
+  const sources = await Promise.all(
+    devices.map(async (path) => {
+      const st = await stat(path, { bigint: true }).catch(() => undefined);
+      return { path, dev: st?.dev ?? 0n, ino: st?.ino ?? 0n, size: Number(st?.size ?? 0n), mtimeNs: st?.mtimeNs ?? 0n };
+    }),
+  );
+  return { size, mtimeNs: 1_700_000_000_123_456_789n, memory, sources, sidecars: [], extents };
 }
 
 /** The bytes a plan describes, built here from its pieces. */
@@ -95,7 +94,7 @@ const refused: string | undefined = await (async () => {
   const dev = join(dir, "dev");
   await writeFile(dev, randomBytes(EROFS_CHUNK));
   try {
-    const { mount } = await mountImage([{ name: "f", plan: planOf([{ path: dev, size: EROFS_CHUNK }], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: 0, length: EROFS_CHUNK }]) }], dir);
+    const { mount } = await mountImage([{ name: "f", plan: await planOf([dev], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: 0, length: EROFS_CHUNK }]) }], dir);
     await mount.close();
     return undefined;
   } catch (e) {
@@ -109,7 +108,8 @@ describe("EROFS images of planned files", () => {
   it("refuses what the format cannot name: more devices than device_id's 16 bits", async () => {
     const n = 65_536;
     const extents: Extent[] = Array.from({ length: n }, (_, i) => ({ kind: "source", at: i * EROFS_CHUNK, source: i, offset: 0, length: EROFS_CHUNK }));
-    const plan = planOf(Array.from({ length: n }, (_, i) => ({ path: `/nonexistent/${i}`, size: EROFS_CHUNK })), new Uint8Array(), extents);
+    const sources = Array.from({ length: n }, (_, i) => ({ path: `/nonexistent/${i}`, dev: 0n, ino: 0n, size: EROFS_CHUNK, mtimeNs: 0n }));
+    const plan: FilePlan = { size: n * EROFS_CHUNK, mtimeNs: 0n, memory: new Uint8Array(), sources, sidecars: [], extents };
     const dir = await tempDir();
     await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "f", plan }])).rejects.toMatchObject({ name: "MountError", code: "EROFS_UNSUPPORTED" });
     expect(await readdir(dir)).toEqual([]);
@@ -117,7 +117,7 @@ describe("EROFS images of planned files", () => {
 
   it("refuses names it cannot hold, and a plan that does not tile its file", async () => {
     const dir = await tempDir();
-    const plan = planOf([], new Uint8Array(4), [{ kind: "memory", at: 0, offset: 0, length: 4 }]);
+    const plan = await planOf([], new Uint8Array(4), [{ kind: "memory", at: 0, offset: 0, length: 4 }]);
     for (const name of ["", "a//b", "..", "a/./b", "x".repeat(256)]) {
       await expect(writeErofsImage(join(dir, "x.erofs"), [{ name, plan }]), name).rejects.toMatchObject({ code: "BAD_PLAN" });
     }
@@ -127,19 +127,34 @@ describe("EROFS images of planned files", () => {
     expect(await readdir(dir)).toEqual([]);
   });
 
+  it("refuses a device that is not the planned file any more, and a sidecar not written yet", async () => {
+    const dir = await tempDir();
+    const dev = join(dir, "blob");
+    await writeFile(dev, Buffer.alloc(EROFS_CHUNK, 1));
+    const plan = await planOf([dev], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: 0, length: EROFS_CHUNK }]);
+    // replaced as Ollama replaces a blob: another file renamed over it
+    await writeFile(join(dir, "next"), Buffer.alloc(EROFS_CHUNK, 2));
+    await rename(join(dir, "next"), dev);
+    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "f", plan }])).rejects.toMatchObject({ code: "REJECTED" });
+    const sidecar: FilePlan = { ...plan, sources: [], sidecars: [{ path: join(dir, "sidecar"), length: EROFS_CHUNK }], extents: [{ kind: "sidecar", at: 0, sidecar: 0, offset: 0, length: EROFS_CHUNK }] };
+    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "f", plan: sidecar }])).rejects.toMatchObject({ code: "BAD_SIDECAR" });
+    await writeFile(join(dir, "sidecar"), Buffer.alloc(EROFS_CHUNK + 32, 3));
+    expect(await writeErofsImage(join(dir, "x.erofs"), [{ name: "f", plan: sidecar }])).toMatchObject({ devices: [join(dir, "sidecar")], mapped: 1, copied: 0 });
+  });
+
   it("points every chunk of a block-aligned range into its device, and copies the others", async () => {
     const dir = await tempDir();
     const dev = join(dir, "blob");
     const size = 8 * EROFS_CHUNK + 3 * EROFS_BLOCK + 100;
     await writeFile(dev, Buffer.alloc(size, 7));
     // 4 chunks from a block boundary of the blob, then a header-sized memory piece shifts the rest off the blocks
-    const plan = planOf([{ path: dev, size }], new Uint8Array(100), [
+    const plan = await planOf([dev], new Uint8Array(100), [
       { kind: "source", at: 0, source: 0, offset: 3 * EROFS_BLOCK, length: 4 * EROFS_CHUNK },
       { kind: "memory", at: 4 * EROFS_CHUNK, offset: 0, length: 100 },
       { kind: "source", at: 4 * EROFS_CHUNK + 100, source: 0, offset: 0, length: 2 * EROFS_CHUNK },
     ]);
     // up to the blob's end, whose last block is partial: the tail chunk would be read past it, so it is copied
-    const tail = planOf([{ path: dev, size }], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: 6 * EROFS_CHUNK + 3 * EROFS_BLOCK, length: 2 * EROFS_CHUNK + 100 }]);
+    const tail = await planOf([dev], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: 6 * EROFS_CHUNK + 3 * EROFS_BLOCK, length: 2 * EROFS_CHUNK + 100 }]);
     const image = await writeErofsImage(join(dir, "x.erofs"), [{ name: "m/f", plan }, { name: "t", plan: tail }]);
     expect(image).toMatchObject({ devices: [dev], mapped: 6, copied: 4 });
     expect((await stat(join(dir, "x.erofs"))).size).toBe(image.bytes);
@@ -151,8 +166,8 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
   it("a mounted file reads back as the concatenation of its pieces, its bdi's read-ahead raised", async () => {
     const dir = await tempDir();
     const devBytes = [randomBytes(5 * EROFS_CHUNK + 1234), randomBytes(3 * EROFS_CHUNK)];
-    const devs = devBytes.map((b, i) => ({ path: join(dir, `dev${i}`), size: b.length }));
-    for (const [i, b] of devBytes.entries()) await writeFile(devs[i]!.path, b);
+    const devs = devBytes.map((_, i) => join(dir, `dev${i}`));
+    for (const [i, b] of devBytes.entries()) await writeFile(devs[i]!, b);
     const memory = randomBytes(EROFS_CHUNK);
 
     // a piece: memory, zeros, or a range of a device; ranges are often block-congruent and chunk-long
@@ -170,7 +185,7 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
       fc.asyncProperty(files, async (drawn) => {
         const byName = new Map(drawn.map((f) => [f.name, f.pieces]));
         // a name that is a file and a folder ("m" and "m/x") cannot be drawn: the names above never clash
-        const planned = [...byName].map(([name, pieces]) => {
+        const planned = await Promise.all([...byName].map(async ([name, pieces]) => {
           const extents: Extent[] = [];
           let at = 0;
           for (const p of pieces) {
@@ -195,8 +210,8 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
               at += length;
             }
           }
-          return { name, plan: planOf(devs, memory, extents) };
-        });
+          return { name, plan: await planOf(devs, memory, extents) };
+        }));
         const run = await mkdtemp(join(dir, "run-"));
         const { mount } = await mountImage(planned, run);
         try {
@@ -218,7 +233,7 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
     const dir = await tempDir();
     const dev = join(dir, "dev");
     await writeFile(dev, randomBytes(EROFS_CHUNK));
-    const { mount } = await mountImage([{ name: "f", plan: planOf([{ path: dev, size: EROFS_CHUNK }], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: 0, length: EROFS_CHUNK }]) }], dir);
+    const { mount } = await mountImage([{ name: "f", plan: await planOf([dev], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: 0, length: EROFS_CHUNK }]) }], dir);
     const held = await open(join(mount.dir, "f"), "r");
     try {
       expect(await mount.close()).toBe("detached");
