@@ -1,5 +1,10 @@
 import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { accessSync, constants } from "node:fs";
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { daemonPath } from "./daemon";
+import { writeErofsImage } from "./erofs";
 import { MountError } from "./errors";
 
 /**
@@ -19,6 +24,11 @@ export function erofsSupport(env: Record<string, string | undefined> = process.e
   if (process.getuid?.() !== 0) return { usable: false, reason: "an EROFS mount needs root (the kernel has no EROFS mount in a user namespace)" };
   const daemon = daemonPath(env);
   if (daemon === undefined) return { usable: false, reason: "no ollama-compat-mountd (it makes the mount call)" };
+  try {
+    accessSync(daemon, constants.X_OK);
+  } catch {
+    return { usable: false, reason: `${daemon} is not executable` };
+  }
   return { usable: true, daemon };
 }
 
@@ -69,4 +79,41 @@ export async function mountErofs(image: string, dir: string, devices: readonly s
         return u.stdout.includes("detached") ? "detached" : "unmounted";
       })),
   };
+}
+
+/**
+ * Whether EROFS mounts work here, found by making one in a temp folder under `dir`: an image of a
+ * 4 KiB file that points into a device file beside it, mounted, read back and unmounted. Put
+ * `dir` on the blobs' file system: `directio` reads them with O_DIRECT, which not every file
+ * system takes. What erofsSupport cannot tell (a kernel without file-backed EROFS or without
+ * `directio`, a container without CAP_SYS_ADMIN) is a reason here.
+ */
+export async function probeErofs(dir: string, env: Record<string, string | undefined> = process.env): Promise<ErofsSupport> {
+  const support = erofsSupport(env);
+  if (!support.usable) return support;
+  const work = await mkdtemp(join(dir, ".erofs-probe-"));
+  try {
+    const device = join(work, "device");
+    const bytes = randomBytes(4096);
+    await writeFile(device, bytes);
+    const st = await stat(device, { bigint: true });
+    const plan = { size: bytes.length, mtimeNs: st.mtimeNs, memory: new Uint8Array(), sources: [{ path: device, dev: st.dev, ino: st.ino, size: bytes.length, mtimeNs: st.mtimeNs }], sidecars: [], extents: [{ kind: "source" as const, at: 0, source: 0, offset: 0, length: bytes.length }] };
+    const image = await writeErofsImage(join(work, "image"), [{ name: "probe", plan }]);
+    await mkdir(join(work, "mnt"));
+    let mount: ErofsMount;
+    try {
+      mount = await mountErofs(join(work, "image"), join(work, "mnt"), image.devices, { env });
+    } catch (e) {
+      return { usable: false, reason: e instanceof Error ? e.message : String(e) };
+    }
+    try {
+      const read = await readFile(join(work, "mnt", "probe")).catch((e: Error) => e);
+      if (!(read instanceof Buffer) || !read.equals(bytes)) return { usable: false, reason: `an EROFS mount here does not read back its device (${read instanceof Error ? read.message : "other bytes"})` };
+    } finally {
+      await mount.close();
+    }
+    return support;
+  } finally {
+    await rm(work, { recursive: true, force: true });
+  }
 }

@@ -8,7 +8,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { writeFileAtomic } from "@compat/files";
 import { GgmlType, readGguf, tensorByteSize, writeGguf } from "@compat/gguf";
 import { findLlamaTools, generateFixtureFiles } from "@compat/testkit";
-import { EROFS_BLOCK, EROFS_CHUNK, EROFS_READ_AHEAD_KB, MountError, mountErofs, planView, writeErofsImage, type ErofsMount, type Extent, type FilePlan } from "@compat/mount";
+import { EROFS_BLOCK, EROFS_CHUNK, EROFS_READ_AHEAD_KB, mountErofs, probeErofs, planView, writeErofsImage, type ErofsMount, type Extent, type FilePlan } from "@compat/mount";
 import { sha256, viewsOf } from "./helpers";
 
 const made: string[] = [];
@@ -88,20 +88,9 @@ async function mounted(dir: string): Promise<boolean> {
   return (await readFile("/proc/self/mountinfo", "utf8")).split("\n").some((l) => l.split(" ")[4] === dir);
 }
 
-/** Whether this machine mounts EROFS images, found by mounting one (root, a kernel with file-backed EROFS). */
-const refused: string | undefined = await (async () => {
-  const dir = await tempDir();
-  const dev = join(dir, "dev");
-  await writeFile(dev, randomBytes(EROFS_CHUNK));
-  try {
-    const { mount } = await mountImage([{ name: "f", plan: await planOf([dev], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: 0, length: EROFS_CHUNK }]) }], dir);
-    await mount.close();
-    return undefined;
-  } catch (e) {
-    if (e instanceof MountError && e.code === "EROFS_UNAVAILABLE") return e.message;
-    throw e;
-  }
-})();
+/** Whether this machine mounts EROFS images, found by mounting one (root, a kernel with file-backed EROFS and `directio`). */
+const probed = await probeErofs(await tempDir());
+const refused = probed.usable ? undefined : probed.reason;
 if (refused !== undefined) console.warn(`EROFS mount tests skipped: ${refused}`);
 
 describe("EROFS images of planned files", () => {
@@ -124,6 +113,13 @@ describe("EROFS images of planned files", () => {
     await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "a", plan }, { name: "a", plan }])).rejects.toMatchObject({ code: "BAD_PLAN" });
     await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "a", plan }, { name: "a/b", plan }])).rejects.toMatchObject({ code: "BAD_PLAN" });
     await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "a", plan: { ...plan, size: 5 } }])).rejects.toMatchObject({ code: "BAD_PLAN" });
+    expect(await readdir(dir)).toEqual([]);
+  });
+
+  it("says why EROFS cannot be used, without a mount daemon", async () => {
+    const dir = await tempDir();
+    const probe = await probeErofs(dir, { ...process.env, OLLAMA_COMPAT_MOUNTD: join(dir, "no-such-daemon") });
+    expect(probe).toMatchObject({ usable: false });
     expect(await readdir(dir)).toEqual([]);
   });
 
