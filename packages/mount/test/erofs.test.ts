@@ -225,6 +225,17 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
     );
   });
 
+  it("folders of several blocks list and look up every name (sorted by bytes, names before \".\" too)", async () => {
+    const dir = await tempDir();
+    const names = Array.from({ length: 600 }, (_, i) => `${["-", "+", "a", "Z", "é"][i % 5]}model-${String(i).padStart(4, "0")}.gguf`);
+    const files = await Promise.all(names.map(async (n, i) => ({ name: `many/${n}`, plan: await planOf([], Buffer.from(`file ${i}`), [{ kind: "memory", at: 0, offset: 0, length: Buffer.byteLength(`file ${i}`) }]) })));
+    const { mount } = await mountImage([...files, { name: "top", plan: files[0]!.plan }], dir);
+    expect((await readdir(mount.dir)).sort()).toEqual(["many", "top"]);
+    expect((await readdir(join(mount.dir, "many"))).sort()).toEqual([...names].sort());
+    for (const [i, n] of names.entries()) expect(await readFile(join(mount.dir, "many", n), "utf8")).toBe(`file ${i}`);
+    expect(await mount.close()).toBe("unmounted");
+  });
+
   it("a mount still in use is detached, and goes when its last file is closed", async () => {
     const dir = await tempDir();
     const dev = join(dir, "dev");
