@@ -1,4 +1,4 @@
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, open, readFile, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -83,6 +83,63 @@ async function wideGemma3(dir: string): Promise<string> {
   return blob;
 }
 
+/**
+ * Random files over two device files written in `dir` (dev0's last block partial): each a list of
+ * pieces, memory, zeros or a range of a device; ranges are often block-congruent and chunk-long.
+ */
+async function randomFiles(dir: string) {
+  const devBytes = [randomBytes(5 * EROFS_CHUNK + 1234), randomBytes(3 * EROFS_CHUNK)];
+  const devs = devBytes.map((_, i) => join(dir, `dev${i}`));
+  for (const [i, b] of devBytes.entries()) await writeFile(devs[i]!, b);
+  const memory = randomBytes(EROFS_CHUNK);
+  const piece = fc.oneof(
+    { weight: 1, arbitrary: fc.record({ kind: fc.constant("memory" as const), offset: fc.nat(memory.length - 1), length: fc.integer({ min: 1, max: 70_000 }) }) },
+    { weight: 1, arbitrary: fc.record({ kind: fc.constant("zero" as const), length: fc.integer({ min: 1, max: 10_000 }) }) },
+    {
+      weight: 3,
+      arbitrary: fc.record({ kind: fc.constant("source" as const), source: fc.nat(1), aligned: fc.boolean(), toEnd: fc.boolean(), start: fc.nat(), length: fc.oneof(fc.integer({ min: 1, max: 100_000 }), fc.integer({ min: EROFS_CHUNK, max: 3 * EROFS_CHUNK })) }),
+    },
+  );
+  // a name that is a file and a folder ("m" and "m/x") cannot be drawn: these never clash
+  const files = fc.array(fc.record({ name: fc.constantFrom("a", "b.gguf", "m/x.gguf", "m/y", "n/o/p"), pieces: fc.array(piece, { maxLength: 8 }) }), { minLength: 1, maxLength: 3 });
+  type Drawn = typeof files extends fc.Arbitrary<infer T> ? T : never;
+  const planned = (drawn: Drawn) =>
+    Promise.all(
+      [...new Map(drawn.map((f) => [f.name, f.pieces]))].map(async ([name, pieces]) => {
+        const extents: Extent[] = [];
+        let at = 0;
+        for (const p of pieces) {
+          if (p.kind === "memory") {
+            const length = Math.min(p.length, memory.length - p.offset);
+            extents.push({ kind: "memory", at, offset: p.offset, length });
+            at += length;
+          } else if (p.kind === "zero") {
+            extents.push({ kind: "zero", at, length: p.length });
+            at += p.length;
+          } else {
+            const size = devBytes[p.source]!.length;
+            let length = Math.min(p.length, size);
+            // toEnd: up to the device's last byte; aligned: the device offset ≡ the file offset
+            // (mod the block), as translate's header padding makes them
+            let offset = p.toEnd ? size - length : p.start % (size - length + 1);
+            const skew = (((offset - at) % EROFS_BLOCK) + EROFS_BLOCK) % EROFS_BLOCK;
+            if (p.aligned && p.toEnd) offset = Math.min(size - 1, offset + ((EROFS_BLOCK - skew) % EROFS_BLOCK));
+            else if (p.aligned) offset = Math.max(0, offset - skew);
+            if (p.toEnd) length = size - offset;
+            extents.push({ kind: "source", at, source: p.source, offset, length });
+            at += length;
+          }
+        }
+        return { name, plan: await planOf(devs, memory, extents) };
+      }),
+    );
+  return { devBytes, devs, files, planned };
+}
+
+/** erofs-utils' checker, a reader of the format that is not the kernel's, when it is installed. */
+const fsckErofs = spawnSync("fsck.erofs", ["--help"], { stdio: "ignore" }).error === undefined;
+if (!fsckErofs) console.warn("EROFS image check by fsck.erofs skipped: erofs-utils is not installed");
+
 /** Whether `dir` is a mount point now (/proc/self/mountinfo). */
 async function mounted(dir: string): Promise<boolean> {
   return (await readFile("/proc/self/mountinfo", "utf8")).split("\n").some((l) => l.split(" ")[4] === dir);
@@ -158,56 +215,35 @@ describe("EROFS images of planned files", () => {
   });
 });
 
+describe.skipIf(!fsckErofs)("EROFS images as erofs-utils reads them", () => {
+  it("fsck.erofs checks the image and extracts each file as the concatenation of its pieces", async () => {
+    const dir = await tempDir();
+    const { devBytes, devs, files, planned: planFiles } = await randomFiles(dir);
+    await fc.assert(
+      fc.asyncProperty(files, async (drawn) => {
+        const planned = await planFiles(drawn);
+        const run = await mkdtemp(join(dir, "run-"));
+        const image = await writeErofsImage(join(run, "image.erofs"), planned);
+        // erofs-utils numbers devices by the order of --device, as the mount does by device=
+        const r = spawnSync("fsck.erofs", [...image.devices.map((d) => `--device=${d}`), `--extract=${join(run, "out")}`, join(run, "image.erofs")], { encoding: "utf8" });
+        expect(r.status, r.stderr).toBe(0);
+        for (const f of planned) expect((await readFile(join(run, "out", f.name))).equals(expected(f.plan, devBytes)), f.name).toBe(true);
+        expect(image.devices.every((d) => devs.includes(d))).toBe(true);
+        await rm(run, { recursive: true });
+      }),
+      { numRuns: 25 },
+    );
+  });
+});
+
 describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
   it("a mounted file reads back as the concatenation of its pieces, its bdi's read-ahead raised", async () => {
     const dir = await tempDir();
-    const devBytes = [randomBytes(5 * EROFS_CHUNK + 1234), randomBytes(3 * EROFS_CHUNK)];
-    const devs = devBytes.map((_, i) => join(dir, `dev${i}`));
-    for (const [i, b] of devBytes.entries()) await writeFile(devs[i]!, b);
-    const memory = randomBytes(EROFS_CHUNK);
-
-    // a piece: memory, zeros, or a range of a device; ranges are often block-congruent and chunk-long
-    const piece = fc.oneof(
-      { weight: 1, arbitrary: fc.record({ kind: fc.constant("memory" as const), offset: fc.nat(memory.length - 1), length: fc.integer({ min: 1, max: 70_000 }) }) },
-      { weight: 1, arbitrary: fc.record({ kind: fc.constant("zero" as const), length: fc.integer({ min: 1, max: 10_000 }) }) },
-      {
-        weight: 3,
-        arbitrary: fc.record({ kind: fc.constant("source" as const), source: fc.nat(1), aligned: fc.boolean(), toEnd: fc.boolean(), start: fc.nat(), length: fc.oneof(fc.integer({ min: 1, max: 100_000 }), fc.integer({ min: EROFS_CHUNK, max: 3 * EROFS_CHUNK })) }),
-      },
-    );
-    const files = fc.array(fc.record({ name: fc.constantFrom("a", "b.gguf", "m/x.gguf", "m/y", "n/o/p"), pieces: fc.array(piece, { maxLength: 8 }) }), { minLength: 1, maxLength: 3 });
+    const { devBytes, files, planned: planFiles } = await randomFiles(dir);
 
     await fc.assert(
       fc.asyncProperty(files, async (drawn) => {
-        const byName = new Map(drawn.map((f) => [f.name, f.pieces]));
-        // a name that is a file and a folder ("m" and "m/x") cannot be drawn: the names above never clash
-        const planned = await Promise.all([...byName].map(async ([name, pieces]) => {
-          const extents: Extent[] = [];
-          let at = 0;
-          for (const p of pieces) {
-            if (p.kind === "memory") {
-              const length = Math.min(p.length, memory.length - p.offset);
-              extents.push({ kind: "memory", at, offset: p.offset, length });
-              at += length;
-            } else if (p.kind === "zero") {
-              extents.push({ kind: "zero", at, length: p.length });
-              at += p.length;
-            } else {
-              const size = devBytes[p.source]!.length;
-              let length = Math.min(p.length, size);
-              // toEnd: up to the device's last byte (dev0's last block is partial); aligned: the device
-              // offset ≡ the file offset (mod the block), as translate's header padding makes them
-              let offset = p.toEnd ? size - length : p.start % (size - length + 1);
-              const skew = (((offset - at) % EROFS_BLOCK) + EROFS_BLOCK) % EROFS_BLOCK;
-              if (p.aligned && p.toEnd) offset = Math.min(size - 1, offset + ((EROFS_BLOCK - skew) % EROFS_BLOCK));
-              else if (p.aligned) offset = Math.max(0, offset - skew);
-              if (p.toEnd) length = size - offset;
-              extents.push({ kind: "source", at, source: p.source, offset, length });
-              at += length;
-            }
-          }
-          return { name, plan: await planOf(devs, memory, extents) };
-        }));
+        const planned = await planFiles(drawn);
         const run = await mkdtemp(join(dir, "run-"));
         const { mount } = await mountImage(planned, run);
         try {
