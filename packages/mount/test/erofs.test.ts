@@ -245,8 +245,11 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
       fc.asyncProperty(files, async (drawn) => {
         const planned = await planFiles(drawn);
         const run = await mkdtemp(join(dir, "run-"));
+        const bdis = await readdir("/sys/class/bdi");
         const { mount } = await mountImage(planned, run);
         try {
+          // the mount's own bdi: it appeared with the mount, and goes with it
+          expect(bdis).not.toContain(mount.bdi);
           for (const f of planned) expect((await readFile(join(mount.dir, f.name))).equals(expected(f.plan, devBytes)), f.name).toBe(true);
           expect(mount.bdi).toMatch(/^erofs-\d+$/);
           expect((await readFile(`/sys/class/bdi/${mount.bdi}/read_ahead_kb`, "utf8")).trim()).toBe(String(EROFS_READ_AHEAD_KB));
@@ -254,6 +257,7 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
           expect(await mount.close()).toBe("unmounted");
         }
         expect(await mounted(join(run, "mnt"))).toBe(false);
+        expect(await readdir("/sys/class/bdi")).not.toContain(mount.bdi);
         expect(await readdir(join(run, "mnt"))).toEqual([]);
         await rm(run, { recursive: true });
       }),
