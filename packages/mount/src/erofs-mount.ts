@@ -2,7 +2,7 @@ import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { accessSync, constants } from "node:fs";
 import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { daemonPath } from "./daemon";
 import { writeErofsImage } from "./erofs";
 import { MountError } from "./errors";
@@ -59,7 +59,8 @@ export interface ErofsMount {
 export async function mountErofs(image: string, dir: string, devices: readonly string[], opts: { readAheadKb?: number; env?: Record<string, string | undefined> } = {}): Promise<ErofsMount> {
   const support = erofsSupport(opts.env);
   if (!support.usable) throw new MountError("EROFS_UNAVAILABLE", support.reason, { image, dir });
-  const r = await run(support.daemon, ["--erofs", image, dir, String(opts.readAheadKb ?? EROFS_READ_AHEAD_KB), ...devices]);
+  // absolute: the kernel opens each device= path when it mounts, and the mount table shows them
+  const r = await run(support.daemon, ["--erofs", resolve(image), resolve(dir), String(opts.readAheadKb ?? EROFS_READ_AHEAD_KB), ...devices.map((d) => resolve(d))]);
   if (r.code !== 0) {
     const line = r.stderr.trim().split("\n").pop() ?? "";
     const code = line.startsWith("EROFS_UNSUPPORTED") ? "EROFS_UNSUPPORTED" : "EROFS_UNAVAILABLE";
