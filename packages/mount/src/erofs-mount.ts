@@ -15,7 +15,7 @@ export const EROFS_READ_AHEAD_KB = 8192;
 
 /**
  * Whether an EROFS mount can be tried here, and if not, the one-line reason. Only the attempt
- * tells whether the kernel has file-backed EROFS with `directio` (6.12+): mountErofs says so.
+ * tells whether the kernel has file-backed EROFS with `directio`: mountErofs says so.
  */
 export type ErofsSupport = { usable: true; daemon: string } | { usable: false; reason: string };
 

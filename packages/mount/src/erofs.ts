@@ -5,7 +5,7 @@
 //
 // Why a kernel file system: FUSE caches 4 KiB pages only, so llama-server's mmap of a mounted model
 // takes 512 faults per 2 MiB where a copy on ext4 gets one PMD mapping. A file-backed EROFS mount
-// (Linux 6.12+, root) caches large folios (order 9 with the mount's read_ahead_kb raised); measured
+// (CONFIG_EROFS_FS_BACKED_BY_FILE, root; only 6.18 tested) caches large folios (order 9 with the mount's read_ahead_kb raised); measured
 // on 6.18: llama-server's cold start to /health through it at 0.90-0.98x of the copy's, 2.0x through FUSE.
 //
 // On-disk format facts (the kernel's fs/erofs/erofs_fs.h, field names as there), as written here:
