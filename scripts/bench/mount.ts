@@ -11,9 +11,9 @@ import { planView } from "@compat/mount";
 import { StoreMount } from "@compat/prepare";
 import { freePort } from "@compat/server-bridge";
 import { buildOllamaStore } from "@compat/store";
-import { GgmlType, GgufValueType, writeGguf, type GgufModel } from "@compat/gguf";
+import { GgufValueType, writeGguf, type GgufModel } from "@compat/gguf";
 import { findLlamaTools, generateFixture, generateFixtureFiles } from "@compat/testkit";
-import { writeVisionBlob } from "./files";
+import { writeLoadableVisionBlob, writeVisionBlob } from "./files";
 import { sidecarCheck } from "./sidecar-check";
 import { median } from "./race.mjs";
 
@@ -205,24 +205,6 @@ function residentBytes(files: string[]): number | undefined {
   }
 }
 
-/** A gemma3 vision model llama.cpp loads, about `mib` MiB, its bulk in the text FFN (read whole at load). */
-async function loadableGemma3(path: string, mib: number): Promise<void> {
-  const fx = generateFixture("gemma3", { seed: 1, layout: "ollama", variant: "4b-vision" });
-  const embd = fx.text.getNumber("gemma3.embedding_length");
-  const layers = fx.text.getNumber("gemma3.block_count");
-  const ff = Math.floor((mib * MiB) / (layers * 3 * embd * 2) / 256) * 256;
-  fx.text.set("gemma3.feed_forward_length", fx.text.get("gemma3.feed_forward_length")!.type, ff);
-  const bytes = ff * embd * 2;
-  const fill = { name: "<fill>", size: bytes, read: async (_o: number, n: number) => new Uint8Array(n).fill(0x11) };
-  for (let b = 0; b < layers; b++) {
-    for (const n of ["ffn_gate", "ffn_up", "ffn_down"]) {
-      const name = `blk.${b}.${n}.weight`;
-      fx.text.replaceTensor(name, { name, type: GgmlType.F16, shape: n === "ffn_down" ? [ff, embd] : [embd, ff], data: { kind: "range", source: fill, offset: 0, length: bytes } });
-    }
-  }
-  await writeGguf(fx.text, path);
-}
-
 /**
  * 2. Cold loads (caches dropped before each) through a fresh mount vs from a translated copy,
  * alternated: time to /health, page cache the load added (the mounted files and the blob vs the
@@ -233,7 +215,7 @@ async function coldLoads(ctx: MountBenchContext, work: string): Promise<void> {
   const { cli, row, ms } = ctx;
   const { server } = await findLlamaTools();
   const big = join(work, "gemma3-loadable.gguf");
-  await loadableGemma3(big, ctx.blobMiB);
+  await writeLoadableVisionBlob(big, ctx.blobMiB);
   const store = join(work, "store2");
   await buildOllamaStore(store, [{ name: "gemma3:4b", model: big }]);
   const copy = join(work, "copy.gguf");

@@ -1,6 +1,6 @@
 import { archKey, GgufError, type GgufModel } from "@compat/gguf";
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
-import type { ResolvedModel } from "@compat/store";
+import type { ResolvedModel, StoreError } from "@compat/store";
 import { openViews, projectorOf, type FileStatus, type Mmproj } from "@compat/views";
 
 /**
@@ -20,6 +20,8 @@ export interface ModelPreparer {
    * caller may start llama-server before it settles, not report it ready. Absent: at once.
    */
   settled?(): Promise<void>;
+  /** Every installed model, as ModelStore.list answers (a mount lists the store once for itself and the router); absent: the caller lists the store. */
+  list?(): Promise<Array<{ name: string; model?: ResolvedModel; error?: StoreError }>>;
 }
 
 /** A model's files as llama-server will read them, with the facts its arguments depend on. */

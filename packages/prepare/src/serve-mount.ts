@@ -2,11 +2,11 @@ import { realpath, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { ownedTempDir } from "@compat/files";
 import { fuseSupport, MountError } from "@compat/mount";
-import type { ResolvedModel } from "@compat/store";
+import { ModelStore, type ResolvedModel, type StoreError } from "@compat/store";
 import { preparedModel, servedViews, type ModelPreparer, type PreparedModel } from "./preparer";
 import { compatEnabled } from "@compat/handlers";
-import { FactsRecords, factsOf, preparedFromFacts, servedAsIs } from "./model-facts";
-import { defaultFactsDir, shownAt, StoreMount, type StoreMountOptions } from "./store-mount";
+import { FactsRecords, factsOf, preparedFromFacts, servedAsIs, type RecordedFacts } from "./model-facts";
+import { defaultFactsDir, listedModels, listStore, shownAt, StoreMount, type StoreListing, type StoreMountOptions } from "./store-mount";
 
 export interface ServeMountOptions extends Omit<StoreMountOptions, "dir" | "factsDir"> {
   /** Where each model's facts are recorded, so a restart plans nothing up front (default defaultFactsDir(env)); null: record nothing, plan every model at start. */
@@ -39,12 +39,43 @@ export class ServeMount implements ModelPreparer {
   private readonly records: FactsRecords | undefined;
   /** The mount once open (for the synchronous notYetPlanned). */
   private current: StoreMount | undefined;
+  private readonly store: ModelStore;
+  /** The store as list() found it: the mount's first scan when it opens, so the store is read once at start. */
+  private listing: Promise<StoreListing> | undefined;
+  /** The records found by list(), by the models it answered. */
+  private listedFacts: WeakMap<ResolvedModel, RecordedFacts> | undefined;
 
   constructor(private readonly opts: ServeMountOptions) {
     const env = opts.env ?? process.env;
     const dir = opts.factsDir === undefined ? defaultFactsDir(env) : opts.factsDir;
     // OLLAMA_LLAMA_CPP_COMPAT=0 serves every file as it is: no record of a translation applies
     this.records = dir === null || !compatEnabled(env) ? undefined : new FactsRecords(dir);
+    this.store = opts.store instanceof ModelStore ? opts.store : new ModelStore(opts.store, env);
+  }
+
+  /** Every installed model, as ModelStore.list answers; a mount opened after this starts from the same look at the store. */
+  async list(): Promise<Array<{ name: string; model?: ResolvedModel; error?: StoreError }>> {
+    const listing = listStore(this.store).then((l) => this.withFacts(l));
+    // a mount opening later starts from this listing only if it still is the last one
+    if (this.opening === undefined) this.listing = listing;
+    return listedModels(await listing);
+  }
+
+  /** The listing with each model's recorded facts, read all at once (prepare and the mount's first scan use them). */
+  private async withFacts(listing: StoreListing): Promise<StoreListing> {
+    const records = this.records;
+    if (records === undefined) return listing;
+    const facts = new WeakMap<ResolvedModel, RecordedFacts>();
+    const profile = this.opts.profile ?? "native";
+    await Promise.all(
+      [...listing.resolvedBy.values()].map(async ({ entry }) => {
+        if (!("model" in entry)) return;
+        const found = await records.read(entry.model, profile);
+        if (found !== undefined) facts.set(entry.model, found);
+      }),
+    );
+    this.listedFacts = facts;
+    return { ...listing, facts };
   }
 
   /** Whether a model needed translating (so the mount, or the fallback, was asked for). */
@@ -66,7 +97,7 @@ export class ServeMount implements ModelPreparer {
       return { ...prepared, modelPath: shown.asIs.model, ...(shown.asIs.mmproj !== undefined ? { mmproj: shown.asIs.mmproj } : {}) };
     }
     // recorded facts: a native model needs no parse, and one that needs translating is shown by the mount from its record
-    const facts = await this.records?.read(resolved, this.opts.profile ?? "native");
+    const facts = this.listedFacts?.get(resolved) ?? (await this.records?.read(resolved, this.opts.profile ?? "native"));
     if (facts !== undefined && servedAsIs(facts)) {
       const layer = resolved.projectors[0];
       return preparedFromFacts(resolved, facts, { modelPath: resolved.modelPath, mmproj: facts.mmproj === "file" ? layer : undefined });
@@ -166,7 +197,9 @@ export class ServeMount implements ModelPreparer {
       placed(point);
       // a daemon that dies is started again: the router's presets name paths in this folder
       const factsDir = this.records?.dir;
-      this.current = await StoreMount.open({ ...opts, dir: point, restart: true, ...(factsDir !== undefined ? { factsDir } : {}) });
+      const listed = this.listing;
+      this.listing = undefined;
+      this.current = await StoreMount.open({ ...opts, store: this.store, dir: point, restart: true, ...(factsDir !== undefined ? { factsDir } : {}), ...(listed !== undefined ? { listed } : {}) });
       return { mount: this.current, dir };
     } catch (e) {
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);

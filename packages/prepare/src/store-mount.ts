@@ -11,7 +11,7 @@ import { FactsRecords, factsOf, preparedFromFacts, servedAsIs, type RecordedFact
 import { PrepareError } from "./errors";
 import { modelFiles, type ModelsLayout } from "./layout";
 import { preparedModel, servedViews, type ModelPreparer, type PreparedModel, type ServedViews } from "./preparer";
-import { blobDigest, displayName, ModelStore, type ResolvedModel } from "@compat/store";
+import { blobDigest, displayName, ModelStore, type ResolvedModel, type StoreError } from "@compat/store";
 
 export interface StoreMountOptions {
   /** The mount point (created if missing; must be empty). */
@@ -59,6 +59,11 @@ export interface StoreMountOptions {
    * its files must be there when the mount is).
    */
   factsDir?: string;
+  /**
+   * The store as listStore listed it a moment ago (a serve's router lists it before the mount
+   * starts): the first scan works from it rather than reading the store again. Later rescans read it.
+   */
+  listed?: Promise<StoreListing>;
 }
 
 /** One model as the mount shows it. */
@@ -159,7 +164,7 @@ export class StoreMount implements ModelPreparer {
     try {
       // the store's scan and the models' recorded facts while the daemon starts and mounts:
       // neither needs the other, and the daemon's start is a process of its own
-      const first = sm.survey(sm.closing.signal);
+      const first = sm.survey(sm.closing.signal, opts.listed);
       first.catch(() => undefined);
       try {
         mount = await FuseMount.mount(opts.dir, { sidecars, env, allowOther: opts.allowOther, onLog: (l) => opts.onStatus?.(`mount: ${l}`) });
@@ -351,8 +356,9 @@ export class StoreMount implements ModelPreparer {
    * What a rescan works from: the store's models now and, for each one that will be added (new,
    * or changed since it was shown), its recorded facts, all read at once rather than model after model.
    */
-  private async survey(signal: AbortSignal): Promise<Survey> {
-    const wanted = await this.wanted(signal);
+  private async survey(signal: AbortSignal, listed?: Promise<StoreListing>): Promise<Survey> {
+    const wanted = await this.wanted(signal, listed);
+    const listing = listed !== undefined ? await listed : undefined;
     const facts = new Map<string, RecordedFacts | undefined>();
     const records = this.records;
     if (records !== undefined) {
@@ -360,7 +366,8 @@ export class StoreMount implements ModelPreparer {
       await Promise.all(
         [...wanted].map(async ([name, entry]) => {
           if ("error" in entry || this.mounted.get(name)?.signature === signature(entry.model)) return;
-          facts.set(name, await records.read(entry.model, profile));
+          // a record found when the store was listed (a record written since is read now)
+          facts.set(name, listing?.facts?.get(entry.model) ?? (await records.read(entry.model, profile)));
         }),
       );
     }
@@ -456,34 +463,14 @@ export class StoreMount implements ModelPreparer {
     this.watching = false;
   }
 
-  private async wanted(signal: AbortSignal): Promise<Map<string, Wanted>> {
+  private async wanted(signal: AbortSignal, listed?: Promise<StoreListing>): Promise<Map<string, Wanted>> {
     const out = new Map<string, Wanted>();
     if (this.opts.models === undefined || this.opts.models === "all") {
-      const { names, folders } = await this.store.scan();
-      this.lastFolders = folders;
-      // a manifest whose file is as it was resolves as it did, unless a blob came or went
-      const blobs = await stamp(join(this.store.root, "blobs"));
-      if (blobs !== this.blobsStamp) this.resolvedBy.clear();
-      this.blobsStamp = blobs;
-      const paths = names.map((n) => this.store.manifestPath(n));
-      const stamps = await Promise.all(paths.map((p) => stamp(p)));
-      const resolvedBy = new Map<string, { stamp: string; entry: Wanted }>();
-      const again: number[] = [];
-      for (let i = 0; i < names.length; i++) {
-        const known = this.resolvedBy.get(paths[i]!);
-        if (known !== undefined && known.stamp === stamps[i] && stamps[i] !== "") resolvedBy.set(paths[i]!, known);
-        else again.push(i);
-      }
-      const resolved = await this.store.resolveAll(
-        again.map((i) => names[i]!),
-        signal,
-      );
-      again.forEach((i, k) => {
-        const e = resolved[k]!;
-        resolvedBy.set(paths[i]!, { stamp: stamps[i]!, entry: e.model ? { model: e.model } : { error: e.error!.message, cause: e.error } });
-      });
-      this.resolvedBy = resolvedBy;
-      for (let i = 0; i < names.length; i++) out.set(displayName(names[i]!), resolvedBy.get(paths[i]!)!.entry);
+      const listing = await (listed ?? listStore(this.store, signal, { blobsStamp: this.blobsStamp, resolvedBy: this.resolvedBy }));
+      this.lastFolders = listing.folders;
+      this.blobsStamp = listing.blobsStamp;
+      this.resolvedBy = listing.resolvedBy;
+      for (const { name, path } of listing.names) out.set(name, listing.resolvedBy.get(path)!.entry);
       return out;
     }
     for (const ref of this.opts.models) {
@@ -758,6 +745,59 @@ type Wanted = { model: ResolvedModel } | { error: string; cause: unknown };
 
 /** A scan of the store, with the recorded facts of the models it will add (StoreMount.survey). */
 type Survey = { wanted: Map<string, Wanted>; facts: Map<string, RecordedFacts | undefined> };
+
+/**
+ * The store's models as one look at it found them: each manifest's path, version (stamp) and what
+ * it resolved to, the blobs folder's version, and the folders of manifests/ (what a watcher watches).
+ */
+export interface StoreListing {
+  /** Every model's name and manifest path, sorted by name (ModelStore.list's order). */
+  names: Array<{ name: string; path: string }>;
+  resolvedBy: Map<string, { stamp: string; entry: Wanted }>;
+  blobsStamp: string;
+  folders: string[];
+  /** The recorded facts found for its models when it was listed (ServeMount reads them once for itself and the mount). */
+  facts?: WeakMap<ResolvedModel, RecordedFacts>;
+}
+
+/**
+ * Lists the store as the mount's scans do. With `known` (the listing before), a manifest whose
+ * file is as it was resolves as it did, unless a blob came or went; each manifest's stamp is
+ * taken before it is read, so a change while listing is seen by the next listing.
+ */
+export async function listStore(store: ModelStore, signal?: AbortSignal, known?: Pick<StoreListing, "blobsStamp" | "resolvedBy">): Promise<StoreListing> {
+  const { names, folders } = await store.scan();
+  const blobsStamp = await stamp(join(store.root, "blobs"));
+  const before = known !== undefined && known.blobsStamp === blobsStamp ? known.resolvedBy : undefined;
+  const paths = names.map((n) => store.manifestPath(n));
+  const stamps = await Promise.all(paths.map((p) => stamp(p)));
+  const resolvedBy = new Map<string, { stamp: string; entry: Wanted }>();
+  const again: number[] = [];
+  for (let i = 0; i < names.length; i++) {
+    const was = before?.get(paths[i]!);
+    if (was !== undefined && was.stamp === stamps[i] && stamps[i] !== "") resolvedBy.set(paths[i]!, was);
+    else again.push(i);
+  }
+  const resolved = await store.resolveAll(
+    again.map((i) => names[i]!),
+    signal,
+  );
+  again.forEach((i, k) => {
+    const e = resolved[k]!;
+    resolvedBy.set(paths[i]!, { stamp: stamps[i]!, entry: e.model ? { model: e.model } : { error: e.error!.message, cause: e.error } });
+  });
+  const listed = names.map((n, i) => ({ name: displayName(n), path: paths[i]! })).sort((a, b) => a.name.localeCompare(b.name));
+  return { names: listed, resolvedBy, blobsStamp, folders };
+}
+
+/** What ModelStore.list answers, from a listing: each model, or its error. */
+export function listedModels(listing: StoreListing): Array<{ name: string; model?: ResolvedModel; error?: StoreError }> {
+  return listing.names.map(({ name, path }) => {
+    const entry = listing.resolvedBy.get(path)!.entry;
+    // a listing's errors are resolveAll's: StoreErrors
+    return "model" in entry ? { name, model: entry.model } : { name, error: entry.cause as StoreError };
+  });
+}
 
 /** A file's identity and version (inode, size, change and modification times); "" when it is not there. */
 async function stamp(path: string): Promise<string> {

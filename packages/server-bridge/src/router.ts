@@ -155,7 +155,8 @@ export async function prepareRouterModels(opts: Pick<StartRouterOptions, "models
     }
     return models;
   }
-  for (const e of await store.list()) {
+  // a mount that lists the store (ServeMount) starts its own first scan from this listing
+  for (const e of await (preparer.list?.() ?? store.list())) {
     if (e.error) {
       models.push({ name: e.name, error: e.error });
       continue;

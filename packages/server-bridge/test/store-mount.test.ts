@@ -311,6 +311,38 @@ describe("serving from the mount (real llama.cpp)", () => {
     expect({ ...vision, modelPath: "", mmproj: "" }).toEqual({ ...other, modelPath: "", mmproj: "" });
   });
 
+  it("ServeMount: the router's listing of the store is the mount's first scan (the store is read once at start); a model added later is shown by the next rescan", async () => {
+    const root = await fixtureStore([{ name: "gemma3:4b", arch: "gemma3", variant: "4b-vision" }]);
+    // the real store, counting its scans of manifests/
+    class CountedStore extends ModelStore {
+      scans = 0;
+      override scan(rollbacks?: boolean) {
+        this.scans++;
+        return super.scan(rollbacks);
+      }
+    }
+    const store = new CountedStore(root);
+    const dir = await temp();
+    const sm = new ServeMount({ store, env: { ...process.env, OLLAMA_COMPAT_CACHE: join(dir, "cache") }, sidecarDir: join(dir, "sidecars"), rescanMs: 0, fallback: cachePreparer({ cache: new TranslationCache({ dir: join(dir, "cache") }) }) });
+    try {
+      const listed = await sm.list();
+      expect(listed).toEqual(await new ModelStore(root).list());
+      const prepared = await sm.prepare(listed[0]!.model!);
+      await sm.settled();
+      const mount = (await sm.mounted())!;
+      expect(prepared.modelPath.startsWith(mount.dir + "/")).toBe(true);
+      expect(mount.models().map((m) => m.name)).toEqual(["gemma3:4b"]);
+      expect(store.scans).toBe(1);
+      const fx = await generateFixtureFiles("llama", { seed: 2, layout: "ollama" }, await temp());
+      await buildOllamaStore(root, [{ name: "llama3.2:1b", model: fx.text }]);
+      await mount.rescan();
+      expect(store.scans).toBe(2);
+      expect(mount.models().map((m) => m.name).sort()).toEqual(["gemma3:4b", "llama3.2:1b"]);
+    } finally {
+      await sm.close();
+    }
+  });
+
   it("ServeMount: a model with recorded facts is handed out at the mount's paths before the daemon has mounted; a mount that then fails is the start's error, not a model that cannot be opened later", async () => {
     const root = await fixtureStore([{ name: "gemma3:4b", arch: "gemma3", variant: "4b-vision" }]);
     const store = new ModelStore(root);
