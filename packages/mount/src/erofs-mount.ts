@@ -1,11 +1,13 @@
 import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { accessSync, constants } from "node:fs";
-import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
-import { join, resolve } from "node:path";
+import { mkdir, mkdtemp, readdir, readFile, realpath, rm, stat, writeFile } from "node:fs/promises";
+import { join, resolve, sep } from "node:path";
+import { processAlive } from "@compat/files";
 import { daemonPath } from "./daemon";
 import { writeErofsImage } from "./erofs";
 import { MountError } from "./errors";
+import { mountTable } from "./mounts";
 
 /**
  * read_ahead_kb for the mount's bdi: 8192, the value of this machine's disk (the probe's); with
@@ -117,4 +119,45 @@ export async function probeErofs(dir: string, env: Record<string, string | undef
   } finally {
     await rm(work, { recursive: true, force: true });
   }
+}
+
+/**
+ * A folder of its own under `root` for this process's EROFS mounts, `<pid>-<random>`: what
+ * sweepErofsMounts tells a killed process's mounts by (another live process's are left alone).
+ */
+export async function erofsMountFolder(root: string): Promise<string> {
+  await mkdir(root, { recursive: true });
+  const dir = join(await realpath(root), `${process.pid}-${randomBytes(4).toString("hex")}`);
+  await mkdir(dir);
+  return dir;
+}
+
+/**
+ * Unmounts the EROFS mounts a process that is gone left under `root` (in its erofsMountFolder:
+ * a killed process unmounts nothing, and its mounts hold their blobs open), detaching those
+ * still in use, and removes its folders. Resolves with the mount points it took down.
+ */
+export async function sweepErofsMounts(root: string, env: Record<string, string | undefined> = process.env): Promise<string[]> {
+  const base = await realpath(root).catch(() => undefined);
+  if (base === undefined) return [];
+  const ownerGone = (name: string) => {
+    const m = /^(\d+)-[0-9a-f]+$/.exec(name);
+    return m !== null && !processAlive(Number(m[1]));
+  };
+  const swept: string[] = [];
+  const support = erofsSupport(env);
+  // the latest mounts first: one stacked on another comes off before it
+  for (const m of mountTable().reverse()) {
+    if (m.fsType !== "erofs" || !m.point.startsWith(base + sep)) continue;
+    const owner = m.point.slice(base.length + 1).split(sep)[0]!;
+    if (!ownerGone(owner)) continue;
+    if (!support.usable) throw new MountError("EROFS_UNAVAILABLE", `${m.point}: a mount a gone process left, which only root can unmount: ${support.reason}`, { dir: m.point });
+    const u = await run(support.daemon, ["--erofs-umount", m.point]);
+    if (u.code !== 0) throw new MountError("MOUNT_FAILED", `${m.point}: ${u.stderr.trim() || `unmount exited with ${u.code}`}`, { dir: m.point });
+    swept.push(m.point);
+  }
+  for (const name of await readdir(base).catch(() => [] as string[])) {
+    if (ownerGone(name)) await rm(join(base, name), { recursive: true, force: true });
+  }
+  return swept;
 }

@@ -65,6 +65,8 @@ export interface ErofsImage {
   /** Chunks whose bytes are in the image. */
   copied: number;
   bytes: number;
+  /** The image at the path was this one already (writeErofsImage's `reuse`), and was kept. */
+  reused: boolean;
 }
 
 interface FileNode {
@@ -192,11 +194,29 @@ function writeInode(buf: Buffer, at: number, o: { layout: number; mode: number; 
 }
 
 /**
+ * How many chunks of `files` an image would point into their devices, and how many it would
+ * copy, without reading or writing anything: a file mostly copied is no better served by EROFS.
+ */
+export function erofsChunks(files: ErofsFile[]): { mapped: number; copied: number } {
+  const devices = new Map<string, number>();
+  let mapped = 0;
+  let copied = 0;
+  for (const f of files) {
+    checkPlan(f);
+    for (const c of chunksOf(f, devices)) c.device === 0 ? copied++ : mapped++;
+  }
+  return { mapped, copied };
+}
+
+/**
  * Writes an EROFS image of `files` to `path` atomically. Mount it with the returned `devices`
  * as its `device=` options, in order (mountErofs), right away: each is checked here to be the
- * file that was planned (REJECTED if not; BAD_SIDECAR for a sidecar not written yet).
+ * file that was planned (REJECTED if not; BAD_SIDECAR for a sidecar not written yet). With
+ * `reuse`, an image already at `path` whose size and metadata (superblock, device table, inodes,
+ * chunk indexes, folders) are the ones this would write is kept: it was written whole (atomically)
+ * from the same plan, and only its copied chunks, bytes of the same devices, are not compared.
  */
-export async function writeErofsImage(path: string, files: ErofsFile[]): Promise<ErofsImage> {
+export async function writeErofsImage(path: string, files: ErofsFile[], opts: { reuse?: boolean } = {}): Promise<ErofsImage> {
   const devices = new Map<string, number>();
   const root: DirNode = { kind: "dir", children: new Map(), nid: 0, parent: 0, block: 0, size: 0 };
   const dirs: DirNode[] = [root];
@@ -309,9 +329,11 @@ export async function writeErofsImage(path: string, files: ErofsFile[]): Promise
     }
   }
 
+  const bytes = block * EROFS_BLOCK;
+  if (opts.reuse && (await sameMetadata(path, Buffer.concat([meta, ...dirs.map((d) => d.data!)]), bytes))) return { devices: [...devices.keys()], mapped, copied, bytes, reused: true };
   const handles = new Map<string, FileHandle>();
   try {
-    const bytes = await writeFileAtomic(path, async (out) => {
+    const written = await writeFileAtomic(path, async (out) => {
       await out.write(meta);
       for (const d of dirs) await out.write(d.data!);
       for (const f of fileNodes) {
@@ -325,7 +347,7 @@ export async function writeErofsImage(path: string, files: ErofsFile[]): Promise
         }
       }
     });
-    return { devices: [...devices.keys()], mapped, copied, bytes };
+    return { devices: [...devices.keys()], mapped, copied, bytes: written, reused: false };
   } finally {
     for (const h of handles.values()) await h.close().catch(() => undefined);
   }
@@ -356,6 +378,20 @@ async function checkDevices(files: FileNode[], devices: Map<string, number>): Pr
         throw new MountError("BAD_SIDECAR", `${f.name}: sidecar ${sc.path} ${st === undefined ? "is missing" : `holds ${st.size} of its ${sc.length} bytes`}: computed tensors are written before the image is built`, { file: f.name, source: sc.path });
       }
     }
+  }
+}
+
+/** Whether the file at `path` has `bytes` bytes and begins with `meta`. */
+async function sameMetadata(path: string, meta: Buffer, bytes: number): Promise<boolean> {
+  const st = await stat(path).catch(() => undefined);
+  if (st === undefined || st.size !== bytes) return false;
+  const h = await open(path, "r");
+  try {
+    const head = Buffer.alloc(meta.length);
+    const { bytesRead } = await h.read(head, 0, head.length, 0);
+    return bytesRead === head.length && head.equals(meta);
+  } finally {
+    await h.close();
   }
 }
 
