@@ -168,8 +168,12 @@ export class StoreMount implements ModelPreparer {
   /** The folders of manifests/ the last scan found. */
   private lastFolders: string[] = [];
   private debounce: NodeJS.Timeout | undefined;
-  /** Whether translated files are EROFS mounts, and those mounted now (set by open). */
-  private erofs: ErofsFiles = { usable: false, reason: "not probed" };
+  /**
+   * Whether translated files are EROFS mounts, and those mounted now: probed while open starts
+   * the daemon and scans the store, and waited for by the first translated file placed (a
+   * serve's router is not kept waiting for a probe mount).
+   */
+  private erofs: Promise<ErofsFiles> = Promise.resolve({ usable: false, reason: "not probed" });
 
   private constructor(store: ModelStore, opts: StoreMountOptions) {
     this.store = store;
@@ -200,6 +204,7 @@ export class StoreMount implements ModelPreparer {
       const first = sm.survey(sm.closing.signal, opts.listed);
       first.catch(() => undefined);
       const erofs = erofsFiles(opts, sidecars.dir, env);
+      sm.erofs = erofs;
       try {
         mount = await FuseMount.mount(opts.dir, { sidecars, env, allowOther: opts.allowOther, onLog: (l) => opts.onStatus?.(`mount: ${l}`) });
       } catch (e) {
@@ -209,19 +214,18 @@ export class StoreMount implements ModelPreparer {
         throw e;
       }
       sm.mount = mount;
-      sm.erofs = await erofs;
-      opts.onStatus?.(
-        sm.erofs.usable
-          ? `mount: translated files from kernel EROFS mounts (${sm.erofs.dir}), where they are mostly ranges of their blobs`
-          : `mount: translated files from the FUSE daemon: ${sm.erofs.reason}`,
-      );
+      // said once mounted (a mount that fails says that one line only), before any file is placed
+      sm.erofs = erofs.then((e) => {
+        opts.onStatus?.(e.usable ? `mount: translated files from kernel EROFS mounts (${e.dir}), where they are mostly ranges of their blobs` : `mount: translated files from the FUSE daemon: ${e.reason}`);
+        return e;
+      });
       try {
         await sm.firstScan(first);
         sm.closing.signal.throwIfAborted();
       } catch (e) {
         sm.closing.abort();
         await mount.close();
-        await closeErofs(sm.erofs);
+        await closeErofs(await erofs);
         throw e;
       }
     } finally {
@@ -269,7 +273,7 @@ export class StoreMount implements ModelPreparer {
     clearInterval(this.timer);
     void this.fillViews.closeAll();
     this.stopWatching();
-    void closeErofs(this.erofs).finally(() => this.gone(exit));
+    void this.erofs.then((e) => closeErofs(e)).finally(() => this.gone(exit));
   }
 
   /** The mount point (where the daemon mounted the store). */
@@ -453,7 +457,7 @@ export class StoreMount implements ModelPreparer {
     await this.syncing.catch(() => undefined);
     const exit = await this.mount.close();
     await this.fillViews.closeAll();
-    await closeErofs(this.erofs, (l) => this.opts.onStatus?.(l));
+    await closeErofs(await this.erofs, (l) => this.opts.onStatus?.(l));
     this.gone(exit);
     return exit;
   }
@@ -542,7 +546,7 @@ export class StoreMount implements ModelPreparer {
    * paths the mount options cannot carry) leave the file to FUSE; other errors are the file's.
    */
   private async viaErofs(key: string, kind: "text" | "mmproj", plan: FilePlan, parts: readonly ComputedPart[]): Promise<{ target?: string; route?: string }> {
-    const e = this.erofs;
+    const e = await this.erofs;
     if (!e.usable) return {}; // every file is FUSE's, as open said
     const name = `${kind}.gguf`;
     let held = e.held.get(key);
@@ -575,7 +579,8 @@ export class StoreMount implements ModelPreparer {
 
   /** Lets go of EROFS mounts by content key: the last user of one unmounts it (detaches it while a process still maps its file). */
   private async releaseErofs(keys: readonly string[]): Promise<void> {
-    const e = this.erofs;
+    if (keys.length === 0) return;
+    const e = await this.erofs;
     if (!e.usable) return;
     for (const key of keys) {
       const held = e.held.get(key);
