@@ -29,11 +29,16 @@ export interface MountBenchContext {
 
 const MiB = 2 ** 20;
 
-/** Bytes of the regular files under `dir`. */
+/** Bytes of the regular files under `dir` on its own file system (not the files of a mount under it: the EROFS mounts of a cache). */
 function bytesUnder(dir: string): number {
   if (!existsSync(dir)) return 0;
+  const dev = statSync(dir).dev;
   let n = 0;
-  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) if (e.isFile()) n += statSync(join(e.parentPath, e.name)).size;
+  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) {
+    if (!e.isFile()) continue;
+    const st = statSync(join(e.parentPath, e.name));
+    if (st.dev === dev) n += st.size;
+  }
   return n;
 }
 

@@ -7,6 +7,7 @@ import { isSystemError, whyNotWritable } from "@compat/files";
 import {
   erofsChunks,
   erofsMountFolder,
+  erofsSupport,
   FuseMount,
   MountError,
   mountErofs,
@@ -953,6 +954,8 @@ async function erofsFiles(opts: StoreMountOptions, sidecarDir: string, env: Reco
   if (opts.erofs === false) return { usable: false, reason: "EROFS turned off (erofs: false)" };
   if (env.OLLAMA_COMPAT_EROFS === "0") return { usable: false, reason: "EROFS turned off (OLLAMA_COMPAT_EROFS=0)" };
   const dir = opts.erofsDir ?? join(dirname(sidecarDir), "erofs");
+  const support = erofsSupport(env);
+  if (!support.usable) return support; // not root: no folder made for nothing
   try {
     await mkdir(dir, { recursive: true });
     let probe = probed.get(dir);
