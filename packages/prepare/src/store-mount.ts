@@ -124,8 +124,9 @@ function signature(m: ResolvedModel): string {
  * served from the blob without a copy (see @compat/mount). Models added to or removed from the
  * store appear and disappear while it is mounted.
  *
- * As root, where the kernel mounts file-backed EROFS images (probeErofs, once per open), a
- * translated file whose 2 MiB chunks are mostly ranges of its blob is instead a link to the
+ * As root, where the kernel mounts file-backed EROFS images (probeErofs, when the first
+ * translated file is placed), a translated text GGUF (llama-server maps it; clip.cpp reads a
+ * projector) whose 2 MiB chunks are mostly ranges of its blob is instead a link to the
  * file of an EROFS image (`<erofsDir>/<fileKey>.img`, metadata and the few chunks that are not
  * blob ranges) mounted under `<erofsDir>/mnt/<pid>-<random>/<fileKey>`: llama-server opening the
  * mount's path opens the kernel's file, whose page cache takes 2 MiB folios (FUSE's takes 4
@@ -169,12 +170,13 @@ export class StoreMount implements ModelPreparer {
   /** The folders of manifests/ the last scan found. */
   private lastFolders: string[] = [];
   private debounce: NodeJS.Timeout | undefined;
+  /** The sweep of EROFS mounts a killed process left, started by open. */
+  private erofsSwept: Promise<void> = Promise.resolve();
   /**
-   * Whether translated files are EROFS mounts, and those mounted now: probed while open starts
-   * the daemon and scans the store, and waited for by the first translated file placed (a
-   * serve's router is not kept waiting for a probe mount).
+   * Whether translated files are EROFS mounts, and those mounted now: probed when the first
+   * translated file is placed (a serve that plans models on first use starts no probe mount).
    */
-  private erofs: Promise<ErofsFiles> = Promise.resolve({ usable: false, reason: "not probed" });
+  private erofsFound: Promise<ErofsFiles> | undefined;
 
   private constructor(store: ModelStore, opts: StoreMountOptions) {
     this.store = store;
@@ -204,29 +206,24 @@ export class StoreMount implements ModelPreparer {
       // neither needs the other, and the daemon's start is a process of its own
       const first = sm.survey(sm.closing.signal, opts.listed);
       first.catch(() => undefined);
-      const erofs = erofsFiles(opts, sidecars.dir, env);
-      sm.erofs = erofs;
+      // a mount that starts when a killed one's are still there takes them down meanwhile
+      sm.erofsSwept = sweepStale(opts, sidecars.dir, env);
       try {
         mount = await FuseMount.mount(opts.dir, { sidecars, env, allowOther: opts.allowOther, onLog: (l) => opts.onStatus?.(`mount: ${l}`) });
       } catch (e) {
         sm.closing.abort();
         await first.catch(() => undefined);
-        await closeErofs(await erofs);
+        await sm.erofsSwept;
         throw e;
       }
       sm.mount = mount;
-      // said once mounted (a mount that fails says that one line only), before any file is placed
-      sm.erofs = erofs.then((e) => {
-        opts.onStatus?.(e.usable ? `mount: translated files from kernel EROFS mounts (${e.dir}), where they are mostly ranges of their blobs` : `mount: translated files from the FUSE daemon: ${e.reason}`);
-        return e;
-      });
       try {
         await sm.firstScan(first);
         sm.closing.signal.throwIfAborted();
       } catch (e) {
         sm.closing.abort();
         await mount.close();
-        await closeErofs(await erofs);
+        await sm.closeErofs();
         throw e;
       }
     } finally {
@@ -274,7 +271,7 @@ export class StoreMount implements ModelPreparer {
     clearInterval(this.timer);
     void this.fillViews.closeAll();
     this.stopWatching();
-    void this.erofs.then((e) => closeErofs(e)).finally(() => this.gone(exit));
+    void this.closeErofs().finally(() => this.gone(exit));
   }
 
   /** The mount point (where the daemon mounted the store). */
@@ -458,7 +455,7 @@ export class StoreMount implements ModelPreparer {
     await this.syncing.catch(() => undefined);
     const exit = await this.mount.close();
     await this.fillViews.closeAll();
-    await closeErofs(await this.erofs, (l) => this.opts.onStatus?.(l));
+    await this.closeErofs();
     this.gone(exit);
     return exit;
   }
@@ -547,8 +544,11 @@ export class StoreMount implements ModelPreparer {
    * paths the mount options cannot carry) leave the file to FUSE; other errors are the file's.
    */
   private async viaErofs(key: string, kind: "text" | "mmproj", plan: FilePlan, parts: readonly ComputedPart[]): Promise<{ target?: string; route?: string }> {
-    const e = await this.erofs;
-    if (!e.usable) return {}; // every file is FUSE's, as open said
+    // clip.cpp reads a projector into its buffers (no mmap: page size does not matter), and the
+    // projector is where most computed tensors are, which an image needs written up front
+    if (kind !== "text") return {};
+    const e = await this.erofsFiles();
+    if (!e.usable) return {}; // every file is FUSE's, as the line said
     const name = `${kind}.gguf`;
     let held = e.held.get(key);
     if (held === undefined) {
@@ -578,10 +578,30 @@ export class StoreMount implements ModelPreparer {
     }
   }
 
+  /** Whether translated files can be EROFS mounts: found once (after the sweep), and said in one line. */
+  private erofsFiles(): Promise<ErofsFiles> {
+    return (this.erofsFound ??= this.erofsSwept.then(async () => {
+      const e = await erofsFiles(this.opts, this.mount.sidecars.dir, this.env);
+      this.opts.onStatus?.(e.usable ? `mount: translated files from kernel EROFS mounts (${e.dir}), where they are mostly ranges of their blobs` : `mount: translated files from the FUSE daemon: ${e.reason}`);
+      return e;
+    }));
+  }
+
+  /** Unmounts every EROFS mount (detaching those in use) and removes this process's folder of them. */
+  private async closeErofs(): Promise<void> {
+    await this.erofsSwept;
+    const e = await this.erofsFound;
+    if (e?.usable !== true) return;
+    const all = [...e.held.values()];
+    e.held.clear();
+    for (const h of all) await unmountErofs(h.mount, (l) => this.opts.onStatus?.(l));
+    await rm(e.mounts, { recursive: true, force: true }).catch(() => undefined);
+  }
+
   /** Lets go of EROFS mounts by content key: the last user of one unmounts it (detaches it while a process still maps its file). */
   private async releaseErofs(keys: readonly string[]): Promise<void> {
-    if (keys.length === 0) return;
-    const e = await this.erofs;
+    if (keys.length === 0 || this.erofsFound === undefined) return;
+    const e = await this.erofsFound;
     if (!e.usable) return;
     for (const key of keys) {
       const held = e.held.get(key);
@@ -945,28 +965,44 @@ type ErofsFiles =
 /** The EROFS probe's verdict, by folder: once per process, as its answer does not change. */
 const probed = new Map<string, ReturnType<typeof probeErofs>>();
 
+/** The EROFS folder of a StoreMount: opts.erofsDir, else `erofs/` beside its sidecars (on their file system: they are devices of its images). */
+function erofsDirOf(opts: StoreMountOptions, sidecarDir: string): string {
+  return opts.erofsDir ?? join(dirname(sidecarDir), "erofs");
+}
+
 /**
  * Whether translated files can be EROFS mounts here (opts.erofs, OLLAMA_COMPAT_EROFS=0, root,
- * a probe mount on the sidecars' file system): first, the mounts a killed process left under
- * the folder are taken down.
+ * a probe mount on the sidecars' file system), and this process's folder for them if so.
  */
 async function erofsFiles(opts: StoreMountOptions, sidecarDir: string, env: Record<string, string | undefined>): Promise<ErofsFiles> {
   if (opts.erofs === false) return { usable: false, reason: "EROFS turned off (erofs: false)" };
   if (env.OLLAMA_COMPAT_EROFS === "0") return { usable: false, reason: "EROFS turned off (OLLAMA_COMPAT_EROFS=0)" };
-  const dir = opts.erofsDir ?? join(dirname(sidecarDir), "erofs");
   const support = erofsSupport(env);
   if (!support.usable) return support; // not root: no folder made for nothing
+  const dir = erofsDirOf(opts, sidecarDir);
   try {
     await mkdir(dir, { recursive: true });
     let probe = probed.get(dir);
     if (probe === undefined) probed.set(dir, (probe = probeErofs(dir, env)));
     const verdict = await probe;
     if (!verdict.usable) return verdict;
-    const swept = await sweepErofsMounts(join(dir, "mnt"), env);
-    if (swept.length > 0) opts.onStatus?.(`mount: took down ${swept.length} EROFS mount${swept.length === 1 ? "" : "s"} a stopped mount left (${swept.join(", ")})`);
     return { usable: true, dir, mounts: await erofsMountFolder(join(dir, "mnt")), held: new Map() };
   } catch (e) {
     return { usable: false, reason: `EROFS mounts cannot be used here: ${(e as Error).message}` };
+  }
+}
+
+/**
+ * Takes down the EROFS mounts a killed process left under the EROFS folder (they hold their
+ * blobs open), whether or not this mount will make any. Only root can have made them.
+ */
+async function sweepStale(opts: StoreMountOptions, sidecarDir: string, env: Record<string, string | undefined>): Promise<void> {
+  if (!erofsSupport(env).usable) return;
+  try {
+    const swept = await sweepErofsMounts(join(erofsDirOf(opts, sidecarDir), "mnt"), env);
+    if (swept.length > 0) opts.onStatus?.(`mount: took down ${swept.length} EROFS mount${swept.length === 1 ? "" : "s"} a stopped mount left (${swept.join(", ")})`);
+  } catch (e) {
+    opts.onStatus?.(`mount: cannot take down the EROFS mounts a stopped mount left: ${(e as Error).message}`);
   }
 }
 
@@ -982,14 +1018,7 @@ async function unmountErofs(mount: Promise<ErofsMount>, onStatus?: (line: string
   }
 }
 
-/** Unmounts every EROFS mount of a StoreMount, and removes its folder of mounts. */
-async function closeErofs(e: ErofsFiles, onStatus?: (line: string) => void): Promise<void> {
-  if (!e.usable) return;
-  const all = [...e.held.values()];
-  e.held.clear();
-  for (const h of all) await unmountErofs(h.mount, onStatus);
-  await rm(e.mounts, { recursive: true, force: true }).catch(() => undefined);
-}
+
 
 /**
  * Where a mount at `dir` shows a model from its recorded facts, and what llama-server is given

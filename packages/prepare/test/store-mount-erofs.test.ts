@@ -40,17 +40,17 @@ async function erofsMountsUnder(dir: string): Promise<string[]> {
 }
 
 /**
- * A store with the gemma3 fixture (Ollama's layout, its vision tower in the blob) whose
+ * A store with a fixture (Ollama's layout; gemma3 with its vision tower in the blob) whose
  * feed-forward tensors are 4 MiB each, so that whole 2 MiB chunks of the translation are
  * ranges of the blob: the toy fixture's tensors are a few KiB, every chunk of it a copy.
  */
-async function wideGemma3Store(): Promise<{ root: string; blob: string }> {
+async function wideGemma3Store(arch = "gemma3", variant = "4b-vision"): Promise<{ root: string; blob: string }> {
   const dir = await temp();
-  const src = await generateFixtureFiles("gemma3", { seed: 11, layout: "ollama", variant: "4b-vision" }, join(dir, "src"));
+  const src = await generateFixtureFiles(arch, { seed: 11, layout: "ollama", variant }, join(dir, "src"));
   const m = await readGguf(src.text);
-  const nEmbd = m.getNumber("gemma3.embedding_length");
+  const nEmbd = m.getNumber(`${arch}.embedding_length`);
   const nFf = (4 * 1024 * 1024) / (2 * nEmbd);
-  m.setU32("gemma3.feed_forward_length", nFf);
+  m.setU32(`${arch}.feed_forward_length`, nFf);
   let seed = 1;
   for (const t of [...m.tensors]) {
     const ffn = /\.ffn_(gate|up|down)\.weight$/.exec(t.name);
@@ -69,7 +69,7 @@ async function wideGemma3Store(): Promise<{ root: string; blob: string }> {
     await m.close();
   }
   const root = await temp();
-  await buildOllamaStore(root, [{ name: "gemma3:wide", model: blob }]);
+  await buildOllamaStore(root, [{ name: `${arch}:wide`, model: blob }]);
   return { root, blob };
 }
 
@@ -109,7 +109,7 @@ describe.skipIf(refused !== undefined)("StoreMount serves translated files from 
     // the image: its content key's, in the EROFS folder
     expect((await readdir(erofsDir)).filter((f) => f.endsWith(".img"))).toEqual([`${dirname(target).split("/").pop()}.img`]);
     expect(await sha256(m.prepared.modelPath)).toBe(await sha256(await translated(blob)));
-    // the projector (a few KiB: its one chunk is no range of the blob) stays the FUSE daemon's
+    // the projector stays the FUSE daemon's (clip.cpp reads it, no mmap; its computed tensors filled on first read)
     expect((await lstat(m.prepared.mmproj!)).isFile()).toBe(true);
 
     const { server } = await findLlamaTools();
@@ -154,6 +154,20 @@ describe.skipIf(refused !== undefined)("StoreMount serves translated files from 
     expect(await erofsMountsUnder(erofsDir)).toEqual([]);
     expect(await readdir(join(erofsDir, "mnt"))).toEqual([]);
   }, 600_000);
+
+  it("a text GGUF with computed tensors (qwen35: norms +1): they are written to their sidecars before its image, and its bytes are translate's", async () => {
+    const { root, blob } = await wideGemma3Store("qwen35", "9b");
+    const dir = await temp();
+    const mount = await open(dir, { store: root });
+    const m = mount.models()[0]!;
+    const target = await readlink(m.prepared.modelPath);
+    expect(target.startsWith(join(dir, "erofs", "mnt") + "/")).toBe(true);
+    // written at mount time, before anything was read (EROFS has no fill on first read)
+    const sidecars = (await readdir(join(dir, "sidecars"), { recursive: true })).filter((f) => f.endsWith(".bin"));
+    expect(sidecars.length).toBe(3);
+    expect(await sha256(m.prepared.modelPath)).toBe(await sha256(await translated(blob)));
+    await mount.close();
+  }, 300_000);
 
   it("close() detaches an EROFS mount a process still has open", async () => {
     const { root } = await wideGemma3Store();
