@@ -986,9 +986,24 @@ async function erofsFiles(opts: StoreMountOptions, sidecarDir: string, env: Reco
     if (probe === undefined) probed.set(dir, (probe = probeErofs(dir, env)));
     const verdict = await probe;
     if (!verdict.usable) return verdict;
-    return { usable: true, dir, mounts: await erofsMountFolder(join(dir, "mnt")), held: new Map() };
+    const mounts = await erofsMountFolder(join(dir, "mnt"));
+    // allow_other: the links lead other users into the EROFS folder, which they must be able to reach
+    const closed = opts.allowOther ? await unsearchable(mounts) : undefined;
+    if (closed !== undefined) {
+      await rm(mounts, { recursive: true, force: true });
+      return { usable: false, reason: `other users cannot reach ${closed} (allow-other), where the EROFS mounts would be` };
+    }
+    return { usable: true, dir, mounts, held: new Map() };
   } catch (e) {
     return { usable: false, reason: `EROFS mounts cannot be used here: ${(e as Error).message}` };
+  }
+}
+
+/** The first folder from `dir` up that other users cannot search (no o+x), if any. */
+async function unsearchable(dir: string): Promise<string | undefined> {
+  for (let d = dir; ; d = dirname(d)) {
+    if (((await stat(d)).mode & 0o001) === 0) return d;
+    if (dirname(d) === d) return undefined;
   }
 }
 

@@ -5,7 +5,7 @@
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { lstat, readdir, readFile, readlink, rm, stat } from "node:fs/promises";
+import { chmod, lstat, readdir, readFile, readlink, rm, stat } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -167,6 +167,21 @@ describe.skipIf(refused !== undefined)("StoreMount serves translated files from 
     expect(sidecars.length).toBe(3);
     expect(await sha256(m.prepared.modelPath)).toBe(await sha256(await translated(blob)));
     await mount.close();
+  }, 300_000);
+
+  it("allow-other: EROFS only where other users can reach its folder, else FUSE with the reason", async () => {
+    const { root } = await wideGemma3Store();
+    const dir = await temp(); // mkdtemp: 0700
+    const status: string[] = [];
+    const closed = await open(dir, { store: root, allowOther: true, onStatus: (l) => status.push(l) });
+    expect((await lstat(closed.models()[0]!.prepared.modelPath)).isFile()).toBe(true);
+    expect(status.some((l) => l.startsWith(`mount: translated files from the FUSE daemon: other users cannot reach ${dir} (allow-other)`)), status.join("\n")).toBe(true);
+    await closed.close();
+    await chmod(dir, 0o755);
+    const reachable = await open(dir, { store: root, allowOther: true });
+    expect((await lstat(reachable.models()[0]!.prepared.modelPath)).isSymbolicLink()).toBe(true);
+    await reachable.close();
+    expect(await erofsMountsUnder(join(dir, "erofs"))).toEqual([]);
   }, 300_000);
 
   it("close() detaches an EROFS mount a process still has open", async () => {
