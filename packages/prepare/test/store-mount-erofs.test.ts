@@ -169,6 +169,29 @@ describe.skipIf(refused !== undefined)("StoreMount serves translated files from 
     await mount.close();
   }, 300_000);
 
+  it("serve's lazy planning (recorded facts): a model planned on first use gets its EROFS mount then, reusing the image", async () => {
+    const { root } = await wideGemma3Store();
+    const dir = await temp();
+    const factsDir = join(dir, "facts");
+    const first = await open(dir, { store: root, factsDir });
+    const image = (await readdir(join(dir, "erofs"))).filter((f) => f.endsWith(".img"));
+    expect(image.length).toBe(1);
+    const written = (await stat(join(dir, "erofs", image[0]!), { bigint: true })).mtimeNs;
+    await first.close();
+    const status: string[] = [];
+    const later = await open(dir, { store: root, factsDir, onStatus: (l) => status.push(l) });
+    const m = later.models()[0]!;
+    expect(later.notYetPlanned(m.prepared.modelPath)).toBe(true);
+    expect(await erofsMountsUnder(join(dir, "erofs"))).toEqual([]); // nothing mounted before first use
+    await later.ready(m.prepared.resolved);
+    const target = await readlink(m.prepared.modelPath);
+    expect(await erofsMountsUnder(join(dir, "erofs"))).toEqual([dirname(target)]);
+    expect((await stat(join(dir, "erofs", image[0]!), { bigint: true })).mtimeNs).toBe(written);
+    expect(status.some((l) => l.includes("text EROFS"))).toBe(true);
+    await later.close();
+    expect(await erofsMountsUnder(join(dir, "erofs"))).toEqual([]);
+  }, 300_000);
+
   it("allow-other: EROFS only where other users can reach its folder, else FUSE with the reason", async () => {
     const { root } = await wideGemma3Store();
     const dir = await temp(); // mkdtemp: 0700
