@@ -244,8 +244,10 @@ describe.skipIf(refused !== undefined)("StoreMount serves translated files from 
     expect(await erofsMountsUnder(erofsDir)).toEqual([dirname(target)]);
 
     const status: string[] = [];
-    // the same folders (the killed one's FUSE mount point is freed by its daemon, or detached as stale)
-    const mount = await open(dir, { store: root, onStatus: (l) => status.push(l) });
+    // the same EROFS folder (beside the same sidecars); another FUSE mount point, as the killed
+    // one's daemon may still be unmounting its own when this starts
+    const mount = await StoreMount.open({ dir: join(dir, "mnt2"), sidecarDir: join(dir, "sidecars"), store: root, rescanMs: 0, onStatus: (l) => status.push(l) });
+    mounts.push(mount);
     expect(status.some((l) => l.startsWith("mount: took down 1 EROFS mount") && l.includes(dirname(target))), status.join("\n")).toBe(true);
     const now = await erofsMountsUnder(erofsDir);
     expect(now).not.toContain(dirname(target));
