@@ -18,7 +18,7 @@ function packageDir(): string {
  * The daemon to run: `$OLLAMA_COMPAT_MOUNTD`, else one built from source in this package
  * (build/), else the prebuild for this platform; undefined when there is none.
  */
-function daemonPath(env: Record<string, string | undefined> = process.env): string | undefined {
+export function daemonPath(env: Record<string, string | undefined> = process.env): string | undefined {
   if (env.OLLAMA_COMPAT_MOUNTD) return env.OLLAMA_COMPAT_MOUNTD;
   const dir = packageDir();
   for (const candidate of [join(dir, "build", DAEMON_NAME), join(dir, "prebuilds", `${process.platform}-${process.arch}`, DAEMON_NAME)]) {
