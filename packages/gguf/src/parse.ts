@@ -36,6 +36,8 @@ const MAX_NESTED_ARRAYS = 1 << 16;
 const MAX_DIMS = 4;
 
 const GGUF_MAGIC = 0x46554747; // "GGUF" read as little-endian u32
+/** From this size on, a numeric array's aligned copy comes from the reader's allocator. */
+const ALLOCATED_COPY = 64 * 1024;
 /** Bytes one call of the string walk covers. */
 const SCAN_WINDOW = 1 << 16;
 
@@ -157,6 +159,12 @@ export class Parser {
   constructor(
     bytes: Uint8Array,
     private readonly limits: ParseLimits,
+    /**
+     * Memory for the copies of numeric arrays that do not sit on their item size in the file
+     * (the reader's header allocator; default: a fresh Uint8Array). A vocabulary's scores and
+     * types are a megabyte each, and fresh 4 KiB pages cost a page fault apiece.
+     */
+    private readonly allocate?: (length: number) => Uint8Array,
   ) {
     this.setBytes(bytes);
   }
@@ -351,12 +359,20 @@ export class Parser {
     if (this.le === HOST_LITTLE_ENDIAN && abs % size === 0) {
       values = typedArrayView(itemType, this.bytes.buffer, abs, n);
     } else {
-      const copy = this.bytes.slice(p, p + nbytes);
+      const copy = this.copyOf(p, nbytes, size);
       if (this.le !== HOST_LITTLE_ENDIAN) swapBytes(copy, size);
-      values = typedArrayView(itemType, copy.buffer, 0, n);
+      values = typedArrayView(itemType, copy.buffer, copy.byteOffset, n);
     }
     if (isNumberItemType(itemType)) return new NumberArray(itemType, values as NumberTypedArray);
     return new BigIntArray(itemType as GgufValueType.UINT64 | GgufValueType.INT64, values as BigIntTypedArray);
+  }
+
+  /** A copy of bytes [p, p + n) that starts on a multiple of `align` (a typed array views it). */
+  private copyOf(p: number, n: number, align: number): Uint8Array {
+    const out = n >= ALLOCATED_COPY ? this.allocate?.(n) : undefined;
+    if (out === undefined || out.byteOffset % align !== 0 || out.length !== n) return this.bytes.slice(p, p + n);
+    out.set(this.bytes.subarray(p, p + n));
+    return out;
   }
 
   /**

@@ -200,7 +200,7 @@ async function readFromSource(source: ByteSource, owned: ByteSource[], opts: Rea
     // file is read no further than this step).
     sb.readAhead(first, first);
     await sb.next();
-    const parser = new Parser(sb.buf.subarray(0, sb.filled), { name: source.name, fileSize: size, sizeKnown: true });
+    const parser = new Parser(sb.buf.subarray(0, sb.filled), { name: source.name, fileSize: size, sizeKnown: true }, allocate);
     for (;;) {
       try {
         const h = parser.header();
