@@ -38,6 +38,8 @@ const MAX_DIMS = 4;
 const GGUF_MAGIC = 0x46554747; // "GGUF" read as little-endian u32
 /** From this size on, a numeric array's aligned copy comes from the reader's allocator. */
 const ALLOCATED_COPY = 64 * 1024;
+/** Least distance between two of a string array's walk marks (StringScan.marks). */
+const MARK_SPACING = 1 << 15;
 /** Bytes one call of the string walk covers. */
 const SCAN_WINDOW = 1 << 16;
 
@@ -114,6 +116,12 @@ interface StringScan {
   segFirst: number;
   /** Where item segFirst's length prefix is (segStart is there or just after it). */
   segFirstPrefix: number;
+  /**
+   * Places the walk passed, as pairs (item index, offset of its prefix from regionStart), at
+   * least MARK_SPACING bytes apart: head(k) of the parsed array walks from the nearest one
+   * instead of from item 0 (a vocabulary cut to the embedding's rows is walked once, not twice).
+   */
+  marks: number[];
   /**
    * Invalid UTF-8 found in the part of the current run read so far, thrown when the run ends.
    * A parse of the whole buffer validates a run only at its end, so a bad length later in the
@@ -386,7 +394,7 @@ export class Parser {
     this.pendingStrings = undefined;
     if (st === undefined || st.regionStart !== this.pos || st.n !== n) {
       const p = this.pos;
-      st = { n, regionStart: p, i: 0, p, segStart: p, segFirst: 0, segFirstPrefix: p };
+      st = { n, regionStart: p, i: 0, p, segStart: p, segFirst: 0, segFirstPrefix: p, marks: [] };
     }
     this.scanStrings(st);
     if (st.i < n) {
@@ -407,7 +415,7 @@ export class Parser {
     }
     this.checkUtf8Run(st, st.p, n);
     this.pos = st.p;
-    return new StringArray(new ParsedStrings(this.bytes.subarray(st.regionStart, st.p), n, this.le));
+    return new StringArray(new ParsedStrings(this.bytes.subarray(st.regionStart, st.p), n, this.le, st.marks));
   }
 
   /**
@@ -416,8 +424,11 @@ export class Parser {
    */
   private scanStrings(st: StringScan): void {
     const end = this.end;
+    const marks = st.marks;
     while (st.i < st.n && st.p + 8 <= end) {
       const from = st.p;
+      const at = from - st.regionStart;
+      if (marks.length === 0 || at - marks[marks.length - 1]! >= MARK_SPACING) marks.push(st.i, at);
       // Relative positions: parser positions may be held as doubles, and small integers keep
       // the walk's arithmetic in integer registers (2.5x faster).
       const span = Math.min(end - from, SCAN_WINDOW);
