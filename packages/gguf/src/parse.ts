@@ -80,6 +80,25 @@ export interface ParsedHeader {
   dataOffset: number;
 }
 
+/**
+ * The string walk's step over short items, compiled (ReadOptions.walkStrings): from the item `i`
+ * whose little-endian u64 length prefix is at bytes[q], step over items while i < n, the length
+ * is below 0x80 (its high word 0) and the item ends by `stop`; the position and the item it
+ * stopped at go to out[0] and out[1]. walkShortItemsLE is the same loop.
+ */
+export type StringWalk = (bytes: Uint8Array, q: number, i: number, n: number, stop: number, out: Float64Array) => void;
+
+/** What a reader lends the parser: cheaper memory, a compiled walk. */
+export interface ParserHelpers {
+  /**
+   * Memory for the copies of numeric arrays that do not sit on their item size in the file
+   * (the reader's header allocator; default: a fresh Uint8Array). A vocabulary's scores and
+   * types are a megabyte each, and fresh 4 KiB pages cost a page fault apiece.
+   */
+  allocate?: (length: number) => Uint8Array;
+  walkStrings?: StringWalk;
+}
+
 export interface ParseLimits {
   /** Display name for errors. */
   name: string;
@@ -167,12 +186,7 @@ export class Parser {
   constructor(
     bytes: Uint8Array,
     private readonly limits: ParseLimits,
-    /**
-     * Memory for the copies of numeric arrays that do not sit on their item size in the file
-     * (the reader's header allocator; default: a fresh Uint8Array). A vocabulary's scores and
-     * types are a megabyte each, and fresh 4 KiB pages cost a page fault apiece.
-     */
-    private readonly allocate?: (length: number) => Uint8Array,
+    private readonly helpers: ParserHelpers = {},
   ) {
     this.setBytes(bytes);
   }
@@ -377,7 +391,7 @@ export class Parser {
 
   /** A copy of bytes [p, p + n) that starts on a multiple of `align` (a typed array views it). */
   private copyOf(p: number, n: number, align: number): Uint8Array {
-    const out = n >= ALLOCATED_COPY ? this.allocate?.(n) : undefined;
+    const out = n >= ALLOCATED_COPY ? this.helpers.allocate?.(n) : undefined;
     if (out === undefined || out.byteOffset % align !== 0 || out.length !== n) return this.bytes.slice(p, p + n);
     out.set(this.bytes.subarray(p, p + n));
     return out;
@@ -432,8 +446,16 @@ export class Parser {
       // Relative positions: parser positions may be held as doubles, and small integers keep
       // the walk's arithmetic in integer registers (2.5x faster).
       const span = Math.min(end - from, SCAN_WINDOW);
-      const dv = new DataView(this.bytes.buffer, this.bytes.byteOffset + from, span);
-      const q = this.le ? walkShortItemsLE(dv, 0, st.i, st.n, span) : walkShortItemsBE(dv, 0, st.i, st.n, span);
+      let q: number;
+      const walk = this.helpers.walkStrings;
+      if (walk !== undefined && this.le) {
+        walk(this.bytes, from, st.i, st.n, from + span, walkOut);
+        q = walkOut[0]! - from;
+        walkedTo = walkOut[1]!;
+      } else {
+        const dv = new DataView(this.bytes.buffer, this.bytes.byteOffset + from, span);
+        q = this.le ? walkShortItemsLE(dv, 0, st.i, st.n, span) : walkShortItemsBE(dv, 0, st.i, st.n, span);
+      }
       st.p = from + q;
       st.i = walkedTo;
       if (st.i < st.n && q + 8 > span && span < end - from) continue; // the window ended, not the buffer
@@ -662,6 +684,8 @@ export class Parser {
 
 /** Item index the last walkShortItems call stopped at (it returns the position). */
 let walkedTo = 0;
+/** Where a StringWalk leaves its position and item. */
+const walkOut = new Float64Array(2);
 
 /**
  * The hot loop of a header parse: step over string items [i, n) from position q while each

@@ -33,6 +33,8 @@ export interface NativeAddon {
   resampleGrid?(src: Float32Array, dst: Float32Array, embedding: number, srcHeight: number, srcWidth: number, dstHeight: number, dstWidth: number): boolean;
   /** A zero-filled buffer of `bytes` backed by transparent huge pages where the kernel can, else null (absent in older builds). */
   largeBuffer?(bytes: number): ArrayBuffer | null;
+  /** @compat/gguf's short-string walk (little-endian), position and item into out[0], out[1] (absent in older builds). */
+  walkShortStrings?(bytes: Uint8Array, q: number, i: number, n: number, stop: number, out: Float64Array): void;
 }
 
 let loaded: NativeAddon | null | undefined;
@@ -73,6 +75,16 @@ export function nativeAddon(): NativeAddon | undefined {
 export function nativeFileCopy(): KernelCopy | undefined {
   const addon = nativeAddon();
   return addon?.copyFileRangeAsync ?? addon?.copyFileRange;
+}
+
+/**
+ * The addon's walk over a string array's short items, for @compat/gguf's ReadOptions.walkStrings
+ * (the same steps as the parser's own walk, compiled: a cold process walks a 262,144-token
+ * vocabulary interpreted in about 10 ms). Undefined without the addon or when it is disabled.
+ */
+export function nativeStringWalk(): NativeAddon["walkShortStrings"] {
+  const addon = nativeAddon();
+  return addon?.walkShortStrings;
 }
 
 /**
