@@ -9,7 +9,8 @@
 # fusermount3, libfuse3-dev and pkg-config to build @compat/mount's daemon), and docker-registry
 # (CNCF distribution: the real OCI registry the pull tests download from), with openssl and
 # ssh-keygen (openssh-client) for its token-auth test (a certificate the registry trusts, and the
-# ed25519 key Ollama signs token requests with).
+# ed25519 key Ollama signs token requests with), and erofs-utils, whose fsck.erofs checks the
+# mount's EROFS images with a reader that is not the kernel's.
 # Installs what is missing; needs root and apt-get.
 set -euo pipefail
 # "command-or-file package" pairs
@@ -32,6 +33,7 @@ needs=(
   "/usr/bin/docker-registry docker-registry"
   "openssl openssl"
   "ssh-keygen openssh-client"
+  "fsck.erofs erofs-utils"
 )
 missing=()
 for pair in "${needs[@]}"; do

@@ -39,7 +39,15 @@ export default [
         // resolved once: a package-exports lookup costs about 3 ms at start, and the addon's loader asks twice
         'let __tensorOpsHref, __mountHref;',
         'const __tensorOpsUrl = () => (__tensorOpsHref ??= require("node:url").pathToFileURL(require.resolve("@compat/tensor-ops")).href);',
-        'const __mountUrl = () => (__mountHref ??= require("node:url").pathToFileURL(require.resolve("@compat/mount")).href);',
+        // @compat/mount only needs its folder (its daemon's): the folder's main file is found where
+        // require would look, without Node's package-exports resolver, whose first use costs about
+        // 10 ms of serve --all's start (its modules are loaded and compiled); require.resolve if not there
+        'const __mountUrl = () => (__mountHref ??= require("node:url").pathToFileURL(__packageMain("@compat/mount", "dist/index.cjs")).href);',
+        'function __packageMain(name, main) {',
+        '  const { existsSync, realpathSync } = require("node:fs"), { join } = require("node:path");',
+        '  for (const dir of require.resolve.paths(name) ?? []) if (existsSync(join(dir, name, main))) return realpathSync(join(dir, name, main));',
+        '  return require.resolve(name);',
+        '}',
       ].join("\n"),
     },
     esbuildPlugins: [

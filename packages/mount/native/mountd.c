@@ -37,7 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -1262,9 +1264,114 @@ static const struct fuse_lowlevel_ops ops = {
     .access = op_access,
 };
 
+// --erofs IMAGE DIR READ_AHEAD_KB [DEVICE...]: the other way to present the files, for root on a
+// kernel with file-backed EROFS (src/erofs.ts writes the image; its chunks point into DEVICE k,
+// the blob). Here because this is the native binary @compat/mount already builds, ships and finds;
+// it needs no FUSE: one mount(2), one sysfs write, then exit (the kernel serves every read).
+// mount(8) cannot do it: given a regular file it sets up a loop device, and that mount fails.
+
+// FS_IOC_GETFSSYSFSPATH (Linux 6.8, linux/fs.h, not included: it clashes with sys/mount.h on older
+// glibc): the file system's folder under /sys/fs, "erofs/<s_id>".
+struct compat_fs_sysfs_path {
+  uint8_t len;
+  uint8_t name[128];
+};
+#ifndef FS_IOC_GETFSSYSFSPATH
+#define FS_IOC_GETFSSYSFSPATH _IOR(0x15, 1, struct compat_fs_sysfs_path)
+#endif
+
+// The mount's own backing_dev_info is /sys/class/bdi/erofs-N (N a global sequence). On 6.18 the
+// superblock's s_id, which FS_IOC_GETFSSYSFSPATH names, is that same "erofs-N": this maps the mount
+// to its bdi without guessing which entry appeared. Its read_ahead_kb defaults to 128, which caches
+// 128 KiB folios; a larger one lets the page cache take 2 MiB folios, i.e. PMD mappings.
+static int erofs_set_read_ahead(const char *dir, const char *kb, char *bdi, size_t bdi_len) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  struct compat_fs_sysfs_path p = {0};
+  int r = ioctl(fd, FS_IOC_GETFSSYSFSPATH, &p);
+  int err = errno;
+  close(fd);
+  if (r != 0) return -err;
+  if (p.len == 0 || p.len >= sizeof p.name) return -EINVAL;
+  p.name[p.len] = 0;
+  const char *slash = strrchr((const char *)p.name, '/');
+  snprintf(bdi, bdi_len, "%s", slash ? slash + 1 : (const char *)p.name);
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "/sys/class/bdi/%s/read_ahead_kb", bdi);
+  fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  ssize_t n = write(fd, kb, strlen(kb));
+  err = errno;
+  close(fd);
+  return n == (ssize_t)strlen(kb) ? 0 : -(n < 0 ? err : EIO);
+}
+
+static int erofs_main(int argc, char **argv) {
+  if (argc < 4) {
+    fprintf(stderr, "usage: ollama-compat-mountd --erofs IMAGE DIR READ_AHEAD_KB [DEVICE...]\n");
+    return 2;
+  }
+  const char *image = argv[1], *dir = argv[2], *kb = argv[3];
+  // The options are one page at most (the kernel copies one page of mount data) and comma-separated:
+  // a device path with a comma cannot be named.
+  char data[4096];
+  size_t at = 0;
+  for (int i = 4; i < argc; i++) {
+    if (strchr(argv[i], ',')) {
+      fprintf(stderr, "EROFS_UNSUPPORTED: device path %s has a comma, which the mount options cannot carry\n", argv[i]);
+      return 2;
+    }
+    int n = snprintf(data + at, sizeof data - at, "device=%s,", argv[i]);
+    if (n < 0 || (size_t)n >= sizeof data - at) {
+      fprintf(stderr, "EROFS_UNSUPPORTED: the device paths need more than the %zu bytes of mount options\n", sizeof data);
+      return 2;
+    }
+    at += (size_t)n;
+  }
+  // directio: the image's reads of the blob bypass the blob's page cache, so the bytes are cached
+  // once (in the EROFS file's), and the faulting process is not charged the backing reads.
+  if (snprintf(data + at, sizeof data - at, "directio") >= (int)(sizeof data - at)) {
+    fprintf(stderr, "EROFS_UNSUPPORTED: the device paths need more than the %zu bytes of mount options\n", sizeof data);
+    return 2;
+  }
+  if (mount(image, dir, "erofs", MS_RDONLY | MS_NODEV | MS_NOSUID, data) != 0) {
+    int err = errno;
+    fprintf(stderr, "EROFS_UNAVAILABLE: mount(2) of %s on %s refused: %s (errno %d)\n", image, dir, strerror(err), err);
+    return 3;
+  }
+  char bdi[128] = "";
+  int r = erofs_set_read_ahead(dir, kb, bdi, sizeof bdi);
+  if (r != 0) {
+    // Without it the mount is slower than FUSE's copy path promises: take it down, the caller falls back.
+    fprintf(stderr, "EROFS_UNAVAILABLE: cannot set read_ahead_kb of the mount's bdi%s%s: %s\n", bdi[0] ? " " : "", bdi, strerror(-r));
+    if (umount2(dir, 0) != 0) umount2(dir, MNT_DETACH);
+    return 4;
+  }
+  printf("bdi %s\n", bdi);
+  return 0;
+}
+
+// --erofs-umount DIR: unmounts; while a process still maps a file of it (EBUSY), detaches it
+// instead (the kernel ends it when the last user goes).
+static int erofs_umount_main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: ollama-compat-mountd --erofs-umount DIR\n");
+    return 2;
+  }
+  if (umount2(argv[1], 0) == 0) return 0;
+  if (errno == EBUSY && umount2(argv[1], MNT_DETACH) == 0) {
+    printf("detached\n");
+    return 0;
+  }
+  fprintf(stderr, "umount2(%s): %s (errno %d)\n", argv[1], strerror(errno), errno);
+  return 3;
+}
+
 static int usage(void) {
   fprintf(stderr,
           "usage: ollama-compat-mountd MOUNTPOINT [--allow-other] [--threads N]\n"
+          "       ollama-compat-mountd --erofs IMAGE DIR READ_AHEAD_KB [DEVICE...]\n"
+          "       ollama-compat-mountd --erofs-umount DIR\n"
           "  Started by @compat/mount (ollama-compat mount), which sends the files over stdin.\n");
   return 2;
 }
@@ -1272,6 +1379,8 @@ static int usage(void) {
 int main(int argc, char **argv) {
   const char *mountpoint = NULL;
   int allow_other = 0, threads = 8;
+  if (argc > 1 && strcmp(argv[1], "--erofs") == 0) return erofs_main(argc - 1, argv + 1);
+  if (argc > 1 && strcmp(argv[1], "--erofs-umount") == 0) return erofs_umount_main(argc - 1, argv + 1);
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--allow-other") == 0) allow_other = 1;
     else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);

@@ -1,25 +1,24 @@
 import { accessSync, constants, existsSync } from "node:fs";
-import { createRequire } from "node:module";
-import { delimiter, dirname, join } from "node:path";
+import { delimiter, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 /** The daemon's file name: built from native/mountd.c, shipped in prebuilds/<platform>-<arch>/. */
 const DAEMON_NAME = "ollama-compat-mountd";
 
-/** This package's folder (in a bundle that inlines it, the installed package's). */
+/**
+ * This package's folder (in a bundle that inlines it, the installed package's): every module of
+ * it (src/*.ts, dist/*.js) sits one folder below. Not a resolve of the package's own name, which
+ * loads Node's package-exports resolver: about 10 ms of serve --all's start for one folder name.
+ */
 function packageDir(): string {
-  try {
-    return dirname(createRequire(import.meta.url).resolve("@compat/mount/package.json"));
-  } catch {
-    return fileURLToPath(new URL("..", import.meta.url));
-  }
+  return fileURLToPath(new URL("..", import.meta.url));
 }
 
 /**
  * The daemon to run: `$OLLAMA_COMPAT_MOUNTD`, else one built from source in this package
  * (build/), else the prebuild for this platform; undefined when there is none.
  */
-function daemonPath(env: Record<string, string | undefined> = process.env): string | undefined {
+export function daemonPath(env: Record<string, string | undefined> = process.env): string | undefined {
   if (env.OLLAMA_COMPAT_MOUNTD) return env.OLLAMA_COMPAT_MOUNTD;
   const dir = packageDir();
   for (const candidate of [join(dir, "build", DAEMON_NAME), join(dir, "prebuilds", `${process.platform}-${process.arch}`, DAEMON_NAME)]) {

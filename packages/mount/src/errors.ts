@@ -15,7 +15,11 @@ export type MountErrorCode =
   /** The daemon refused a file: its source is not the file that was planned any more. */
   | "REJECTED"
   /** A computed tensor's producer gave other than the planned number of bytes. */
-  | "BAD_SIDECAR";
+  | "BAD_SIDECAR"
+  /** What an EROFS image cannot express (more devices than device_id's 16 bits, a block address past 32 bits, a `,` in a device path). */
+  | "EROFS_UNSUPPORTED"
+  /** An EROFS mount cannot be made here (not root, no daemon, the kernel refused it); `message` says which. */
+  | "EROFS_UNAVAILABLE";
 
 /** Every failure this package raises on purpose: a stable `code`, and a message naming the path. */
 export class MountError extends Error {

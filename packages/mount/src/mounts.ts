@@ -20,7 +20,7 @@ function unescape(field: string): string {
 }
 
 /** The mounts this process sees (/proc/self/mountinfo), the latest last. */
-function mountTable(): MountEntry[] {
+export function mountTable(): MountEntry[] {
   let text: string;
   try {
     text = readFileSync("/proc/self/mountinfo", "utf8");

@@ -3,7 +3,7 @@ import { ApiError, badRequest, upstreamMessage } from "./errors";
 import type { LoadWant } from "./load-config";
 import type { ApiModel } from "./models";
 import type { ModelScheduler } from "./scheduler";
-import type { Upstream } from "./upstream";
+import { instanceGone, type Upstream } from "./upstream";
 
 type Json = Record<string, unknown>;
 
@@ -53,14 +53,22 @@ async function cut(upstream: Upstream, target: string, text: string, limit: numb
 
 async function embedTexts(scheduler: ModelScheduler, upstream: Upstream, m: ApiModel, input: string[], keepAliveMs: number | undefined, want: LoadWant, truncate: boolean): Promise<{ vectors: number[][]; tokens: number; loadMs: number }> {
   const startedAt = performance.now();
-  const lease = await scheduler.acquire(m.name, want, keepAliveMs);
+  let lease = await scheduler.acquire(m.name, want, keepAliveMs);
   // Ollama's load_duration: from the request to its runner, loaded or not (never 0)
   const loadMs = performance.now() - startedAt;
   try {
     if (input.length === 0) return { vectors: [], tokens: 0, loadMs };
     let texts = input;
+    let renewed = false;
     for (let attempt = 0; ; attempt++) {
       const { status, text } = await upstream.call("POST", "/v1/embeddings", { model: lease.target, input: texts });
+      if (status >= 400 && !renewed && instanceGone(text)) {
+        // the model's instance died since the scheduler last looked: nothing reached it, so the
+        // request goes again, once, to the model loaded again
+        renewed = true;
+        lease = await scheduler.renew(lease, m.name, want, keepAliveMs);
+        continue;
+      }
       if (status < 400) {
         const body = JSON.parse(text) as { data: Array<{ index?: number; embedding: number[] }>; usage?: { prompt_tokens?: number } };
         const vectors = [...body.data].sort((a, b) => (a.index ?? 0) - (b.index ?? 0)).map((d) => d.embedding);

@@ -1,7 +1,7 @@
 import type { ServerResponse } from "node:http";
 import { ApiError, upstreamMessage } from "./errors";
 import type { Lease, ModelScheduler } from "./scheduler";
-import { readText, type Upstream } from "./upstream";
+import { instanceGone, readText, type Upstream } from "./upstream";
 import { readEvents, StreamError, type Decoder, type Finish, type OllamaToolCall, type Piece } from "./stream";
 import type { LoadWant } from "./load-config";
 
@@ -98,8 +98,16 @@ export async function answer(scheduler: ModelScheduler, upstream: Upstream, res:
   };
   try {
     a.body.model = lease.target;
-    const up = await upstream.send("POST", a.path, a.body, { signal: abort.signal });
-    if ((up.statusCode ?? 500) >= 400) throw new ApiError(up.statusCode ?? 500, upstreamMessage(await readText(up)));
+    let up = await upstream.send("POST", a.path, a.body, { signal: abort.signal });
+    for (let renewed = false; (up.statusCode ?? 500) >= 400; renewed = true) {
+      const said = await readText(up);
+      if (renewed || !instanceGone(said)) throw new ApiError(up.statusCode ?? 500, upstreamMessage(said));
+      // the model's instance died since the scheduler last looked: nothing reached it, so the
+      // request goes again, once, to the model loaded again
+      lease = await scheduler.renew(lease, a.model, want, a.keepAliveMs, abort.signal);
+      a.body.model = lease.target;
+      up = await upstream.send("POST", a.path, a.body, { signal: abort.signal });
+    }
     const whole: Whole | undefined = a.stream ? undefined : { content: "", thinking: "", logprobs: [], toolCalls: [] };
     const decode = a.decoder();
     const emit = (p: Piece | Finish) => {

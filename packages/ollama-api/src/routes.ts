@@ -12,7 +12,7 @@ import { stopWords } from "./options";
 import { modelRenamer } from "./stream";
 import { answer, sendError, sendJson } from "./respond";
 import type { Lease, ModelScheduler } from "./scheduler";
-import type { Upstream } from "./upstream";
+import { instanceGone, type Upstream } from "./upstream";
 import type { InstanceLog } from "./instance-log";
 
 /** The Ollama release whose API this implements (what /api/version says; clients check minimums). */
@@ -166,7 +166,8 @@ export class OllamaRoutes {
         context_length: config.numCtx,
       });
     }
-    models.sort((a, b) => b.expires_at.localeCompare(a.expires_at));
+    // ISO 8601 times of one format order as their code units do (localeCompare would load ICU collation data)
+    models.sort((a, b) => (a.expires_at < b.expires_at ? 1 : a.expires_at > b.expires_at ? -1 : 0));
     sendJson(res, 200, { models });
   }
 
@@ -520,9 +521,9 @@ export class OllamaRoutes {
       for (const h of ["host", "connection", "content-length", "authorization", "keep-alive", "transfer-encoding"]) delete headers[h];
       let up = await this.o.upstream.send("POST", path, body, { headers, signal: abort.signal });
       if (leased && lease && (up.statusCode ?? 0) >= 400) {
-        // the model's instance died since the scheduler last looked: load it again, once
+        // the model's instance died since the scheduler last looked (instanceGone): load it again, once
         const said = await readUpTo(up, 1 << 20).catch(() => Buffer.alloc(0));
-        if (/is not running|failed to load|is not loaded/.test(said.toString("utf8"))) {
+        if (instanceGone(said.toString("utf8"))) {
           lease.lost();
           lease.release();
           lease = undefined;

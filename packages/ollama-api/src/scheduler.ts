@@ -221,6 +221,16 @@ export class ModelScheduler {
     return this.waiting.length;
   }
 
+  /**
+   * The router said `lease`'s instance is gone (instanceGone): the lease is let go as lost, and a
+   * new one is taken, which waits for the model to be unloaded and loads it again.
+   */
+  renew(lease: Lease, name: string, want: LoadWant, keepAliveMs?: number, signal?: AbortSignal): Promise<Lease> {
+    lease.lost();
+    lease.release();
+    return this.acquire(name, want, keepAliveMs, signal);
+  }
+
   /** An answer failed: ask the router whether the model still runs; if not, the next request loads it again. */
   suspect(name: string): void {
     const s = this.slots.get(name);

@@ -65,6 +65,17 @@ export class Upstream {
   }
 }
 
+/**
+ * Whether the router's error answer says the model's instance was gone when the request came, so
+ * the request reached no model and may be sent again once the model is loaded again: the router
+ * knew it was not running, or it could not connect to it (the instance died and the router has
+ * not reaped it yet; cpp-httplib's "Could not establish connection", seen under load right after
+ * an instance was killed mid-answer).
+ */
+export function instanceGone(text: string): boolean {
+  return /is not running|failed to load|is not loaded|proxy error: Could not establish connection/.test(text);
+}
+
 export async function readText(res: IncomingMessage): Promise<string> {
   const chunks: Buffer[] = [];
   for await (const c of res) chunks.push(c as Buffer);

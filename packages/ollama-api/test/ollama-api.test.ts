@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readdir, readFile } from "node:fs/promises";
+import { constants } from "node:fs";
+import { open, readdir, readFile, type FileHandle } from "node:fs/promises";
 import { Ollama } from "ollama";
 import { OLLAMA_API_VERSION, serveOllama, type OllamaServer } from "@compat/ollama-api";
 import { ModelStore } from "@compat/store";
@@ -10,6 +11,8 @@ import { greyPicture, llamaFile, PRINTABLE, userStore } from "./ollama-helpers";
 const temp = tempDirs();
 let server: OllamaServer;
 let ollama: Ollama;
+/** The router's log lines (its own and its instances'). */
+const routerLog: string[] = [];
 const greedy = { temperature: 0, num_predict: 6 };
 
 beforeAll(async () => {
@@ -19,7 +22,7 @@ beforeAll(async () => {
   // applies all of them stops at once
   const stop = ["\u0001never", ...Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i))];
   await userStore(root, dir, [{ name: "stopper", model: await llamaFile(dir), params: { num_ctx: 512, stop } }]);
-  server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS, port: 0 });
+  server = await serveOllama({ models: "all", store: new ModelStore(root), cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: SMALL_SERVER_ARGS, port: 0, onLog: (l) => void routerLog.push(l) });
   ollama = new Ollama({ host: server.url });
 });
 afterAll(async () => {
@@ -274,7 +277,52 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
     const again = await ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], options: greedy });
     expect(again.done).toBe(true);
   });
+
+  it("an instance dead before the router noticed: the router cannot connect to it, and the request is answered by the model loaded again", async () => {
+    await ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], options: greedy });
+    const answer = await unnoticedDeath(() => ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], options: greedy }));
+    expect(answer.done).toBe(true);
+  });
+
+  it("the same on the OpenAI route", async () => {
+    await ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], options: greedy });
+    const r = await unnoticedDeath(() =>
+      fetch(`${server.url}/v1/chat/completions`, { method: "POST", body: JSON.stringify({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], max_tokens: 4, temperature: 0 }) }),
+    );
+    expect(r.status, await r.clone().text()).toBe(200);
+    expect(((await r.json()) as { choices: unknown[] }).choices).toHaveLength(1);
+  });
 });
+
+/**
+ * `ask`'s answer when every model instance of the router was killed before it, and the router
+ * does not know yet. The router learns of an instance's exit at the end of its output
+ * (server-models.cpp reads it to EOF, then reaps it): the instance's output pipe held open is
+ * the window (seen under load) between the death and the router's knowing, held open until the
+ * router has failed to connect to the dead instance.
+ */
+async function unnoticedDeath<T>(ask: () => Promise<T>): Promise<T> {
+  const held: FileHandle[] = [];
+  try {
+    for (const pid of await childrenOf(server.router.pid)) {
+      held.push(await open(`/proc/${pid}/fd/1`, constants.O_WRONLY));
+      process.kill(pid, "SIGKILL");
+    }
+    const from = routerLog.length;
+    const answer = ask();
+    answer.catch(() => undefined);
+    await untilLogged(/Could not establish connection/, from);
+    for (const h of held.splice(0)) await h.close();
+    return await answer;
+  } finally {
+    for (const h of held) await h.close();
+  }
+}
+
+/** Resolves once a router log line from index `from` on matches `re` (bounded by the test's timeout). */
+async function untilLogged(re: RegExp, from: number): Promise<void> {
+  while (!routerLog.slice(from).some((l) => re.test(l))) await new Promise((r) => setTimeout(r, 20));
+}
 
 /** Processes whose parent is `pid` (the router's model instances). */
 async function childrenOf(pid: number): Promise<number[]> {

@@ -1,17 +1,33 @@
 import { watch, type FSWatcher } from "node:fs";
-import { access, constants, mkdir, stat } from "node:fs/promises";
+import { access, constants, mkdir, rm, stat } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { readTensorData } from "@compat/gguf";
 import type { TranslatedView, TranslationProfile } from "@compat/handlers";
 import { isSystemError, whyNotWritable } from "@compat/files";
-import { FuseMount, planView, SidecarStore, type ComputedPart, type MountExit } from "@compat/mount";
+import {
+  erofsChunks,
+  erofsMountFolder,
+  erofsSupport,
+  FuseMount,
+  MountError,
+  mountErofs,
+  planView,
+  probeErofs,
+  SidecarStore,
+  sweepErofsMounts,
+  writeErofsImage,
+  type ComputedPart,
+  type ErofsMount,
+  type FilePlan,
+  type MountExit,
+} from "@compat/mount";
 import { activeBackend } from "@compat/tensor-ops";
 import { contentKey, defaultCacheDir, TRANSLATOR_VERSION } from "./cache";
 import { FactsRecords, factsOf, preparedFromFacts, servedAsIs, type RecordedFacts } from "./model-facts";
 import { PrepareError } from "./errors";
 import { modelFiles, type ModelsLayout } from "./layout";
 import { preparedModel, servedViews, type ModelPreparer, type PreparedModel, type ServedViews } from "./preparer";
-import { blobDigest, displayName, ModelStore, type ResolvedModel, type StoreError } from "@compat/store";
+import { blobDigest, byName, displayName, ModelStore, type ResolvedModel, type StoreError } from "@compat/store";
 
 export interface StoreMountOptions {
   /** The mount point (created if missing; must be empty). */
@@ -43,6 +59,13 @@ export interface StoreMountOptions {
   /** Stops the first scan of `open` (a store of thousands of models takes a while): open then fails with the abort. */
   signal?: AbortSignal;
   env?: Record<string, string | undefined>;
+  /**
+   * Serve translated files from kernel EROFS mounts where this machine allows it (root, a kernel
+   * with file-backed EROFS): default true; OLLAMA_COMPAT_EROFS=0 turns it off too. See StoreMount.
+   */
+  erofs?: boolean;
+  /** Where the EROFS images and mounts are kept. Default `erofs/` beside the sidecar folder (on its file system: the probe mounts there). */
+  erofsDir?: string;
   /** One line per model mounted, removed or not mounted, and the daemon's warnings. */
   onStatus?(line: string): void;
   /**
@@ -100,6 +123,16 @@ function signature(m: ResolvedModel): string {
  * native files as links to their blobs, translated ones as their text GGUF and projector,
  * served from the blob without a copy (see @compat/mount). Models added to or removed from the
  * store appear and disappear while it is mounted.
+ *
+ * As root, where the kernel mounts file-backed EROFS images (probeErofs, when the first
+ * translated file is placed), a translated text GGUF (llama-server maps it; clip.cpp reads a
+ * projector) whose 2 MiB chunks are mostly ranges of its blob is instead a link to the
+ * file of an EROFS image (`<erofsDir>/<fileKey>.img`, metadata and the few chunks that are not
+ * blob ranges) mounted under `<erofsDir>/mnt/<pid>-<random>/<fileKey>`: llama-server opening the
+ * mount's path opens the kernel's file, whose page cache takes 2 MiB folios (FUSE's takes 4
+ * KiB pages), so its mmap is PMD-mapped as a copy's is. Its computed tensors are written to
+ * their sidecars before the image (EROFS serves fixed bytes). Otherwise, and for a file whose
+ * image could not be mounted, the FUSE daemon serves it.
  */
 export class StoreMount implements ModelPreparer {
   readonly store: ModelStore;
@@ -137,6 +170,15 @@ export class StoreMount implements ModelPreparer {
   /** The folders of manifests/ the last scan found. */
   private lastFolders: string[] = [];
   private debounce: NodeJS.Timeout | undefined;
+  /** The sweep of EROFS mounts a killed process left, started by open. */
+  private erofsSwept: Promise<void> = Promise.resolve();
+  /**
+   * Whether translated files are EROFS mounts, and those mounted now: probed when the first
+   * translated file is placed (a serve that plans models on first use starts no probe mount).
+   */
+  private erofsFound: Promise<ErofsFiles> | undefined;
+  /** closeErofs's one run. */
+  private erofsClosed: Promise<void> | undefined;
 
   private constructor(store: ModelStore, opts: StoreMountOptions) {
     this.store = store;
@@ -166,11 +208,14 @@ export class StoreMount implements ModelPreparer {
       // neither needs the other, and the daemon's start is a process of its own
       const first = sm.survey(sm.closing.signal, opts.listed);
       first.catch(() => undefined);
+      // a mount that starts when a killed one's are still there takes them down meanwhile
+      sm.erofsSwept = sweepStale(opts, sidecars.dir, env);
       try {
         mount = await FuseMount.mount(opts.dir, { sidecars, env, allowOther: opts.allowOther, onLog: (l) => opts.onStatus?.(`mount: ${l}`) });
       } catch (e) {
         sm.closing.abort();
         await first.catch(() => undefined);
+        await sm.erofsSwept;
         throw e;
       }
       sm.mount = mount;
@@ -180,6 +225,7 @@ export class StoreMount implements ModelPreparer {
       } catch (e) {
         sm.closing.abort();
         await mount.close();
+        await sm.closeErofs();
         throw e;
       }
     } finally {
@@ -212,11 +258,13 @@ export class StoreMount implements ModelPreparer {
         this.opts.onStatus?.(`mount: the mount daemon stopped (${why}) and could not be started again: ${(e as Error).message}`);
         return this.end(exit);
       }
-      // every model is added again to the new daemon, at the same paths
+      // every model is added again to the new daemon, at the same paths (its EROFS mounts kept for it)
+      const held = [...this.mounted.values()].flatMap((m) => m.erofs ?? []);
       this.mounted.clear();
       this.failed.clear();
       this.follow(this.mount);
       await this.rescan().catch(() => undefined);
+      await this.releaseErofs(held);
       this.opts.onStatus?.(`mount: the mount daemon stopped (${why}); mounted the store again at ${this.dir}, ${this.mounted.size} model${this.mounted.size === 1 ? "" : "s"}`);
     });
   }
@@ -225,7 +273,7 @@ export class StoreMount implements ModelPreparer {
     clearInterval(this.timer);
     void this.fillViews.closeAll();
     this.stopWatching();
-    this.gone(exit);
+    void this.closeErofs().finally(() => this.gone(exit));
   }
 
   /** The mount point (where the daemon mounted the store). */
@@ -409,6 +457,7 @@ export class StoreMount implements ModelPreparer {
     await this.syncing.catch(() => undefined);
     const exit = await this.mount.close();
     await this.fillViews.closeAll();
+    await this.closeErofs();
     this.gone(exit);
     return exit;
   }
@@ -484,9 +533,91 @@ export class StoreMount implements ModelPreparer {
     return out;
   }
 
-  private async drop(name: string, m: { paths: string[] }): Promise<void> {
+  private async drop(name: string, m: { paths: string[]; erofs?: string[] }): Promise<void> {
     this.mounted.delete(name);
     for (const p of m.paths) await this.mount.remove(p).catch(() => undefined);
+    await this.releaseErofs(m.erofs ?? []);
+  }
+
+  /**
+   * The file of an EROFS image of `plan` to link the mount's path to, mounted now unless another
+   * model's file of the same content key has it mounted; or, when it is not to be one, why
+   * (`route`). EROFS_UNAVAILABLE and EROFS_UNSUPPORTED (the kernel refused the mount, device
+   * paths the mount options cannot carry) leave the file to FUSE; other errors are the file's.
+   */
+  private async viaErofs(key: string, kind: "text" | "mmproj", plan: FilePlan, parts: readonly ComputedPart[]): Promise<{ target?: string; route?: string }> {
+    // clip.cpp reads a projector into its buffers (no mmap: page size does not matter), and the
+    // projector is where most computed tensors are, which an image needs written up front
+    if (kind !== "text") return {};
+    const e = await this.erofsFiles();
+    if (!e.usable) return {}; // every file is FUSE's, as the line said
+    const name = `${kind}.gguf`;
+    let held = e.held.get(key);
+    if (held === undefined) {
+      const { mapped, copied } = erofsChunks([{ name, plan }]);
+      // an image that copies most of the file costs its bytes on disk again, for little gain
+      if (copied > mapped) return { route: `FUSE: ${copied} of its ${mapped + copied} 2 MiB chunks are not ranges of a file` };
+      const sidecars = this.mount.sidecars;
+      const mounting = (async () => {
+        // EROFS serves fixed bytes: every computed tensor is on disk before the image names it
+        for (const p of parts) if (!(await sidecars.verify(p.path, p.length)).ok) await sidecars.write(p);
+        const image = join(e.dir, `${key}.img`);
+        const img = await writeErofsImage(image, [{ name, plan }], { reuse: true });
+        const at = join(e.mounts, key);
+        await mkdir(at, { recursive: true });
+        return mountErofs(image, at, img.devices, { env: this.env });
+      })();
+      held = { mount: mounting, users: 0 };
+      e.held.set(key, held);
+    }
+    held.users++;
+    try {
+      return { target: join((await held.mount).dir, name), route: "EROFS" };
+    } catch (err) {
+      if (e.held.get(key) === held) e.held.delete(key);
+      if (err instanceof MountError && (err.code === "EROFS_UNAVAILABLE" || err.code === "EROFS_UNSUPPORTED")) return { route: `FUSE: ${err.message}` };
+      throw err;
+    }
+  }
+
+  /** Whether translated files can be EROFS mounts: found once (after the sweep), and said in one line. */
+  private erofsFiles(): Promise<ErofsFiles> {
+    return (this.erofsFound ??= this.erofsSwept.then(async () => {
+      const e = await erofsFiles(this.opts, this.mount.sidecars.dir, this.env);
+      this.opts.onStatus?.(e.usable ? `mount: translated files from kernel EROFS mounts (${e.dir}), where they are mostly ranges of their blobs` : `mount: translated files from the FUSE daemon: ${e.reason}`);
+      return e;
+    }));
+  }
+
+  /**
+   * Unmounts every EROFS mount (detaching those in use) and removes this process's folder of
+   * them, once: close() and the daemon's exit (end, which close's own unmount of the daemon
+   * causes) both ask, and each must find the mounts gone when it resolves, not the one that
+   * came second return while the first still unmounts.
+   */
+  private closeErofs(): Promise<void> {
+    return (this.erofsClosed ??= (async () => {
+      await this.erofsSwept;
+      const e = await this.erofsFound;
+      if (e?.usable !== true) return;
+      const all = [...e.held.values()];
+      e.held.clear();
+      for (const h of all) await unmountErofs(h.mount, (l) => this.opts.onStatus?.(l));
+      await rm(e.mounts, { recursive: true, force: true }).catch(() => undefined);
+    })());
+  }
+
+  /** Lets go of EROFS mounts by content key: the last user of one unmounts it (detaches it while a process still maps its file). */
+  private async releaseErofs(keys: readonly string[]): Promise<void> {
+    if (keys.length === 0 || this.erofsFound === undefined) return;
+    const e = await this.erofsFound;
+    if (!e.usable) return;
+    for (const key of keys) {
+      const held = e.held.get(key);
+      if (held === undefined || --held.users > 0) continue;
+      e.held.delete(key);
+      await unmountErofs(held.mount, (l) => this.opts.onStatus?.(l));
+    }
   }
 
   /** Mounts one model's files (replacing an earlier version of it), or shows it from its recorded facts (read now unless `recorded` has them). Failures are recorded, not thrown. */
@@ -506,7 +637,7 @@ export class StoreMount implements ModelPreparer {
       const m = await this.mountModel(resolved);
       this.mounted.set(name, m);
       if (versions) await this.records!.write(resolved, profile, versions, factsOf(m.prepared, m.mmprojKind));
-      this.opts.onStatus?.(`${name} -> ${m.files.model}${m.files.mmproj ? ` + ${m.files.mmproj}` : ""} (${m.prepared.translated ? "translated" : "native"})`);
+      this.opts.onStatus?.(mountedLine(name, m));
     } catch (e) {
       const why = e instanceof Error ? e.message.split("\n")[0]! : String(e);
       this.failed.set(name, { error: why, cause: e, signature: signature(resolved) });
@@ -540,7 +671,7 @@ export class StoreMount implements ModelPreparer {
           try {
             const m = await this.mountModel(resolved);
             this.mounted.set(name, m);
-            this.opts.onStatus?.(`${name} -> ${m.files.model}${m.files.mmproj ? ` + ${m.files.mmproj}` : ""} (${m.prepared.translated ? "translated" : "native"})`);
+            this.opts.onStatus?.(mountedLine(name, m));
           } catch (e) {
             this.mounted.delete(name);
             const why = e instanceof Error ? e.message.split("\n")[0]! : String(e);
@@ -559,20 +690,33 @@ export class StoreMount implements ModelPreparer {
       const { text, mmproj: projector } = views;
       const files = modelFiles(servedName(resolved), this.layout, projector !== null);
       const paths: string[] = [];
+      const erofs: string[] = [];
+      const routes: string[] = [];
       const sig = signature(resolved);
-      // a file we translate is planned; a file llama.cpp takes as it is is a link to the blob
+      // a file we translate is planned (served by the FUSE daemon, or a link to its EROFS
+      // mount's file); a file llama.cpp takes as it is is a link to the blob
       const place = async (at: string, path: string, view: TranslatedView | null, kind: "text" | "mmproj") => {
         paths.push(at);
         if (view === null) return this.mount.addLink(at, path, BigInt(Math.round((await stat(path)).mtimeMs * 1e6)));
         const key = await this.fileKey(path, kind, profile, kind === "text" ? resolved.modelDigest : undefined);
         const { plan, computed } = await planView(view, { sidecarPath: (t, i) => this.mount.sidecars.pathFor(key, t, i) });
         const identity = plan.sources.find((src) => src.path === path);
-        await this.mount.addFile(at, plan, this.reopening(computed, path, kind, profile, resolved, identity));
+        const parts = this.reopening(computed, path, kind, profile, resolved, identity);
+        const { target, route } = await this.viaErofs(key, kind, plan, parts);
+        if (route !== undefined) routes.push(`${kind} ${route}`);
+        if (target === undefined) return this.mount.addFile(at, plan, parts);
+        erofs.push(key);
+        await this.mount.addLink(at, target, plan.mtimeNs);
       };
-      await place(files.model, resolved.modelPath, text, "text");
       let mmproj: string | undefined;
-      if (projector?.kind === "file") await place(files.mmproj, projector.path, null, "mmproj");
-      else if (projector?.kind === "view") await place(files.mmproj, projector.path ?? resolved.modelPath, projector.view, "mmproj");
+      try {
+        await place(files.model, resolved.modelPath, text, "text");
+        if (projector?.kind === "file") await place(files.mmproj, projector.path, null, "mmproj");
+        else if (projector?.kind === "view") await place(files.mmproj, projector.path ?? resolved.modelPath, projector.view, "mmproj");
+      } catch (e) {
+        await this.releaseErofs(erofs);
+        throw e;
+      }
       if (projector) mmproj = files.mmproj;
       const prepared = preparedModel(resolved, views, {
         modelPath: join(this.dir, files.model),
@@ -582,7 +726,7 @@ export class StoreMount implements ModelPreparer {
       });
       // every file a link: the store's own files are what llama.cpp reads
       const asIs = text === null && projector?.kind !== "view" ? { model: resolved.modelPath, ...(projector ? { mmproj: projector.path } : {}) } : undefined;
-      return { name: resolved.name, files: { model: files.model, ...(mmproj ? { mmproj } : {}) }, prepared, ...(asIs ? { asIs } : {}), signature: sig, paths, mmprojKind: projector?.kind ?? "none" };
+      return { name: resolved.name, files: { model: files.model, ...(mmproj ? { mmproj } : {}) }, prepared, ...(asIs ? { asIs } : {}), signature: sig, paths, erofs, routes, mmprojKind: projector?.kind ?? "none" };
     } finally {
       await views.close();
     }
@@ -786,7 +930,7 @@ export async function listStore(store: ModelStore, signal?: AbortSignal, known?:
     const e = resolved[k]!;
     resolvedBy.set(paths[i]!, { stamp: stamps[i]!, entry: e.model ? { model: e.model } : { error: e.error!.message, cause: e.error } });
   });
-  const listed = names.map((n, i) => ({ name: displayName(n), path: paths[i]! })).sort((a, b) => a.name.localeCompare(b.name));
+  const listed = names.map((n, i) => ({ name: displayName(n), path: paths[i]! })).sort(byName);
   return { names: listed, resolvedBy, blobsStamp, folders };
 }
 
@@ -805,8 +949,100 @@ async function stamp(path: string): Promise<string> {
   return st ? `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}` : "";
 }
 
-/** A model as the mount shows it, with what changes it: its version, the paths it added, and, while it is shown from its recorded facts only, the plan that mounts its files. */
-type Shown = MountedModel & { signature: string; paths: string[]; mmprojKind: RecordedFacts["mmproj"]; plan?: () => Promise<void> };
+/**
+ * A model as the mount shows it, with what changes it: its version, the paths it added, the
+ * EROFS mounts its files link to (content keys) and how each translated file is served, and,
+ * while it is shown from its recorded facts only, the plan that mounts its files.
+ */
+type Shown = MountedModel & { signature: string; paths: string[]; erofs?: string[]; routes?: string[]; mmprojKind: RecordedFacts["mmproj"]; plan?: () => Promise<void> };
+
+/** The status line of a model mounted: its files, and how its translated ones are served. */
+function mountedLine(name: string, m: Shown): string {
+  const how = m.prepared.translated || m.routes?.length ? `translated${m.routes?.length ? `; ${m.routes.join("; ")}` : ""}` : "native";
+  return `${name} -> ${m.files.model}${m.files.mmproj ? ` + ${m.files.mmproj}` : ""} (${how})`;
+}
+
+/**
+ * Whether a StoreMount serves translated files from EROFS mounts, and if so where: images in
+ * `dir`, this process's mounts in `mounts`, held by content key with their users (the files
+ * of models that link to them); else why not.
+ */
+type ErofsFiles =
+  | { usable: true; dir: string; mounts: string; held: Map<string, { mount: Promise<ErofsMount>; users: number }> }
+  | { usable: false; reason: string };
+
+/** The EROFS probe's verdict, by folder: once per process, as its answer does not change. */
+const probed = new Map<string, ReturnType<typeof probeErofs>>();
+
+/** The EROFS folder of a StoreMount: opts.erofsDir, else `erofs/` beside its sidecars (on their file system: they are devices of its images). */
+function erofsDirOf(opts: StoreMountOptions, sidecarDir: string): string {
+  return opts.erofsDir ?? join(dirname(sidecarDir), "erofs");
+}
+
+/**
+ * Whether translated files can be EROFS mounts here (opts.erofs, OLLAMA_COMPAT_EROFS=0, root,
+ * a probe mount on the sidecars' file system), and this process's folder for them if so.
+ */
+async function erofsFiles(opts: StoreMountOptions, sidecarDir: string, env: Record<string, string | undefined>): Promise<ErofsFiles> {
+  if (opts.erofs === false) return { usable: false, reason: "EROFS turned off (erofs: false)" };
+  if (env.OLLAMA_COMPAT_EROFS === "0") return { usable: false, reason: "EROFS turned off (OLLAMA_COMPAT_EROFS=0)" };
+  const support = erofsSupport(env);
+  if (!support.usable) return support; // not root: no folder made for nothing
+  const dir = erofsDirOf(opts, sidecarDir);
+  try {
+    await mkdir(dir, { recursive: true });
+    let probe = probed.get(dir);
+    if (probe === undefined) probed.set(dir, (probe = probeErofs(dir, env)));
+    const verdict = await probe;
+    if (!verdict.usable) return verdict;
+    const mounts = await erofsMountFolder(join(dir, "mnt"));
+    // allow_other: the links lead other users into the EROFS folder, which they must be able to reach
+    const closed = opts.allowOther ? await unsearchable(mounts) : undefined;
+    if (closed !== undefined) {
+      await rm(mounts, { recursive: true, force: true });
+      return { usable: false, reason: `other users cannot reach ${closed} (allow-other), where the EROFS mounts would be` };
+    }
+    return { usable: true, dir, mounts, held: new Map() };
+  } catch (e) {
+    return { usable: false, reason: `EROFS mounts cannot be used here: ${(e as Error).message}` };
+  }
+}
+
+/** The first folder from `dir` up that other users cannot search (no o+x), if any. */
+async function unsearchable(dir: string): Promise<string | undefined> {
+  for (let d = dir; ; d = dirname(d)) {
+    if (((await stat(d)).mode & 0o001) === 0) return d;
+    if (dirname(d) === d) return undefined;
+  }
+}
+
+/**
+ * Takes down the EROFS mounts a killed process left under the EROFS folder (they hold their
+ * blobs open), whether or not this mount will make any. Only root can have made them.
+ */
+async function sweepStale(opts: StoreMountOptions, sidecarDir: string, env: Record<string, string | undefined>): Promise<void> {
+  if (!erofsSupport(env).usable) return;
+  try {
+    const swept = await sweepErofsMounts(join(erofsDirOf(opts, sidecarDir), "mnt"), env);
+    if (swept.length > 0) opts.onStatus?.(`mount: took down ${swept.length} EROFS mount${swept.length === 1 ? "" : "s"} a stopped mount left (${swept.join(", ")})`);
+  } catch (e) {
+    opts.onStatus?.(`mount: cannot take down the EROFS mounts a stopped mount left: ${(e as Error).message}`);
+  }
+}
+
+/** Unmounts one EROFS mount (detaches it while it is in use) and removes its folder. */
+async function unmountErofs(mount: Promise<ErofsMount>, onStatus?: (line: string) => void): Promise<void> {
+  const m = await mount.catch(() => undefined);
+  if (m === undefined) return;
+  try {
+    await m.close();
+    await rm(m.dir, { recursive: true, force: true });
+  } catch (e) {
+    onStatus?.(`mount: ${(e as Error).message}`);
+  }
+}
+
+
 
 /**
  * Where a mount at `dir` shows a model from its recorded facts, and what llama-server is given

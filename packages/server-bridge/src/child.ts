@@ -1,5 +1,5 @@
-import { execFile, spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { accessSync, constants } from "node:fs";
+import { spawn, type ChildProcess } from "node:child_process";
+import { accessSync, constants, readFileSync, statSync } from "node:fs";
 import { readdir, readFile, readlink } from "node:fs/promises";
 import { request } from "node:http";
 import { createServer } from "node:net";
@@ -39,7 +39,6 @@ export function tiedToParent(command: string, args: readonly string[]): { comman
 }
 
 let runner: string | null | undefined;
-let probing: Promise<string | null> | undefined;
 
 /** Where setpriv may be: the first of these that exists is asked (with /bin/sh there to run the command). */
 function setprivCandidate(): string | undefined {
@@ -56,32 +55,32 @@ function setprivCandidate(): string | undefined {
   return undefined;
 }
 
-/** Whether setpriv's `--help` answer (its exit status and output) offers --pdeathsig. */
-function offersPdeathsig(ok: boolean, help: string): boolean {
-  return ok && help.includes("--pdeathsig");
-}
+/** The option's name as the program's own option table and help text spell it (the bytes are looked for in the program). */
+const PDEATHSIG = Buffer.from("--pdeathsig");
+/** A setpriv larger than this is not util-linux's (about 50 KB): it is not read, and not used. */
+const SETPRIV_MAX_BYTES = 4 << 20;
 
-/** setpriv with --pdeathsig (util-linux 2.33+, part of every Debian and Ubuntu), found once per process. */
-function pdeathsigRunner(): string | null {
-  if (runner !== undefined) return runner;
-  const path = setprivCandidate();
-  const help = path === undefined ? undefined : spawnSync(path, ["--help"], { encoding: "utf8", timeout: 5_000 });
-  runner = path !== undefined && help !== undefined && offersPdeathsig(help.status === 0, help.stdout) ? path : null;
-  return runner;
+/** Whether the program `path` offers --pdeathsig: its file holds the option's name (util-linux 2.33+). */
+export function offersPdeathsig(path: string): boolean {
+  try {
+    if (statSync(path).size > SETPRIV_MAX_BYTES) return false;
+    return readFileSync(path).includes(PDEATHSIG);
+  } catch {
+    return false;
+  }
 }
 
 /**
- * The same question as pdeathsigRunner, asked without blocking: `setpriv --help` is a process
- * of its own (tens of milliseconds on a loaded machine), so a launch starts this before its
- * other work and awaits it just before spawning; the answer is then kept for tiedToParent.
+ * setpriv with --pdeathsig (util-linux 2.33+, part of every Debian and Ubuntu), found once per
+ * process. The question is put to the program's file, not to the program: `setpriv --help` was a
+ * process of its own, a fork of this whole process on the start's main thread (about 17 ms of
+ * serve --all's CPU on a 2-core guest), where reading its 50 KB takes well under a millisecond.
  */
-export function findPdeathsigRunner(): Promise<string | null> {
-  if (runner !== undefined) return Promise.resolve(runner);
-  return (probing ??= new Promise<string | null>((resolve) => {
-    const path = setprivCandidate();
-    if (path === undefined) return resolve(null);
-    execFile(path, ["--help"], { encoding: "utf8", timeout: 5_000 }, (err, stdout) => resolve(offersPdeathsig(err === null, stdout) ? path : null));
-  }).then((found) => (runner ??= found)));
+function pdeathsigRunner(): string | null {
+  if (runner !== undefined) return runner;
+  const path = setprivCandidate();
+  runner = path !== undefined && offersPdeathsig(path) ? path : null;
+  return runner;
 }
 
 /** A llama.cpp process whose output is split into lines, with its last lines kept for reports; it dies with us (tiedToParent). */

@@ -4,7 +4,6 @@ import { ownedTempDir } from "@compat/files";
 import { PrepareError, type PreparedModel } from "@compat/prepare";
 import { StoreError, type ResolvedModel } from "@compat/store";
 import { modelArgs } from "./args";
-import { findPdeathsigRunner } from "./child";
 import { BridgeError } from "./errors";
 import { asStore, launch, preparerFor, type LaunchOptions, type RunningServer } from "./server";
 
@@ -99,8 +98,6 @@ export function presetSection(name: string, model: PreparedModel, warn: (msg: st
 export async function startRouter(opts: StartRouterOptions): Promise<RouterServer> {
   const store = asStore(opts.store, opts.env ?? process.env);
   const warn = (m: string) => opts.onStatus?.(`warning: ${m}`);
-  // setpriv's check runs while the models are prepared (launch awaits it)
-  void findPdeathsigRunner();
   const models = await prepareRouterModels(opts);
   for (const m of models) if (m.error) warn(`${m.name} is not served: ${m.error.message}`);
   const served = models.filter((m) => m.model);

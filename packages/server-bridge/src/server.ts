@@ -1,7 +1,7 @@
 import { cachePreparer, type ModelPreparer, type PrepareOptions, type PreparedModel } from "@compat/prepare";
 import { ModelStore, type ResolvedModel } from "@compat/store";
 import { modelArgs } from "./args";
-import { canReadListeningPorts, checkPortFree, findPdeathsigRunner, freePort, LlamaChild, listeningPort, waitHealthy, type ExitInfo } from "./child";
+import { canReadListeningPorts, checkPortFree, freePort, LlamaChild, listeningPort, waitHealthy, type ExitInfo } from "./child";
 import { BridgeError } from "./errors";
 import { readKeyFile } from "./key-file";
 import { findLlamaTool } from "./locate";
@@ -103,8 +103,6 @@ export async function launch(
     });
   }
   const port = bind.port ?? opts.port;
-  // asked for already by a caller that prepared models first (startServer, startRouter): ready by now
-  await findPdeathsigRunner();
   const effective: ResolvedLaunch = { ...opts, host, port, args: bind.rest, ...(apiKey !== undefined ? { apiKey } : {}), urlPath: bind.prefix ?? "" };
   if (port) {
     await checkPortFree(host, port);
@@ -304,8 +302,6 @@ async function boundPort(child: LlamaChild, timeoutMs: number, what: string): Pr
  */
 export async function startServer(opts: StartServerOptions): Promise<SingleServer> {
   const env = opts.env ?? process.env;
-  // setpriv's check runs while the model is resolved and prepared (launch awaits it)
-  void findPdeathsigRunner();
   const resolved = typeof opts.model === "string" ? await asStore(opts.store, env).resolve(opts.model) : opts.model;
   // Fail before translating anything when llama-server is not there.
   findLlamaTool("llama-server", { explicit: opts.llamaServer, env });

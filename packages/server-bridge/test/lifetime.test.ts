@@ -8,6 +8,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
 import { generateFixtureFiles } from "@compat/testkit";
 import { tiedToParent } from "@compat/server-bridge";
+import { offersPdeathsig } from "../src/child";
 import { llamaServerPath, tempDirs } from "./helpers";
 
 const temp = tempDirs();
@@ -43,6 +44,15 @@ describe("a llama.cpp child dies with its parent", () => {
     expect(existsSync(`/proc/${pid}`)).toBe(true);
     parent.kill("SIGKILL");
     expect(await gone(pid)).toBe(true);
+  });
+
+  it("setpriv is asked about --pdeathsig through its file, with no process", () => {
+    // the setpriv tiedToParent chose offers the option; a program without it, and no program, do not
+    const setpriv = tiedToParent("/bin/true", []).command;
+    expect(setpriv).toMatch(/setpriv$/);
+    expect(offersPdeathsig(setpriv)).toBe(true);
+    expect(offersPdeathsig("/bin/true")).toBe(false);
+    expect(offersPdeathsig(join(fileURLToPath(new URL(".", import.meta.url)), "no-such-program"))).toBe(false);
   });
 
   it("a child whose parent died before the death signal was set never runs the command", async () => {

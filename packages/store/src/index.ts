@@ -1,5 +1,5 @@
 export { StoreError, type StoreErrorCode } from "./errors";
-export { parseModelName, displayName, fullName, rollbackName, isRollbackName, rolledBackName, ROLLBACK_HOST_PREFIX, DEFAULT_HOST, DEFAULT_NAMESPACE, DEFAULT_TAG, type ModelName } from "./name";
+export { parseModelName, byName, displayName, fullName, rollbackName, isRollbackName, rolledBackName, ROLLBACK_HOST_PREFIX, DEFAULT_HOST, DEFAULT_NAMESPACE, DEFAULT_TAG, type ModelName } from "./name";
 export { MediaType } from "./media-types";
 export { canonicalDigest, blobDigest, blobFileName } from "./digest";
 export { ModelStore, defaultModelsDir, isPathLike, parseManifest, readManifestText, type Manifest, type ManifestLayer, type ResolvedModel, type StoreOptions } from "./store";

@@ -6,7 +6,7 @@ import { isAbsolute, join, resolve as resolvePath, sep } from "node:path";
 import { blobFileName, canonicalDigest } from "./digest";
 import { StoreError } from "./errors";
 import { MediaType } from "./media-types";
-import { displayName, fullName, isRollbackName, isValidName, manifestSegments, parseModelName, type ModelName } from "./name";
+import { byName, displayName, fullName, isRollbackName, isValidName, manifestSegments, parseModelName, type ModelName } from "./name";
 
 /** One layer as the manifest lists it. */
 export interface ManifestLayer {
@@ -266,7 +266,7 @@ export class ModelStore {
 
   /** Every installed model (sorted by name); manifests that do not resolve are listed with their error, one each. */
   async list(): Promise<Array<{ name: string; model?: ResolvedModel; error?: StoreError }>> {
-    return (await this.resolveAll(await this.names())).sort((a, b) => a.name.localeCompare(b.name));
+    return (await this.resolveAll(await this.names())).sort(byName);
   }
 
   /**
