@@ -197,6 +197,8 @@ export class ParsedStrings implements RawStrings {
     readonly region: Uint8Array,
     readonly count: number,
     readonly littleEndian: boolean,
+    /** Pairs (item index, region offset of its prefix) the parser's walk passed, in order. */
+    private readonly marks: readonly number[] = [],
   ) {}
 
   get starts(): Uint32Array {
@@ -218,6 +220,36 @@ export class ParsedStrings implements RawStrings {
   lengthOf(i: number): number {
     this.indexUpTo(i + 1);
     return this.lengths_![i]!;
+  }
+
+  /**
+   * Where item k's prefix starts in `region` (its length for k = count): the bytes of the
+   * first k items. Walks from the nearest place already known, recording nothing.
+   */
+  endOf(k: number): number {
+    if (k >= this.count) return this.region.length;
+    if (k <= this.indexed) return k === 0 ? 0 : this.starts_![k - 1]! + this.lengths_![k - 1]!;
+    let i = this.indexed;
+    let p = this.next;
+    const marks = this.marks;
+    for (let m = 0; m < marks.length && marks[m]! <= k; m += 2) {
+      if (marks[m]! > i) {
+        i = marks[m]!;
+        p = marks[m + 1]!;
+      }
+    }
+    const r = this.region;
+    const dv = new DataView(r.buffer, r.byteOffset, r.byteLength);
+    const loAt = this.littleEndian ? 0 : 4;
+    for (; i < k; i++) p += 8 + dv.getUint32(p + loAt, this.littleEndian);
+    return p;
+  }
+
+  /** The marks of the first k items (for the ParsedStrings of a head). */
+  marksBelow(k: number): number[] {
+    const out: number[] = [];
+    for (let m = 0; m < this.marks.length && this.marks[m]! <= k; m += 2) out.push(this.marks[m]!, this.marks[m + 1]!);
+    return out;
   }
 
   /** Locate items up to (not including) k. The parser has checked every prefix already. */
@@ -323,9 +355,13 @@ export class StringArray implements GgufArray {
     const k = Math.max(0, Math.min(n, this.length));
     if (this.raw === undefined) return new StringArray((this.decoded as string[]).slice(0, k));
     const raw = this.raw;
-    const end = k === 0 ? 0 : itemStart(raw, k - 1) + itemLength(raw, k - 1);
+    const end = raw instanceof ParsedStrings ? raw.endOf(k) : k === 0 ? 0 : raw.starts[k - 1]! + raw.lengths[k - 1]!;
     const region = raw.region.subarray(0, end);
-    const out = new StringArray(raw instanceof ParsedStrings ? new ParsedStrings(region, k, raw.littleEndian) : { region, starts: raw.starts.subarray(0, k), lengths: raw.lengths.subarray(0, k), littleEndian: raw.littleEndian });
+    const out = new StringArray(
+      raw instanceof ParsedStrings
+        ? new ParsedStrings(region, k, raw.littleEndian, raw.marksBelow(k))
+        : { region, starts: raw.starts.subarray(0, k), lengths: raw.lengths.subarray(0, k), littleEndian: raw.littleEndian },
+    );
     if (this.decoded !== undefined) out.decoded = this.decoded.slice(0, k);
     return out;
   }

@@ -20,6 +20,7 @@ export { bufferSource, blobSource } from "./sources";
 export { fileSource } from "./node-lazy";
 export { GgufModel, type CreateModelOptions, type GgufModelInit } from "./model";
 export { readGguf, parseGguf, type ReadOptions, type ParseOptions, type GgufInput } from "./read";
+export type { StringWalk } from "./parse";
 export { layoutGguf, extentsCovering, PADDING_KEY, SHARE_BLOCK, type GgufLayout, type LayoutExtent, type LayoutOptions } from "./layout";
 export { writeGguf, serializeGguf, type WriteTarget, type WriteOptions, type WriteResult, type GgufSink } from "./writer";
 export { readTensorData } from "./tensor-data";

@@ -36,6 +36,10 @@ const MAX_NESTED_ARRAYS = 1 << 16;
 const MAX_DIMS = 4;
 
 const GGUF_MAGIC = 0x46554747; // "GGUF" read as little-endian u32
+/** From this size on, a numeric array's aligned copy comes from the reader's allocator. */
+const ALLOCATED_COPY = 64 * 1024;
+/** Least distance between two of a string array's walk marks (StringScan.marks). */
+const MARK_SPACING = 1 << 15;
 /** Bytes one call of the string walk covers. */
 const SCAN_WINDOW = 1 << 16;
 
@@ -76,6 +80,25 @@ export interface ParsedHeader {
   dataOffset: number;
 }
 
+/**
+ * The string walk's step over short items, compiled (ReadOptions.walkStrings): from the item `i`
+ * whose little-endian u64 length prefix is at bytes[q], step over items while i < n, the length
+ * is below 0x80 (its high word 0) and the item ends by `stop`; the position and the item it
+ * stopped at go to out[0] and out[1]. walkShortItemsLE is the same loop.
+ */
+export type StringWalk = (bytes: Uint8Array, q: number, i: number, n: number, stop: number, out: Float64Array) => void;
+
+/** What a reader lends the parser: cheaper memory, a compiled walk. */
+export interface ParserHelpers {
+  /**
+   * Memory for the copies of numeric arrays that do not sit on their item size in the file
+   * (the reader's header allocator; default: a fresh Uint8Array). A vocabulary's scores and
+   * types are a megabyte each, and fresh 4 KiB pages cost a page fault apiece.
+   */
+  allocate?: (length: number) => Uint8Array;
+  walkStrings?: StringWalk;
+}
+
 export interface ParseLimits {
   /** Display name for errors. */
   name: string;
@@ -112,6 +135,12 @@ interface StringScan {
   segFirst: number;
   /** Where item segFirst's length prefix is (segStart is there or just after it). */
   segFirstPrefix: number;
+  /**
+   * Places the walk passed, as pairs (item index, offset of its prefix from regionStart), at
+   * least MARK_SPACING bytes apart: head(k) of the parsed array walks from the nearest one
+   * instead of from item 0 (a vocabulary cut to the embedding's rows is walked once, not twice).
+   */
+  marks: number[];
   /**
    * Invalid UTF-8 found in the part of the current run read so far, thrown when the run ends.
    * A parse of the whole buffer validates a run only at its end, so a bad length later in the
@@ -157,6 +186,7 @@ export class Parser {
   constructor(
     bytes: Uint8Array,
     private readonly limits: ParseLimits,
+    private readonly helpers: ParserHelpers = {},
   ) {
     this.setBytes(bytes);
   }
@@ -351,12 +381,20 @@ export class Parser {
     if (this.le === HOST_LITTLE_ENDIAN && abs % size === 0) {
       values = typedArrayView(itemType, this.bytes.buffer, abs, n);
     } else {
-      const copy = this.bytes.slice(p, p + nbytes);
+      const copy = this.copyOf(p, nbytes, size);
       if (this.le !== HOST_LITTLE_ENDIAN) swapBytes(copy, size);
-      values = typedArrayView(itemType, copy.buffer, 0, n);
+      values = typedArrayView(itemType, copy.buffer, copy.byteOffset, n);
     }
     if (isNumberItemType(itemType)) return new NumberArray(itemType, values as NumberTypedArray);
     return new BigIntArray(itemType as GgufValueType.UINT64 | GgufValueType.INT64, values as BigIntTypedArray);
+  }
+
+  /** A copy of bytes [p, p + n) that starts on a multiple of `align` (a typed array views it). */
+  private copyOf(p: number, n: number, align: number): Uint8Array {
+    const out = n >= ALLOCATED_COPY ? this.helpers.allocate?.(n) : undefined;
+    if (out === undefined || out.byteOffset % align !== 0 || out.length !== n) return this.bytes.slice(p, p + n);
+    out.set(this.bytes.subarray(p, p + n));
+    return out;
   }
 
   /**
@@ -370,7 +408,7 @@ export class Parser {
     this.pendingStrings = undefined;
     if (st === undefined || st.regionStart !== this.pos || st.n !== n) {
       const p = this.pos;
-      st = { n, regionStart: p, i: 0, p, segStart: p, segFirst: 0, segFirstPrefix: p };
+      st = { n, regionStart: p, i: 0, p, segStart: p, segFirst: 0, segFirstPrefix: p, marks: [] };
     }
     this.scanStrings(st);
     if (st.i < n) {
@@ -391,7 +429,7 @@ export class Parser {
     }
     this.checkUtf8Run(st, st.p, n);
     this.pos = st.p;
-    return new StringArray(new ParsedStrings(this.bytes.subarray(st.regionStart, st.p), n, this.le));
+    return new StringArray(new ParsedStrings(this.bytes.subarray(st.regionStart, st.p), n, this.le, st.marks));
   }
 
   /**
@@ -400,13 +438,24 @@ export class Parser {
    */
   private scanStrings(st: StringScan): void {
     const end = this.end;
+    const marks = st.marks;
     while (st.i < st.n && st.p + 8 <= end) {
       const from = st.p;
+      const at = from - st.regionStart;
+      if (marks.length === 0 || at - marks[marks.length - 1]! >= MARK_SPACING) marks.push(st.i, at);
       // Relative positions: parser positions may be held as doubles, and small integers keep
       // the walk's arithmetic in integer registers (2.5x faster).
       const span = Math.min(end - from, SCAN_WINDOW);
-      const dv = new DataView(this.bytes.buffer, this.bytes.byteOffset + from, span);
-      const q = this.le ? walkShortItemsLE(dv, 0, st.i, st.n, span) : walkShortItemsBE(dv, 0, st.i, st.n, span);
+      let q: number;
+      const walk = this.helpers.walkStrings;
+      if (walk !== undefined && this.le) {
+        walk(this.bytes, from, st.i, st.n, from + span, walkOut);
+        q = walkOut[0]! - from;
+        walkedTo = walkOut[1]!;
+      } else {
+        const dv = new DataView(this.bytes.buffer, this.bytes.byteOffset + from, span);
+        q = this.le ? walkShortItemsLE(dv, 0, st.i, st.n, span) : walkShortItemsBE(dv, 0, st.i, st.n, span);
+      }
       st.p = from + q;
       st.i = walkedTo;
       if (st.i < st.n && q + 8 > span && span < end - from) continue; // the window ended, not the buffer
@@ -635,6 +684,8 @@ export class Parser {
 
 /** Item index the last walkShortItems call stopped at (it returns the position). */
 let walkedTo = 0;
+/** Where a StringWalk leaves its position and item. */
+const walkOut = new Float64Array(2);
 
 /**
  * The hot loop of a header parse: step over string items [i, n) from position q while each

@@ -1,6 +1,6 @@
 import { GgufError } from "./errors";
 import { GgufModel } from "./model";
-import { NeedMoreBytes, Parser, checkTensorOffsets, parseHeader, type ParsedHeader } from "./parse";
+import { NeedMoreBytes, Parser, checkTensorOffsets, parseHeader, type ParsedHeader, type StringWalk } from "./parse";
 import { blobSource, bufferSource, isByteSource } from "./sources";
 import type { ByteSource, GgufTensor } from "./types";
 
@@ -14,6 +14,11 @@ export interface ReadOptions {
    * (@compat/tensor-ops' largeBytes: huge pages for a vocabulary's megabytes).
    */
   allocate?: (length: number) => Uint8Array;
+  /**
+   * The string walk compiled (@compat/tensor-ops' nativeStringWalk()): a cold process walks a
+   * large vocabulary interpreted; the result is the same either way.
+   */
+  walkStrings?: StringWalk;
 }
 
 export interface ParseOptions {
@@ -200,7 +205,10 @@ async function readFromSource(source: ByteSource, owned: ByteSource[], opts: Rea
     // file is read no further than this step).
     sb.readAhead(first, first);
     await sb.next();
-    const parser = new Parser(sb.buf.subarray(0, sb.filled), { name: source.name, fileSize: size, sizeKnown: true });
+    const parser = new Parser(sb.buf.subarray(0, sb.filled), { name: source.name, fileSize: size, sizeKnown: true }, {
+      allocate,
+      ...(opts.walkStrings !== undefined ? { walkStrings: opts.walkStrings } : {}),
+    });
     for (;;) {
       try {
         const h = parser.header();

@@ -82,6 +82,55 @@ describe("stepped header reads", () => {
     }
   });
 
+  it("copy a numeric array that is off its item size in the file into the caller's memory", async () => {
+    const n = 40_000; // 160,000 bytes of scores: large enough to come from the allocator
+    const scores = new Float32Array(n).map((_, i) => i / 7 - 3);
+    const types = new Int32Array(n).map((_, i) => (i % 3) - 1);
+    let copied = 0;
+    // strings of every length mod 4 before the arrays: some put them off a multiple of 4
+    for (let pad = 0; pad < 4; pad++) {
+      const m = GgufModel.create();
+      m.setString("general.architecture", "x".repeat(1 + pad));
+      m.setArray("tokenizer.ggml.scores", GgufValueType.FLOAT32, scores);
+      m.setArray("tokenizer.ggml.token_type", GgufValueType.INT32, types);
+      const bytes = await serializeGguf(m);
+      const sizes: number[] = [];
+      const allocate = (length: number): Uint8Array => (sizes.push(length), new Uint8Array(length).fill(0xee));
+      const read = await readGguf(recording(bytes).source, { initialChunk: 4096, allocate });
+      copied += sizes.filter((s) => s === n * 4).length;
+      expect(read.getNumberArray("tokenizer.ggml.scores").join() === Array.from(scores).join()).toBe(true);
+      expect(read.getNumberArray("tokenizer.ggml.token_type").join() === Array.from(types).join()).toBe(true);
+      expect(Buffer.compare(await serializeGguf(read), bytes)).toBe(0);
+    }
+    expect(copied).toBeGreaterThan(0);
+  });
+
+  it("walk string arrays with the caller's compiled walk where one is given, to the same model", async () => {
+    const bytes = await bigHeader();
+    const whole = parseGguf(bytes);
+    const seen: number[] = [];
+    // the walk's contract, in JavaScript: what @compat/tensor-ops' addon does in C
+    const walkStrings = (b: Uint8Array, q: number, i: number, n: number, stop: number, out: Float64Array): void => {
+      seen.push(stop - q);
+      const dv = new DataView(b.buffer, b.byteOffset, b.byteLength);
+      while (i < n && q + 8 <= stop) {
+        const len = dv.getUint32(q, true);
+        if (len >= 0x80 || q + 8 + len > stop || dv.getUint32(q + 4, true) !== 0) break;
+        q += 8 + len;
+        i++;
+      }
+      out[0] = q;
+      out[1] = i;
+    };
+    for (const initialChunk of [64, 1 << 20]) {
+      const m = await readGguf(recording(bytes).source, { initialChunk, walkStrings });
+      for (const key of ["tokenizer.ggml.tokens", "tokenizer.ggml.merges"]) expect(m.getStringArray(key).join("\n") === whole.getStringArray(key).join("\n")).toBe(true);
+      expect(Buffer.compare(await serializeGguf(m), bytes)).toBe(0);
+    }
+    expect(seen.length).toBeGreaterThan(0);
+    expect(Math.max(...seen)).toBeLessThanOrEqual(1 << 16); // one window at a time, as the parser's own walk
+  });
+
   it("reject a header cut short with the same error as a whole-buffer parse, with no read left in flight", async () => {
     const bytes = await bigHeader();
     // Corrupt one merge's length far into the header: found while later steps are being read.

@@ -177,6 +177,8 @@ export class StoreMount implements ModelPreparer {
    * translated file is placed (a serve that plans models on first use starts no probe mount).
    */
   private erofsFound: Promise<ErofsFiles> | undefined;
+  /** closeErofs's one run. */
+  private erofsClosed: Promise<void> | undefined;
 
   private constructor(store: ModelStore, opts: StoreMountOptions) {
     this.store = store;
@@ -587,15 +589,22 @@ export class StoreMount implements ModelPreparer {
     }));
   }
 
-  /** Unmounts every EROFS mount (detaching those in use) and removes this process's folder of them. */
-  private async closeErofs(): Promise<void> {
-    await this.erofsSwept;
-    const e = await this.erofsFound;
-    if (e?.usable !== true) return;
-    const all = [...e.held.values()];
-    e.held.clear();
-    for (const h of all) await unmountErofs(h.mount, (l) => this.opts.onStatus?.(l));
-    await rm(e.mounts, { recursive: true, force: true }).catch(() => undefined);
+  /**
+   * Unmounts every EROFS mount (detaching those in use) and removes this process's folder of
+   * them, once: close() and the daemon's exit (end, which close's own unmount of the daemon
+   * causes) both ask, and each must find the mounts gone when it resolves, not the one that
+   * came second return while the first still unmounts.
+   */
+  private closeErofs(): Promise<void> {
+    return (this.erofsClosed ??= (async () => {
+      await this.erofsSwept;
+      const e = await this.erofsFound;
+      if (e?.usable !== true) return;
+      const all = [...e.held.values()];
+      e.held.clear();
+      for (const h of all) await unmountErofs(h.mount, (l) => this.opts.onStatus?.(l));
+      await rm(e.mounts, { recursive: true, force: true }).catch(() => undefined);
+    })());
   }
 
   /** Lets go of EROFS mounts by content key: the last user of one unmounts it (detaches it while a process still maps its file). */

@@ -2,8 +2,9 @@
 import { spawnSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { beforeAll, describe, expect, it } from "vitest";
-import { GgmlType as T, ggmlTypeInfo } from "@compat/gguf";
-import { activeBackend, backendInfo, largeBytes, resamplePositionGrid, setBackend, toF32, toF32Into } from "../src/index";
+import fc from "fast-check";
+import { GgmlType as T, GgufModel, GgufValueType, bufferSource, ggmlTypeInfo, readGguf, serializeGguf } from "@compat/gguf";
+import { activeBackend, backendInfo, largeBytes, nativeStringWalk, resamplePositionGrid, setBackend, toF32, toF32Into } from "../src/index";
 import { toF32IntoJs } from "../src/convert";
 import { nativeAddon, reloadNative } from "../src/native";
 import { randomBlocks } from "./support/blocks";
@@ -116,7 +117,7 @@ describe("large buffers (largeBytes)", () => {
     const addon = nativeAddon();
     if (!available || addon?.largeBuffer === undefined) ctx.skip();
     // below, at and above the size that goes to the addon, and lengths that are no whole huge page
-    for (const length of [1, 4096, (4 << 20) - 1, 4 << 20, (5 << 20) + 3, 9 << 20]) {
+    for (const length of [1, 4096, (1 << 20) - 1, 1 << 20, (4 << 20) - 1, 4 << 20, (5 << 20) + 3, 9 << 20]) {
       const b = largeBytes(length);
       expect(b.length).toBe(length);
       expect(b.buffer.byteLength).toBe(length);
@@ -152,5 +153,71 @@ describe("large buffers (largeBytes)", () => {
     expect(out.buffer.byteLength).toBe(n * 4);
     const js = toF32IntoJs(T.F16, src, new Float32Array(n), n);
     expect(Buffer.from(bytesOf(out)).equals(Buffer.from(bytesOf(js)))).toBe(true);
+  });
+});
+
+/** The parser's walk (@compat/gguf's walkShortItemsLE), written out: what the addon's must match. */
+function walkJs(b: Uint8Array, q: number, i: number, n: number, stop: number): [number, number] {
+  const dv = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  stop = Math.min(stop, b.length);
+  while (i < n && q + 8 <= stop) {
+    const len = dv.getUint32(q, true);
+    const next = q + 8 + len;
+    if (len >= 0x80 || next > stop || dv.getUint32(q + 4, true) !== 0) break;
+    q = next;
+    i++;
+  }
+  return [q, i];
+}
+
+describe("the string walk (walkShortStrings)", () => {
+  it("stops where the parser's walk stops, at every start, count and end", (ctx) => {
+    const walk = nativeStringWalk();
+    if (!available || walk === undefined) ctx.skip();
+    // items: a length prefix (short, long, a high word set) and that many bytes, cut anywhere
+    const item = fc.oneof(
+      fc.uint8Array({ maxLength: 0x7f }).map((s) => ({ len: s.length, hi: 0, s })),
+      fc.uint8Array({ minLength: 0x80, maxLength: 0x90 }).map((s) => ({ len: s.length, hi: 0, s })),
+      fc.record({ len: fc.nat(20), hi: fc.integer({ min: 1, max: 0xffffffff }) }).map(({ len, hi }) => ({ len, hi, s: new Uint8Array(len) })),
+    );
+    fc.assert(
+      fc.property(fc.array(item, { maxLength: 40 }), fc.nat(), fc.nat(), fc.nat(), (items, a, b, c) => {
+        const parts = items.map(({ len, hi, s }) => {
+          const p = new Uint8Array(8 + s.length);
+          new DataView(p.buffer).setUint32(0, len, true);
+          new DataView(p.buffer).setUint32(4, hi, true);
+          p.set(s, 8);
+          return p;
+        });
+        const bytes = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+        parts.reduce((at, p) => (bytes.set(p, at), at + p.length), 0);
+        const q0 = a % (bytes.length + 1);
+        const n = b % (items.length + 2);
+        const stop = c % (bytes.length + 9);
+        const out = new Float64Array(2);
+        walk!(bytes, q0, 0, n, stop, out);
+        expect([out[0], out[1]]).toEqual(walkJs(bytes, q0, 0, n, stop));
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it("reads a header as the parser's own walk does (readGguf's walkStrings)", async (ctx) => {
+    const walk = nativeStringWalk();
+    if (!available || walk === undefined) ctx.skip();
+    const words = Array.from({ length: 30_000 }, (_, i) => (i % 1001 === 0 ? `long${"ü".repeat(70)}${i}` : i % 3 === 0 ? `Ġw${i}é` : `t${i}`));
+    const m = GgufModel.create();
+    m.setString("general.architecture", "x");
+    m.setArray("tokenizer.ggml.tokens", GgufValueType.STRING, words);
+    m.setArray("tokenizer.ggml.merges", GgufValueType.STRING, words.slice(0, 9000).map((w, i) => `${w} ${words[i + 1]}`));
+    const bytes = await serializeGguf(m);
+    let calls = 0;
+    const counted: typeof walk = (...args) => (calls++, walk!(...args));
+    const viaAddon = await readGguf(bufferSource(bytes, "walk"), { initialChunk: 4096, walkStrings: counted });
+    expect(calls).toBeGreaterThan(0);
+    expect(viaAddon.getStringArray("tokenizer.ggml.tokens").join("\n") === words.join("\n")).toBe(true);
+    expect(Buffer.compare(await serializeGguf(viaAddon), bytes)).toBe(0);
+    expect(() => walk!(bytes, -1, 0, 1, 8, new Float64Array(2))).toThrow(RangeError);
+    expect(() => walk!(bytes, 0, 0, 1, 8, new Float64Array(1))).toThrow(TypeError);
   });
 });

@@ -1,7 +1,7 @@
 import { GgufModel, readGguf, type ByteSource } from "@compat/gguf";
 import { compatEnabled, gatesOn, resolveProfile, textHandlers, translateModel, type TranslatedView, type TranslationProfile } from "@compat/handlers";
 import { clipView, clipViewModel } from "@compat/clip";
-import { largeBytes } from "@compat/tensor-ops";
+import { largeBytes, nativeStringWalk } from "@compat/tensor-ops";
 import { LLAMA_CPP_ARCHS } from "./llama-archs";
 import { ollamaWriterMarkers } from "./writer-traces";
 
@@ -63,8 +63,10 @@ export interface ModelViews {
  * files are a no-op: status `native`, no views.
  */
 export async function openViews(input: string | Uint8Array | ArrayBuffer | Blob | ByteSource | GgufModel, opts: ViewsOptions = {}): Promise<ModelViews> {
-  // a vocabulary's megabytes of header in huge pages where the addon gives them (largeBytes)
-  const model = input instanceof GgufModel ? input : await readGguf(input, { allocate: largeBytes });
+  // a vocabulary's megabytes of header in huge pages where the addon gives them (largeBytes),
+  // walked by the addon's compiled loop where it has one
+  const walkStrings = input instanceof GgufModel ? undefined : nativeStringWalk();
+  const model = input instanceof GgufModel ? input : await readGguf(input, { allocate: largeBytes, ...(walkStrings !== undefined ? { walkStrings } : {}) });
   let layer: Mmproj | undefined;
   try {
     const projector = opts.projectors?.[0];
