@@ -5,12 +5,11 @@
  * llama-mtmd-cli answers an image with the pair; a corrupted layer or a pull killed midway leaves
  * no file under a final name, and the next pull continues what the killed one recorded.
  */
-import { createHash } from "node:crypto";
 import { readdir, readFile, writeFile } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { freePort, LlamaChild, waitHealthy } from "@compat/server-bridge";
-import { allFixtureVariants, findLlamaTools, generateFixtureFiles, runMtmdCli } from "@compat/testkit";
+import { fileDigest, allFixtureVariants, findLlamaTools, generateFixtureFiles, runMtmdCli } from "@compat/testkit";
 import { exportPaths } from "../src/commands/export";
 import { pullCommand } from "../src/commands/pull";
 import { translateCommand } from "../src/commands/translate";
@@ -25,10 +24,6 @@ const { temp, start, run } = harness;
 function io(): CliIo & { stdout: string; stderr: string } {
   const r = { stdout: "", stderr: "", env: { ...process.env }, out: (t: string) => void (r.stdout += t), err: (t: string) => void (r.stderr += t) };
   return r;
-}
-
-async function sha256(path: string): Promise<string> {
-  return createHash("sha256").update(await readFile(path)).digest("hex");
 }
 
 /** Every name under `dir` (recursively) that is not a finished file: temp files of writers, a pull's partial files, records and locks. */
@@ -64,8 +59,8 @@ describe("pull --to DIR (real registry)", () => {
       const text = join(fixtures, `${i}.text.gguf`);
       const mmproj = join(fixtures, `${i}.mmproj.gguf`);
       await translateCommand(fx.text, { output: text, mmproj, quiet: true }, io());
-      expect(await sha256(paths.model), `${v.arch} ${v.variant}: text`).toBe(await sha256(text));
-      expect(await sha256(paths.mmproj), `${v.arch} ${v.variant}: mmproj`).toBe(await sha256(mmproj));
+      expect(await fileDigest(paths.model), `${v.arch} ${v.variant}: text`).toBe(await fileDigest(text));
+      expect(await fileDigest(paths.mmproj), `${v.arch} ${v.variant}: mmproj`).toBe(await fileDigest(mmproj));
     }
     // one models.ini for them all, each model's section naming its pair
     const ini = await readFile(join(to, "models.ini"), "utf8");
@@ -129,9 +124,9 @@ describe("pull --to DIR (real registry)", () => {
     expect(lmPaths.model).toContain(join(lm, "acme", "eyes-2"));
     expect(await ggufs(lm)).toEqual([lmPaths.model, lmPaths.mmproj].map((p) => p.slice(lm.length + 1)).sort());
     // pulled again: the files it made are replaced, nothing else appears
-    const before = await sha256(lmPaths.model);
+    const before = await fileDigest(lmPaths.model);
     await pullCommand(vision.ref, { insecure: true, to: lm, layout: "lmstudio", quiet: true }, io());
-    expect(await sha256(lmPaths.model)).toBe(before);
+    expect(await fileDigest(lmPaths.model)).toBe(before);
     expect(await ggufs(lm)).toHaveLength(2);
     const swap = join(dir, "swap");
     await pullCommand(plain.ref, { insecure: true, to: swap, layout: "llama-swap", quiet: true, llamaServer: "/opt/llama-server" }, io());
@@ -205,8 +200,8 @@ describe("pull --to DIR (real registry)", () => {
     const text = join(dir, "t.gguf");
     const mmproj = join(dir, "m.gguf");
     await translateCommand(big, { output: text, mmproj, quiet: true }, io());
-    expect(await sha256(paths.model)).toBe(await sha256(text));
-    expect(await sha256(paths.mmproj)).toBe(await sha256(mmproj));
+    expect(await fileDigest(paths.model)).toBe(await fileDigest(text));
+    expect(await fileDigest(paths.mmproj)).toBe(await fileDigest(mmproj));
     expect(await tempFiles(to)).toEqual([]);
 
     // Ctrl-C midway: no final name, and what it recorded is continued
@@ -221,7 +216,7 @@ describe("pull --to DIR (real registry)", () => {
     const resumed = await run(["pull", pushed.ref, "--insecure", "--to", again, "-q"]);
     expect(resumed.code, resumed.stderr).toBe(0);
     const againPaths = exportPaths(again, `${harness.registry.host}/library/killed:vision`, "models-dir", true);
-    expect(await sha256(againPaths.model)).toBe(await sha256(text));
+    expect(await fileDigest(againPaths.model)).toBe(await fileDigest(text));
     expect(await tempFiles(again)).toEqual([]);
   }, 300_000 + kills * 60_000);
 });

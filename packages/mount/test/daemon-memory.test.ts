@@ -7,7 +7,8 @@ import { readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import type { ComputedPart, FilePlan } from "@compat/mount";
-import { sha256, tempDirs } from "./helpers";
+import { tempDirs } from "./helpers";
+import { fileDigest } from "@compat/testkit";
 
 const t = tempDirs();
 
@@ -139,7 +140,7 @@ describe("the daemon's memory", () => {
     await round();
     await round();
     const want = (i: number) => sha256Of(Buffer.concat([Buffer.alloc(HEAD, i), bytes.subarray(i * PART, (i + 1) * PART)]));
-    expect(await sha256(files[1]!)).toBe(want(1));
+    expect(await fileDigest(files[1]!)).toBe(want(1));
     const threadsBefore = await threadsOf(mount.pid);
     const before = await rss(mount.pid);
     // the most threads seen while reading (sampled: the peak may fall between samples)
@@ -156,7 +157,7 @@ describe("the daemon's memory", () => {
     await sampler;
     const threadsAfter = await threadsOf(mount.pid);
     const after = await rss(mount.pid);
-    expect(await sha256(files[3]!)).toBe(want(3));
+    expect(await fileDigest(files[3]!)).toBe(want(3));
     // Idle workers are kept (up to THREADS): none retired, so no thread (with its stack and
     // buffers) is started again for the next read.
     expect(threadsAfter).toBeGreaterThanOrEqual(peak);

@@ -6,10 +6,9 @@ import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, describe, expect, it } from "vitest";
 import { writeFileAtomic } from "@compat/files";
-import { GgmlType, readGguf, tensorByteSize, writeGguf } from "@compat/gguf";
-import { findLlamaTools, generateFixtureFiles } from "@compat/testkit";
+import { fileDigest, findLlamaTools, writeWideFixture } from "@compat/testkit";
 import { EROFS_BLOCK, EROFS_CHUNK, EROFS_READ_AHEAD_KB, mountErofs, probeErofs, planView, writeErofsImage, type ErofsMount, type Extent, type FilePlan } from "@compat/mount";
-import { sha256, viewsOf } from "./helpers";
+import { viewsOf } from "./helpers";
 
 const made: string[] = [];
 const mounts: ErofsMount[] = [];
@@ -51,36 +50,6 @@ async function mountImage(files: { name: string; plan: FilePlan }[], dir: string
   const mount = await mountErofs(join(dir, "image.erofs"), mnt, image.devices);
   mounts.push(mount);
   return { mount, mapped: image.mapped, copied: image.copied };
-}
-
-/**
- * The gemma3 fixture (Ollama's layout) with feed-forward tensors of 4 MiB each, so that whole
- * 2 MiB chunks of the translation are ranges of it: the toy fixture's tensors are a few KiB.
- */
-async function wideGemma3(dir: string): Promise<string> {
-  const src = await generateFixtureFiles("gemma3", { seed: 11, layout: "ollama" }, join(dir, "src"));
-  const m = await readGguf(src.text);
-  const nEmbd = m.getNumber("gemma3.embedding_length");
-  const nFf = (4 * 1024 * 1024) / (2 * nEmbd);
-  m.setU32("gemma3.feed_forward_length", nFf);
-  let seed = 1;
-  for (const t of [...m.tensors]) {
-    const ffn = /\.ffn_(gate|up|down)\.weight$/.exec(t.name);
-    if (ffn === null) continue;
-    const shape = ffn[1] === "down" ? [nFf, nEmbd] : [nEmbd, nFf];
-    const bytes = new Uint8Array(tensorByteSize(GgmlType.F16, shape));
-    const halves = new Uint16Array(bytes.buffer);
-    // F16 values in [0, 1): exponent below 0x1f, never an Inf or a NaN
-    for (let i = 0; i < halves.length; i++) halves[i] = (seed = (seed * 1103515245 + 12345) >>> 0) & 0x3bff;
-    m.replaceTensor(t.name, { name: t.name, type: GgmlType.F16, shape, data: { kind: "bytes", bytes } });
-  }
-  const blob = join(dir, "blob.gguf");
-  try {
-    await writeGguf(m, blob);
-  } finally {
-    await m.close();
-  }
-  return blob;
 }
 
 /**
@@ -295,20 +264,20 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
 
   it("real llama-server loads a translated gemma3 whose chunks point into the untouched blob", async () => {
     const dir = await tempDir();
-    const blob = await wideGemma3(dir);
+    const blob = await writeWideFixture(dir);
     const { text, mmproj } = await viewsOf(blob);
     await mmproj?.close();
     const { plan, computed } = await planView(text!, { sidecarPath: (_t, i) => join(dir, "sidecars", `${i}.bin`) });
     // EROFS serves fixed bytes: computed tensors exist before the image is built
     await mkdir(join(dir, "sidecars"), { recursive: true });
     for (const c of computed) await writeFileAtomic(c.path, await c.produce());
-    const blobHash = await sha256(blob);
+    const blobHash = await fileDigest(blob);
     const { mount, mapped, copied } = await mountImage([{ name: "m/m.gguf", plan }], dir);
     const model = join(mount.dir, "m/m.gguf");
     // the mounted file is the translation, byte for byte
     const copy = join(dir, "copy.gguf");
     await text!.writeTo(copy);
-    expect(await sha256(model)).toBe(await sha256(copy));
+    expect(await fileDigest(model)).toBe(await fileDigest(copy));
     expect(mapped + copied).toBe(Math.ceil(plan.size / EROFS_CHUNK));
     // the feed-forward tensors are 24 MiB of the 24.1: all but the chunks at their seams point into the blob
     expect(mapped).toBeGreaterThanOrEqual(6);
@@ -333,6 +302,6 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
     }
     expect(await mount.close()).toBe("unmounted");
     await text!.close();
-    expect(await sha256(blob)).toBe(blobHash);
+    expect(await fileDigest(blob)).toBe(blobHash);
   });
 });

@@ -1,5 +1,3 @@
-import { createHash } from "node:crypto";
-import { createReadStream } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -28,12 +26,6 @@ export function tempDirs(): { dir(): Promise<string>; mount(dir: string, opts?: 
       return m;
     },
   };
-}
-
-export async function sha256(path: string): Promise<string> {
-  const h = createHash("sha256");
-  for await (const chunk of createReadStream(path)) h.update(chunk as Buffer);
-  return h.digest("hex");
 }
 
 /** The text view and (for vision/audio files) the clip view of a file. */

@@ -3,10 +3,10 @@ import { open, readdir, readFile, readlink, stat, writeFile, mkdir, rm, rename, 
 import { join } from "node:path";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { allFixtureVariants, generateFixtureFiles } from "@compat/testkit";
+import { fileDigest, allFixtureVariants, generateFixtureFiles } from "@compat/testkit";
 import { FuseMount, fuseSupport, MountError, planView, SidecarStore } from "@compat/mount";
 import { mountState } from "../src/mounts";
-import { addView, sha256, tempDirs, viewsOf } from "./helpers";
+import { addView, tempDirs, viewsOf } from "./helpers";
 
 const t = tempDirs();
 
@@ -61,7 +61,7 @@ describe("bytes through the mount", () => {
         await view.writeTo(written);
         const at = `${arch}-${variant}/${kind}.gguf`;
         await addView(mount, at, view, `${arch}/${variant}/${kind}`);
-        expect(await sha256(join(mount.dir, at)), at).toBe(await sha256(written));
+        expect(await fileDigest(join(mount.dir, at)), at).toBe(await fileDigest(written));
         expect((await stat(join(mount.dir, at))).size).toBe(view.size);
         checked.push(at);
         await view.close();
@@ -106,7 +106,7 @@ describe("bytes through the mount", () => {
     // GNU dd: drops a file's clean pages from the page cache, reading nothing (any user, its own files)
     const evict = (path: string) => execFileSync("dd", [`if=${path}`, "iflag=nocache", "count=0", "status=none"]);
     evict(g.source);
-    expect(await sha256(file)).toBe(await sha256(join(dir, "text.gguf")));
+    expect(await fileDigest(file)).toBe(await fileDigest(join(dir, "text.gguf")));
     const fh = await open(file, "r");
     try {
       await fc.assert(
@@ -134,7 +134,7 @@ describe("bytes through the mount", () => {
     const m1 = await t.mount(dir);
     await addView(m1, "mmproj.gguf", g.mmproj, "mmproj");
     expect(await readdir(join(dir, "sidecars")).catch(() => [])).toEqual([]); // nothing computed before a read
-    expect(await sha256(join(m1.dir, "mmproj.gguf"))).toBe(await sha256(join(dir, "mmproj.gguf")));
+    expect(await fileDigest(join(m1.dir, "mmproj.gguf"))).toBe(await fileDigest(join(dir, "mmproj.gguf")));
     const written = execFileSync("find", [join(dir, "sidecars"), "-name", "*.bin"], { encoding: "utf8" }).trim().split("\n");
     expect(written.length).toBe(computed.length);
     const mtimes = await Promise.all(written.map(async (p) => (await stat(p)).mtimeMs));
@@ -143,17 +143,17 @@ describe("bytes through the mount", () => {
     const m2 = await t.mount(dir);
     const { plan } = await planView(g.mmproj, { sidecarPath: (tn, i) => m2.sidecars.pathFor("mmproj", tn, i) });
     await m2.addFile("mmproj.gguf", plan, []); // no way to compute: it must not need to
-    expect(await sha256(join(m2.dir, "mmproj.gguf"))).toBe(await sha256(join(dir, "mmproj.gguf")));
+    expect(await fileDigest(join(m2.dir, "mmproj.gguf"))).toBe(await fileDigest(join(dir, "mmproj.gguf")));
     expect(await Promise.all(written.map(async (p) => (await stat(p)).mtimeMs))).toEqual(mtimes);
   });
 
   it("a sidecar changed on disk with its size and mtime kept is found before it is served, removed and computed again", async () => {
     const dir = await t.dir();
     const g = await gemma3(dir);
-    const want = await sha256(join(dir, "mmproj.gguf"));
+    const want = await fileDigest(join(dir, "mmproj.gguf"));
     const m1 = await t.mount(dir);
     await addView(m1, "mmproj.gguf", g.mmproj, "mmproj");
-    expect(await sha256(join(m1.dir, "mmproj.gguf"))).toBe(want);
+    expect(await fileDigest(join(m1.dir, "mmproj.gguf"))).toBe(want);
     await m1.close();
     const sidecars = execFileSync("find", [join(dir, "sidecars"), "-name", "*.bin"], { encoding: "utf8" }).trim().split("\n");
     const flip = async (path: string) => {
@@ -177,12 +177,12 @@ describe("bytes through the mount", () => {
     const lines: string[] = [];
     const m2 = await t.mount(dir, { onLog: (l) => lines.push(l) });
     await addView(m2, "mmproj.gguf", g.mmproj, "mmproj");
-    expect(await sha256(join(m2.dir, "mmproj.gguf")), lines.join("\n")).toBe(want);
+    expect(await fileDigest(join(m2.dir, "mmproj.gguf")), lines.join("\n")).toBe(want);
     expect(lines.filter((l) => l.includes(sidecars[0]!))).toEqual([expect.stringMatching(/do not match .*removed, computing it again/)]);
     // in the same mount, between two opens of the file: checked again at the next open
     await flip(sidecars[sidecars.length - 1]!);
     await writeFile("/proc/sys/vm/drop_caches", "3"); // else the kernel serves its cached (good) pages without asking
-    expect(await sha256(join(m2.dir, "mmproj.gguf")), lines.join("\n")).toBe(want);
+    expect(await fileDigest(join(m2.dir, "mmproj.gguf")), lines.join("\n")).toBe(want);
     expect(lines.filter((l) => l.includes(sidecars[sidecars.length - 1]!))).toEqual([expect.stringMatching(/do not match .*removed, computing it again/)]);
     // a sidecar with no digest after its bytes (a writer of another version) is not used either
     const last = sidecars[sidecars.length - 1]!;
@@ -201,10 +201,10 @@ describe("bytes through the mount", () => {
     const mount = await t.mount(dir);
     await addView(mount, "a/mmproj.gguf", g.mmproj, "mmproj");
     await addView(mount, "b/mmproj.gguf", g.mmproj, "mmproj");
-    const want = await sha256(join(dir, "mmproj.gguf"));
-    expect(await sha256(join(mount.dir, "a/mmproj.gguf"))).toBe(want);
+    const want = await fileDigest(join(dir, "mmproj.gguf"));
+    expect(await fileDigest(join(mount.dir, "a/mmproj.gguf"))).toBe(want);
     await mount.remove("a/mmproj.gguf");
-    expect(await sha256(join(mount.dir, "b/mmproj.gguf"))).toBe(want); // its sidecars are still vouched for
+    expect(await fileDigest(join(mount.dir, "b/mmproj.gguf"))).toBe(want); // its sidecars are still vouched for
   });
 
   it("serves ops that only join bytes from the source: glmocr's gate+up concat writes no sidecar", async () => {
@@ -219,7 +219,7 @@ describe("bytes through the mount", () => {
     expect(plan.sidecars).toEqual([]);
     const mount = await t.mount(dir);
     await addView(mount, "glmocr.gguf", text!, "glmocr");
-    expect(await sha256(join(mount.dir, "glmocr.gguf"))).toBe(await sha256(join(dir, "text.gguf")));
+    expect(await fileDigest(join(mount.dir, "glmocr.gguf"))).toBe(await fileDigest(join(dir, "text.gguf")));
     expect(await readdir(join(dir, "sidecars")).catch(() => [])).toEqual([]);
     await text!.close();
   });
@@ -244,15 +244,15 @@ describe("bytes through the mount", () => {
     await mount.addLink("native.gguf", g.source);
     expect((await readdir(mount.dir)).sort()).toEqual(["a", "native.gguf"]);
     expect(await readlink(join(mount.dir, "native.gguf"))).toBe(g.source);
-    expect(await sha256(join(mount.dir, "native.gguf"))).toBe(await sha256(g.source));
+    expect(await fileDigest(join(mount.dir, "native.gguf"))).toBe(await fileDigest(g.source));
     await mount.remove("a/a.gguf");
     expect(await readdir(mount.dir)).toEqual(["native.gguf"]);
     await expectErrno(stat(join(mount.dir, "a/a.gguf")), "ENOENT");
     // replacing a file at the same path serves the new bytes at once
     await addView(mount, "x.gguf", g.text, "text");
-    expect(await sha256(join(mount.dir, "x.gguf"))).toBe(await sha256(join(dir, "text.gguf")));
+    expect(await fileDigest(join(mount.dir, "x.gguf"))).toBe(await fileDigest(join(dir, "text.gguf")));
     await addView(mount, "x.gguf", g.mmproj, "mmproj");
-    expect(await sha256(join(mount.dir, "x.gguf"))).toBe(await sha256(join(dir, "mmproj.gguf")));
+    expect(await fileDigest(join(mount.dir, "x.gguf"))).toBe(await fileDigest(join(dir, "mmproj.gguf")));
   });
 });
 
@@ -271,7 +271,7 @@ describe("faults", () => {
     await expectErrno(writeFile(join(mount.dir, "new.gguf"), "x"), "EROFS");
     await expectErrno(mkdir(join(mount.dir, "d")), "EROFS");
     await expectErrno(copyFile(join(dir, "text.gguf"), join(mount.dir, "m/copy.gguf")), "EROFS");
-    expect(await sha256(f)).toBe(await sha256(join(dir, "text.gguf")));
+    expect(await fileDigest(f)).toBe(await fileDigest(join(dir, "text.gguf")));
   });
 
   for (const how of ["removed", "replaced", "written in place", "written through mmap (its mtime set back)", "truncated"] as const) {
@@ -281,7 +281,7 @@ describe("faults", () => {
       const mount = await t.mount(dir);
       await addView(mount, "m/text.gguf", g.text, "text");
       const f = join(mount.dir, "m/text.gguf");
-      expect(await sha256(f)).toBe(await sha256(join(dir, "text.gguf"))); // every page now in the kernel's cache
+      expect(await fileDigest(f)).toBe(await fileDigest(join(dir, "text.gguf"))); // every page now in the kernel's cache
       const fh = await open(f, "r");
       const source = g.source;
       if (how === "removed") await rm(source);
@@ -380,7 +380,7 @@ assert os.stat(p).st_mtime_ns == st.st_mtime_ns`;
     const again = await t.mount(dir);
     expect(again.dir).toBe(mount.dir);
     await addView(again, "text.gguf", g.text, "text");
-    expect(await sha256(join(again.dir, "text.gguf"))).toBe(await sha256(join(dir, "text.gguf")));
+    expect(await fileDigest(join(again.dir, "text.gguf"))).toBe(await fileDigest(join(dir, "text.gguf")));
     await again.close();
     expect(await mountState(again.dir)).toBe("none");
   });

@@ -3,19 +3,16 @@
 // Real kernel mounts and a real llama-server; skipped, with the probe's reason, where EROFS
 // mounts cannot be made (not root, no CAP_SYS_ADMIN, a kernel without file-backed EROFS).
 import { spawn } from "node:child_process";
-import { createHash } from "node:crypto";
-import { createReadStream } from "node:fs";
 import { chmod, lstat, readdir, readFile, readlink, rm, stat } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { GgmlType, readGguf, tensorByteSize, writeGguf } from "@compat/gguf";
 import { translate } from "@compat/handlers";
 import { probeErofs } from "@compat/mount";
 import { StoreMount, type StoreMountOptions } from "@compat/prepare";
 import { buildOllamaStore } from "@compat/store";
-import { findLlamaTools, generateFixtureFiles, SMALL_SERVER_ARGS } from "@compat/testkit";
+import { fileDigest, findLlamaTools, generateFixtureFiles, SMALL_SERVER_ARGS, writeWideFixture } from "@compat/testkit";
 import { tempDirs } from "./helpers";
 
 const temp = tempDirs();
@@ -23,12 +20,6 @@ const mounts: StoreMount[] = [];
 afterAll(async () => {
   for (const m of mounts) await m.close().catch(() => undefined);
 });
-
-async function sha256(path: string): Promise<string> {
-  const h = createHash("sha256");
-  for await (const chunk of createReadStream(path)) h.update(chunk as Buffer);
-  return h.digest("hex");
-}
 
 /** The EROFS mount points under `dir` (/proc/self/mountinfo). */
 async function erofsMountsUnder(dir: string): Promise<string[]> {
@@ -45,29 +36,7 @@ async function erofsMountsUnder(dir: string): Promise<string[]> {
  * ranges of the blob: the toy fixture's tensors are a few KiB, every chunk of it a copy.
  */
 async function wideGemma3Store(arch = "gemma3", variant = "4b-vision"): Promise<{ root: string; blob: string }> {
-  const dir = await temp();
-  const src = await generateFixtureFiles(arch, { seed: 11, layout: "ollama", variant }, join(dir, "src"));
-  const m = await readGguf(src.text);
-  const nEmbd = m.getNumber(`${arch}.embedding_length`);
-  const nFf = (4 * 1024 * 1024) / (2 * nEmbd);
-  m.setU32(`${arch}.feed_forward_length`, nFf);
-  let seed = 1;
-  for (const t of [...m.tensors]) {
-    const ffn = /\.ffn_(gate|up|down)\.weight$/.exec(t.name);
-    if (ffn === null) continue;
-    const shape = ffn[1] === "down" ? [nFf, nEmbd] : [nEmbd, nFf];
-    const bytes = new Uint8Array(tensorByteSize(GgmlType.F16, shape));
-    const halves = new Uint16Array(bytes.buffer);
-    // F16 values in [0, 1): never an Inf or a NaN
-    for (let i = 0; i < halves.length; i++) halves[i] = (seed = (seed * 1103515245 + 12345) >>> 0) & 0x3bff;
-    m.replaceTensor(t.name, { name: t.name, type: GgmlType.F16, shape, data: { kind: "bytes", bytes } });
-  }
-  const blob = join(dir, "blob.gguf");
-  try {
-    await writeGguf(m, blob);
-  } finally {
-    await m.close();
-  }
+  const blob = await writeWideFixture(await temp(), arch, variant);
   const root = await temp();
   await buildOllamaStore(root, [{ name: `${arch}:wide`, model: blob }]);
   return { root, blob };
@@ -108,7 +77,7 @@ describe.skipIf(refused !== undefined)("StoreMount serves translated files from 
     expect(status.some((l) => l.startsWith("gemma3:wide -> ") && l.includes("text EROFS"))).toBe(true);
     // the image: its content key's, in the EROFS folder
     expect((await readdir(erofsDir)).filter((f) => f.endsWith(".img"))).toEqual([`${dirname(target).split("/").pop()}.img`]);
-    expect(await sha256(m.prepared.modelPath)).toBe(await sha256(await translated(blob)));
+    expect(await fileDigest(m.prepared.modelPath)).toBe(await fileDigest(await translated(blob)));
     // the projector stays the FUSE daemon's (clip.cpp reads it, no mmap; its computed tensors filled on first read)
     expect((await lstat(m.prepared.mmproj!)).isFile()).toBe(true);
 
@@ -141,7 +110,7 @@ describe.skipIf(refused !== undefined)("StoreMount serves translated files from 
     const target2 = await readlink(again.models()[0]!.prepared.modelPath);
     expect(target2).not.toBe(target);
     expect((await stat(image, { bigint: true })).mtimeNs).toBe(written);
-    expect(await sha256(target2)).toBe(await sha256(target));
+    expect(await fileDigest(target2)).toBe(await fileDigest(target));
     await again.close();
     expect(await erofsMountsUnder(erofsDir)).toEqual([dirname(target)]);
 
@@ -165,7 +134,7 @@ describe.skipIf(refused !== undefined)("StoreMount serves translated files from 
     // written at mount time, before anything was read (EROFS has no fill on first read)
     const sidecars = (await readdir(join(dir, "sidecars"), { recursive: true })).filter((f) => f.endsWith(".bin"));
     expect(sidecars.length).toBe(3);
-    expect(await sha256(m.prepared.modelPath)).toBe(await sha256(await translated(blob)));
+    expect(await fileDigest(m.prepared.modelPath)).toBe(await fileDigest(await translated(blob)));
     await mount.close();
   }, 300_000);
 
@@ -259,14 +228,14 @@ describe.skipIf(refused !== undefined)("StoreMount serves translated files from 
 
   it("falls back to FUSE: EROFS turned off, a file mostly not ranges of its blob, and no translation at all (OLLAMA_LLAMA_CPP_COMPAT=0)", async () => {
     const { root, blob } = await wideGemma3Store();
-    const copy = await sha256(await translated(blob));
+    const copy = await fileDigest(await translated(blob));
     for (const opts of [{ erofs: false }, { env: { ...process.env, OLLAMA_COMPAT_EROFS: "0" } }]) {
       const dir = await temp();
       const status: string[] = [];
       const mount = await open(dir, { store: root, ...opts, onStatus: (l) => status.push(l) });
       const m = mount.models()[0]!;
       expect((await lstat(m.prepared.modelPath)).isFile()).toBe(true);
-      expect(await sha256(m.prepared.modelPath)).toBe(copy);
+      expect(await fileDigest(m.prepared.modelPath)).toBe(copy);
       expect(status.some((l) => /^mount: translated files from the FUSE daemon: EROFS turned off/.test(l))).toBe(true);
       await mount.close();
       expect(await erofsMountsUnder(join(dir, "erofs"))).toEqual([]);

@@ -1,10 +1,8 @@
-import { createHash } from "node:crypto";
 import { execFileSync } from "node:child_process";
-import { createReadStream } from "node:fs";
 import { mkdir, open as openFile, readdir, readFile, readlink, rm, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { allFixtureVariants, generateFixtureFiles, runMtmdCli, SMALL_SERVER_ARGS } from "@compat/testkit";
+import { fileDigest, allFixtureVariants, generateFixtureFiles, runMtmdCli, SMALL_SERVER_ARGS } from "@compat/testkit";
 import { cachePreparer, prepareModel, ServeMount, StoreMount, TranslationCache, type PreparedModel, type StoreMountOptions } from "@compat/prepare";
 import { startRouter, startServer, type RunningServer } from "@compat/server-bridge";
 import { buildOllamaStore, ModelStore } from "@compat/store";
@@ -19,12 +17,6 @@ afterEach(async () => {
 afterAll(async () => {
   for (const m of mounts) await m.close().catch(() => undefined);
 });
-
-async function sha256(path: string): Promise<string> {
-  const h = createHash("sha256");
-  for await (const chunk of createReadStream(path)) h.update(chunk as Buffer);
-  return h.digest("hex");
-}
 
 async function open(opts: Omit<StoreMountOptions, "dir" | "sidecarDir">): Promise<StoreMount> {
   const dir = await temp();
@@ -62,9 +54,9 @@ describe("StoreMount: the Ollama store as a read-only FUSE mount", () => {
     for (const m of mount.models()) {
       const cached = await prepareModel(m.prepared.resolved, { cache });
       expect(m.prepared.translated, m.name).toBe(cached.translated);
-      expect(await sha256(m.prepared.modelPath), m.name).toBe(await sha256(cached.modelPath));
+      expect(await fileDigest(m.prepared.modelPath), m.name).toBe(await fileDigest(cached.modelPath));
       expect(m.prepared.mmproj === undefined, m.name).toBe(cached.mmproj === undefined);
-      if (cached.mmproj) expect(await sha256(m.prepared.mmproj!), `${m.name} mmproj`).toBe(await sha256(cached.mmproj));
+      if (cached.mmproj) expect(await fileDigest(m.prepared.mmproj!), `${m.name} mmproj`).toBe(await fileDigest(cached.mmproj));
       if (cached.translated) translated++;
       else expect(await readlink(m.prepared.modelPath)).toBe(cached.modelPath); // native: a link to its blob
       if (cached.mmproj) projectors++;
@@ -119,8 +111,8 @@ describe("StoreMount: the Ollama store as a read-only FUSE mount", () => {
     const mount = await StoreMount.open({ dir: join(dir, "mnt"), sidecarDir: join(dir, "s"), store: root, rescanMs: 0 });
     mounts.push(mount);
     const m = mount.models()[0]!;
-    await sha256(m.prepared.modelPath);
-    await sha256(m.prepared.mmproj!);
+    await fileDigest(m.prepared.modelPath);
+    await fileDigest(m.prepared.mmproj!);
     const mmprojSize = (await stat(m.prepared.mmproj!)).size;
     // closed first: a sidecar's fsync and its `.hashed` record follow its first read, and a
     // walk of the folder meanwhile can list a temp file that is renamed before its stat
@@ -149,7 +141,7 @@ describe("StoreMount: the Ollama store as a read-only FUSE mount", () => {
       const m = mount.models()[0]!;
       const blob = m.prepared.resolved.modelPath;
       expect(await fdsOn(blob)).toBe(0); // planned, and the planning views closed
-      await sha256(m.prepared.mmproj!); // fills the projector's promoted tensors (two sidecars)
+      await fileDigest(m.prepared.mmproj!); // fills the projector's promoted tensors (two sidecars)
       // kept: the fills' one parse stays open for the model's next fills; not kept: each fill closed its own
       expect(await fdsOn(blob)).toBe(viewsKept > 0 ? 1 : 0);
       await mount.close();
@@ -194,10 +186,10 @@ describe("StoreMount when the sidecar folder is full", () => {
       }
       mount = await StoreMount.open({ dir: join(dir, "mnt"), sidecarDir, store: root, rescanMs: 0 });
       const m = mount.models()[0]!;
-      await expect(sha256(m.prepared.mmproj!)).rejects.toMatchObject({ code: "EIO" });
+      await expect(fileDigest(m.prepared.mmproj!)).rejects.toMatchObject({ code: "EIO" });
       await rm(filler);
       const cached = await prepareModel(m.prepared.resolved, { cache: new TranslationCache({ dir: await temp() }) });
-      expect(await sha256(m.prepared.mmproj!)).toBe(await sha256(cached.mmproj!));
+      expect(await fileDigest(m.prepared.mmproj!)).toBe(await fileDigest(cached.mmproj!));
     } finally {
       await mount?.close();
       execFileSync("umount", ["-l", small]);
