@@ -1,5 +1,6 @@
-// The ops' native code is loaded when a model with computed tensors is mounted, not by the first
-// read of one of them (which would wait for it). Each case runs in a process of its own
+// The ops' native code is loaded when a model is mounted (its header parse walks the vocabulary
+// with it; a model with computed tensors loads it regardless), not by the first read of a
+// computed tensor (which would wait for it). Each case runs in a process of its own
 // (store-mount-child.ts): this one loaded that code long ago.
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
@@ -21,9 +22,9 @@ async function gemma3Store(variant: "1b" | "4b-vision"): Promise<string> {
   return root;
 }
 
-function mountIn(root: string, dir: string): Promise<{ before: boolean; mounted: boolean; files: string[] }> {
+function mountIn(root: string, dir: string, env: NodeJS.ProcessEnv = process.env): Promise<{ before: boolean; mounted: boolean; files: string[] }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import", tsx, script, root, dir], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, ["--import", tsx, script, root, dir], { stdio: ["ignore", "pipe", "pipe"], env });
     let out = "";
     let err = "";
     child.stdout.on("data", (d) => (out += d));
@@ -39,8 +40,13 @@ describe("StoreMount loads the ops' native code", () => {
     expect(r).toEqual({ before: false, mounted: true, files: ["gemma3:4b-vision"] });
   });
 
-  it("not for a store whose models compute nothing (gemma3 1b: its tensors are served from the blob)", async () => {
+  it("for a store whose models compute nothing as well: the header parse walks the vocabulary with it (gemma3 1b)", async () => {
     const r = await mountIn(await gemma3Store("1b"), await temp());
-    expect(r).toEqual({ before: false, mounted: false, files: ["gemma3:1b"] });
+    expect(r).toEqual({ before: false, mounted: true, files: ["gemma3:1b"] });
+  });
+
+  it("never where COMPAT_TENSOR_OPS=js rules it out (the walk and the fills in JavaScript)", async () => {
+    const r = await mountIn(await gemma3Store("4b-vision"), await temp(), { ...process.env, COMPAT_TENSOR_OPS: "js" });
+    expect(r).toEqual({ before: false, mounted: false, files: ["gemma3:4b-vision"] });
   });
 });
