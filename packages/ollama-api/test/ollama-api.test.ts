@@ -305,7 +305,14 @@ async function unnoticedDeath<T>(ask: () => Promise<T>): Promise<T> {
   const held: FileHandle[] = [];
   try {
     for (const pid of await childrenOf(server.router.pid)) {
-      held.push(await open(`/proc/${pid}/fd/1`, constants.O_WRONLY));
+      // O_NONBLOCK: opening a pipe to write waits for a reader, and an instance on its way out
+      // may have none left (ENXIO then: the router has read its output to the end already)
+      const pipe = await open(`/proc/${pid}/fd/1`, constants.O_WRONLY | constants.O_NONBLOCK).catch((e: NodeJS.ErrnoException) => {
+        if (e.code === "ENXIO" || e.code === "ENOENT") return undefined;
+        throw e;
+      });
+      if (pipe === undefined) continue;
+      held.push(pipe);
       process.kill(pid, "SIGKILL");
     }
     const from = routerLog.length;
@@ -319,9 +326,11 @@ async function unnoticedDeath<T>(ask: () => Promise<T>): Promise<T> {
   }
 }
 
-/** Resolves once a router log line from index `from` on matches `re` (bounded by the test's timeout). */
+/** Resolves once a router log line from index `from` on matches `re` (a bounded wait). */
 async function untilLogged(re: RegExp, from: number): Promise<void> {
-  while (!routerLog.slice(from).some((l) => re.test(l))) await new Promise((r) => setTimeout(r, 20));
+  for (const end = Date.now() + 120_000; !routerLog.slice(from).some((l) => re.test(l)); await new Promise((r) => setTimeout(r, 20))) {
+    if (Date.now() > end) throw new Error(`the router never logged ${re}; its last lines:\n${routerLog.slice(-30).join("\n")}`);
+  }
 }
 
 /** Processes whose parent is `pid` (the router's model instances). */
