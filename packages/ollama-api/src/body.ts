@@ -2,10 +2,11 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { ApiError, badRequest } from "./errors";
 
 /**
- * What a refused body may still send before its connection is cut: enough for a client that
- * wrote a little past the limit to read the answer, not a way to keep the server reading.
+ * What a refused body may still send once its answer is out, and for how long: enough for a
+ * client that is still writing to read the answer, not a way to keep the server reading.
  */
 const DRAIN_LIMIT = 8 << 20;
+const LINGER_MS = 2_000;
 
 /**
  * Request bodies in memory, bounded twice: each body by `perBody` (413), and all bodies being
@@ -77,17 +78,31 @@ export class BodyBudget {
 }
 
 /**
- * A body the server will not read: the answer closes the connection, and what the client
- * still sends is dropped, up to DRAIN_LIMIT bytes, then the socket is cut.
+ * A body the server will not read: nothing more of it is read until the answer is out (the
+ * client's sending waits on TCP meanwhile), and the answer closes the connection lingering, as
+ * nginx and Apache close one: the answer and a FIN first, then what the client still sends is
+ * read and dropped, up to DRAIN_LIMIT bytes or LINGER_MS, before the socket is cut. Node closes
+ * a `connection: close` socket as soon as the answer is flushed (socket.destroySoon); with the
+ * client's bytes still arriving, the kernel then answers them with a reset, and a client whose
+ * process had not read the answer yet (a loaded machine) lost it: it saw only the reset.
  */
 export function discard(req: IncomingMessage, res: ServerResponse): void {
   if (!res.headersSent) res.setHeader("connection", "close");
-  let dropped = 0;
-  req.on("data", (c: Buffer) => {
-    dropped += c.length;
-    if (dropped > DRAIN_LIMIT) req.socket.destroy();
-  });
-  req.resume();
+  const socket = req.socket;
+  req.pause();
+  const cut = () => socket.destroy();
+  socket.destroySoon = () => {
+    socket.end();
+    let dropped = 0;
+    req.on("data", (c: Buffer) => {
+      dropped += c.length;
+      if (dropped > DRAIN_LIMIT) cut();
+    });
+    req.resume();
+    const linger = setTimeout(cut, LINGER_MS);
+    linger.unref();
+    socket.once("close", () => clearTimeout(linger));
+  };
 }
 
 /** A response body from llama-server, read whole up to `max` bytes. */
