@@ -1,4 +1,4 @@
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, open, readFile, readdir, rename, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -6,7 +6,7 @@ import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, describe, expect, it } from "vitest";
 import { writeFileAtomic } from "@compat/files";
-import { fileDigest, findLlamaTools, writeWideFixture } from "@compat/testkit";
+import { fileDigest, startLlamaServer, writeWideFixture } from "@compat/testkit";
 import { EROFS_BLOCK, EROFS_CHUNK, EROFS_READ_AHEAD_KB, mountErofs, probeErofs, planView, writeErofsImage, type ErofsMount, type Extent, type FilePlan } from "@compat/mount";
 import { viewsOf } from "./helpers";
 
@@ -282,24 +282,9 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
     // the feed-forward tensors are 24 MiB of the 24.1: all but the chunks at their seams point into the blob
     expect(mapped).toBeGreaterThanOrEqual(6);
 
-    const { server } = await findLlamaTools();
-    const child = spawn(server, ["--model", model, "--port", "0", "--host", "127.0.0.1", "--threads", "2", "--no-warmup", "-c", "512"], { stdio: ["ignore", "pipe", "pipe"] });
-    let log = "";
-    child.stdout.on("data", (d: Buffer) => (log += d));
-    child.stderr.on("data", (d: Buffer) => (log += d));
-    const exited = new Promise<void>((r) => child.once("exit", () => r()));
-    try {
-      let healthy = false;
-      for (let i = 0; i < 1200 && !healthy && child.exitCode === null; i++) {
-        const port = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log)?.[1];
-        if (port !== undefined) healthy = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.ok, () => false);
-        if (!healthy) await new Promise((r) => setTimeout(r, 250));
-      }
-      expect(healthy, log.slice(-2000)).toBe(true);
-    } finally {
-      child.kill("SIGKILL");
-      await exited;
-    }
+    // llama-server loads the model through the mount (startLlamaServer fails with its log if not)
+    const server = await startLlamaServer({ model });
+    await server.stop();
     expect(await mount.close()).toBe("unmounted");
     await text!.close();
     expect(await fileDigest(blob)).toBe(blobHash);
