@@ -66,14 +66,17 @@ export class Upstream {
 }
 
 /**
- * Whether the router's error answer says the model's instance was gone when the request came, so
- * the request reached no model and may be sent again once the model is loaded again: the router
- * knew it was not running, or it could not connect to it (the instance died and the router has
- * not reaped it yet; cpp-httplib's "Could not establish connection", seen under load right after
- * an instance was killed mid-answer).
+ * Whether the router's error answer says the model's instance was gone when the request came, or
+ * went before answering a byte, so the request reached no model that answers and may be sent again
+ * once the model is loaded again. The router knew it was not running; or, in the window between an
+ * instance's death and the router's reaping it (seen under load right after a kill), cpp-httplib
+ * could not connect to it ("Could not establish connection") or connected and read nothing before
+ * the connection dropped ("Failed to read connection"; a read timeout is another error, "Read
+ * timeout", and is not resent). Generation changes nothing on the server, so sending it again is
+ * safe; the callers send it again once at most.
  */
 export function instanceGone(text: string): boolean {
-  return /is not running|failed to load|is not loaded|proxy error: Could not establish connection/.test(text);
+  return /is not running|failed to load|is not loaded|proxy error: (?:Could not establish connection|Failed to read connection)/.test(text);
 }
 
 export async function readText(res: IncomingMessage): Promise<string> {

@@ -280,29 +280,42 @@ describe("serveOllama: Ollama's REST API over llama-server's router, driven by t
 
   it("an instance dead before the router noticed: the router cannot connect to it, and the request is answered by the model loaded again", async () => {
     await ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], options: greedy });
-    const answer = await unnoticedDeath(() => ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], options: greedy }));
+    const answer = await unnoticedDeath("refused", () => ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], options: greedy }));
+    expect(answer.done).toBe(true);
+  });
+
+  it("an instance that dies with the request unanswered (the router connected, then read nothing): answered by the model loaded again", async () => {
+    await ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], options: greedy });
+    const answer = await unnoticedDeath("reset", () => ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], options: greedy }));
     expect(answer.done).toBe(true);
   });
 
   it("the same on the OpenAI route", async () => {
-    await ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], options: greedy });
-    const r = await unnoticedDeath(() =>
-      fetch(`${server.url}/v1/chat/completions`, { method: "POST", body: JSON.stringify({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], max_tokens: 4, temperature: 0 }) }),
-    );
-    expect(r.status, await r.clone().text()).toBe(200);
-    expect(((await r.json()) as { choices: unknown[] }).choices).toHaveLength(1);
+    for (const how of ["refused", "reset"] as const) {
+      await ollama.chat({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], options: greedy });
+      const r = await unnoticedDeath(how, () =>
+        fetch(`${server.url}/v1/chat/completions`, { method: "POST", body: JSON.stringify({ model: "llama3.2", messages: [{ role: "user", content: "hi" }], max_tokens: 4, temperature: 0 }) }),
+      );
+      expect(r.status, `${how}: ${await r.clone().text()}`).toBe(200);
+      expect(((await r.json()) as { choices: unknown[] }).choices).toHaveLength(1);
+    }
   });
 });
 
 /**
- * `ask`'s answer when every model instance of the router was killed before it, and the router
- * does not know yet. The router learns of an instance's exit at the end of its output
- * (server-models.cpp reads it to EOF, then reaps it): the instance's output pipe held open is
- * the window (seen under load) between the death and the router's knowing, held open until the
- * router has failed to connect to the dead instance.
+ * `ask`'s answer when every model instance of the router dies around it, and the router does not
+ * know yet. The router learns of an instance's exit at the end of its output (server-models.cpp
+ * reads it to EOF, then reaps it): the instance's output pipe held open is the window (seen under
+ * load) between the death and the router's knowing. Two ways to fall into it, each made certain:
+ * - "refused": the instance is dead (a zombie, its sockets closed) before the request comes, so
+ *   the router cannot connect ("Could not establish connection");
+ * - "reset": the instance is stopped, the router connects and sends the request (the kernel
+ *   accepts for a stopped process), then the instance is killed, so the router reads nothing
+ *   ("Failed to read connection").
  */
-async function unnoticedDeath<T>(ask: () => Promise<T>): Promise<T> {
+async function unnoticedDeath<T>(how: "refused" | "reset", ask: () => Promise<T>): Promise<T> {
   const held: FileHandle[] = [];
+  const pids: number[] = [];
   try {
     for (const pid of await childrenOf(server.router.pid)) {
       // O_NONBLOCK: opening a pipe to write waits for a reader, and an instance on its way out
@@ -313,12 +326,19 @@ async function unnoticedDeath<T>(ask: () => Promise<T>): Promise<T> {
       });
       if (pipe === undefined) continue;
       held.push(pipe);
-      process.kill(pid, "SIGKILL");
+      pids.push(pid);
     }
     const from = routerLog.length;
+    if (how === "refused") await killed(pids);
+    else for (const pid of pids) process.kill(pid, "SIGSTOP");
     const answer = ask();
     answer.catch(() => undefined);
-    await untilLogged(/Could not establish connection/, from);
+    if (how === "reset") {
+      const port = Number(/on port (\d+)/.exec(await untilLogged(/proxying request to model llama3\.2.* on port \d+/, from))![1]);
+      await untilReceived(port);
+      await killed(pids);
+    }
+    await untilLogged(how === "refused" ? /Could not establish connection/ : /Failed to read connection/, from);
     for (const h of held.splice(0)) await h.close();
     return await answer;
   } finally {
@@ -326,10 +346,45 @@ async function unnoticedDeath<T>(ask: () => Promise<T>): Promise<T> {
   }
 }
 
-/** Resolves once a router log line from index `from` on matches `re` (a bounded wait). */
-async function untilLogged(re: RegExp, from: number): Promise<void> {
-  for (const end = Date.now() + 120_000; !routerLog.slice(from).some((l) => re.test(l)); await new Promise((r) => setTimeout(r, 20))) {
+/**
+ * SIGKILLs `pids` and resolves once each is wholly dead: its other threads gone and itself a zombie
+ * (not yet reaped). The leader turns zombie while other threads may still be exiting, and the
+ * process's sockets close only when the last of them has.
+ */
+async function killed(pids: number[]): Promise<void> {
+  for (const pid of pids) process.kill(pid, "SIGKILL");
+  for (const pid of pids) {
+    for (const end = Date.now() + 120_000; !(await dead(pid)); await new Promise((r) => setTimeout(r, 10))) {
+      if (Date.now() > end) throw new Error(`process ${pid} did not die after SIGKILL`);
+    }
+  }
+}
+
+async function dead(pid: number): Promise<boolean> {
+  const [tasks, stat] = await Promise.all([readdir(`/proc/${pid}/task`).catch(() => []), readFile(`/proc/${pid}/stat`, "utf8").catch(() => "")]);
+  if (stat === "") return true; // reaped already
+  return tasks.length <= 1 && stat.slice(stat.lastIndexOf(")") + 2).startsWith("Z");
+}
+
+/** The first router log line from index `from` on that matches `re`, once there is one (a bounded wait). */
+async function untilLogged(re: RegExp, from: number): Promise<string> {
+  for (const end = Date.now() + 120_000; ; await new Promise((r) => setTimeout(r, 20))) {
+    const line = routerLog.slice(from).find((l) => re.test(l));
+    if (line !== undefined) return line;
     if (Date.now() > end) throw new Error(`the router never logged ${re}; its last lines:\n${routerLog.slice(-30).join("\n")}`);
+  }
+}
+
+/**
+ * Resolves once a connection accepted on loopback `port` holds unread bytes (/proc/net/tcp: local
+ * port, state 01 established, rx_queue above 0): the router's request reached a stopped instance.
+ */
+async function untilReceived(port: number): Promise<void> {
+  const local = `:${port.toString(16).toUpperCase().padStart(4, "0")}`;
+  for (const end = Date.now() + 120_000; ; await new Promise((r) => setTimeout(r, 10))) {
+    const rows = (await readFile("/proc/net/tcp", "utf8")).split("\n").map((l) => l.trim().split(/\s+/));
+    if (rows.some((f) => f[1]?.endsWith(local) && f[3] === "01" && parseInt(f[4]!.split(":")[1]!, 16) > 0)) return;
+    if (Date.now() > end) throw new Error(`no request reached port ${port}`);
   }
 }
 
