@@ -115,6 +115,9 @@ export async function answer(scheduler: ModelScheduler, upstream: Upstream, res:
       if (p.done) {
         finished = true;
         const last = { ...a.shape.final(p, whole), ...metrics(p, startedAt, lease.loadMs) };
+        // the model is idle before the client can read the end of its answer: its next request
+        // (an unload with keep_alive 0, say, then a new load) must find the model idle
+        lease.release();
         if (whole) return sendJson(res, 200, last);
         begin();
         out.flush();
@@ -138,6 +141,7 @@ export async function answer(scheduler: ModelScheduler, upstream: Upstream, res:
     scheduler.suspect(a.model);
     if (!started) throw e;
     out.flush();
+    lease.release();
     if (!res.writableEnded) res.end(JSON.stringify({ error: e instanceof Error ? e.message : String(e) }) + "\n");
   } finally {
     res.off("close", onClose);

@@ -538,6 +538,8 @@ export class OllamaRoutes {
       // event streams pass through chunk by chunk as llama-server writes them
       await new Promise<void>((resolve, reject) => {
         up.once("error", reject);
+        // idle before the client reads the answer's end (the pipe's own end listener runs after this one)
+        up.once("end", () => lease?.release());
         up.once("close", () => (up.complete ? resolve() : reject(new Error("llama-server closed the connection before the answer was finished"))));
         const text = /json|event-stream/.test(String(up.headers["content-type"] ?? ""));
         (asked !== undefined && text ? up.pipe(modelRenamer(asked)) : up).pipe(res);

@@ -130,14 +130,15 @@ describe("load-time options: a request's num_ctx is the context it runs with", (
 });
 
 describe("keep_alive: how long an idle model stays loaded", () => {
-  it('"1s": listed by /api/ps with that expiry, then unloaded once idle that long', { timeout: 120_000 }, async () => {
+  // 5 s, not 1: the /api/ps that follows the answer must come before the expiry, on a loaded machine too
+  it('"5s": listed by /api/ps with that expiry, then unloaded once idle that long', { timeout: 120_000 }, async () => {
     const before = Date.now();
-    await ollama.generate({ model: "other", prompt: "hi", keep_alive: "1s", options: { num_predict: 1 } });
+    await ollama.generate({ model: "other", prompt: "hi", keep_alive: "5s", options: { num_predict: 1 } });
     const listed = (await ps()).find((m) => m.name === "other:latest");
     expect(listed).toBeDefined();
     const expires = new Date(listed!.expires_at).getTime();
-    expect(expires).toBeGreaterThanOrEqual(before + 1000 - 50);
-    expect(expires).toBeLessThan(Date.now() + 1000 + 50);
+    expect(expires).toBeGreaterThanOrEqual(before + 5000 - 50);
+    expect(expires).toBeLessThan(Date.now() + 5000 + 50);
     await until("other:latest to be unloaded", async () => ((await ps()).some((m) => m.name === "other:latest") ? undefined : true));
     expect(status.some((l) => /unloading other:latest \(idle for its keep_alive\)/.test(l))).toBe(true);
   });
@@ -145,7 +146,9 @@ describe("keep_alive: how long an idle model stays loaded", () => {
   it("0: answered, then unloaded at once; -1: kept (expiry years away), and a later request without keep_alive keeps it so", { timeout: 120_000 }, async () => {
     const r = await ollama.generate({ model: "other", prompt: "hi", keep_alive: 0, options: { num_predict: 1 } });
     expect(r.done).toBe(true);
-    await until("other:latest to be unloaded", async () => ((await ps()).some((m) => m.name === "other:latest") ? undefined : true), 10_000);
+    // "at once" against the 5 minutes kept by default: the bound is until's own, because the stop
+    // itself can take llama-server's router up to its 10 s grace before it kills an instance
+    await until("other:latest to be unloaded", async () => ((await ps()).some((m) => m.name === "other:latest") ? undefined : true));
 
     await ollama.generate({ model: "other", prompt: "hi", keep_alive: -1, options: { num_predict: 1 } });
     await ollama.generate({ model: "other", prompt: "hi", options: { num_predict: 1 } });
@@ -171,7 +174,9 @@ describe("a client that goes away mid-answer", () => {
     it(`${path}: llama-server cancels the generation, the lease is let go, and the next request is answered`, { timeout: 180_000 }, async () => {
       await ollama.generate({ model: "small", prompt: "hi", options: { num_predict: 1 } });
       const cancelsBefore = logs.filter((l) => /cancel task/.test(l)).length;
-      const ask = { model: "small", stream: true, keep_alive: "2s", options: { num_predict: 100_000, temperature: 1, num_ctx: 4096 } };
+      // keep_alive 10 s: the instance must outlive llama-server's word that it cancelled, which a
+      // loaded machine can log later than 2 s after the abort (the unload would kill it first)
+      const ask = { model: "small", stream: true, keep_alive: "10s", options: { num_predict: 100_000, temperature: 1, num_ctx: 4096 } };
       const body = path === "/api/chat" ? { ...ask, messages: [{ role: "user", content: "tell me everything" }] } : { ...ask, prompt: "tell me everything" };
       const abort = new AbortController();
       const r = await fetch(`${server.url}${path}`, { method: "POST", body: JSON.stringify(body), signal: abort.signal });
@@ -188,12 +193,12 @@ describe("a client that goes away mid-answer", () => {
       });
       await until("the slot to be idle", async () => {
         const r = await routerFetch(`${server.router.url}/slots?autoload=false&model=${encodeURIComponent("small:latest~ctx4096")}`);
-        // on a slow machine its keep_alive of 2 s may already have run out: an instance gone is idle too
+        // on a slow machine its keep_alive may already have run out: an instance gone is idle too
         if (r.status !== 200) return (await ps()).some((m) => m.name === "small:latest") ? undefined : true;
         const slots = (await r.json()) as Array<{ is_processing: boolean }>;
         return slots.every((s) => !s.is_processing) ? true : undefined;
       });
-      // the aborted request gave its lease back: its keep_alive of 2 s runs out and the model is unloaded
+      // the aborted request gave its lease back: its keep_alive runs out and the model is unloaded
       await until("small:latest to be unloaded", async () => ((await ps()).some((m) => m.name === "small:latest") ? undefined : true));
       const next = await ollama.chat({ model: "small", messages: [{ role: "user", content: "hi" }], options: { num_predict: 2 } });
       expect(next.done).toBe(true);
