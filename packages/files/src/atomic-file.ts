@@ -58,14 +58,18 @@ export interface AtomicFileOptions {
 const WRITE_BEHIND = 64 * 1024 * 1024;
 
 /**
- * Bytes per direct write. On the bench machine (ext4, 1 GiB from the page cache, alternated)
- * 8 MiB blocks took 0.38-0.69 s, 16 MiB 0.33-0.46 s, 32 MiB 0.33-0.48 s, and copy_file_range
- * with the write-behind flushes 0.41-0.75 s.
+ * Bytes per direct write, and blocks per output: one fills while the others' writes are in
+ * flight. On the bench machine (ext4 on a virtio disk shared with other guests, `translate` of
+ * a 1 GiB blob from the page cache, alternated runs at load 6-8, medians): two blocks of 16 MiB
+ * 0.82 and 0.97 s, four of 8 MiB 0.58 and 0.61 s, eight of 4 MiB 0.63 s, against 1.03 s for
+ * copy_file_range and its write-behind flushes. More writes in flight keep the device busy when
+ * it is shared.
  */
-const DIRECT_BLOCK = 16 * 1024 * 1024;
+const DIRECT_BLOCK = 8 * 1024 * 1024;
+const DIRECT_BLOCKS = 4;
 
 /** Outputs smaller than this go through the page cache: their blocks' memory would cost more than direct writes save. */
-export const DIRECT_MIN = DIRECT_BLOCK;
+export const DIRECT_MIN = 16 * 1024 * 1024;
 
 /** Direct writes start at and span multiples of this (the logical block size of any disk). */
 const DIRECT_ALIGN = 4096;
@@ -78,7 +82,7 @@ const EXT4_MAGIC = 0xef53;
  * some at once): fresh memory costs a page fault per page on first touch.
  */
 const spareBlocks = new WeakMap<NonNullable<AtomicFileOptions["alignedBytes"]>, Uint8Array[]>();
-const KEEP_BLOCKS = 4;
+const KEEP_BLOCKS = 2 * DIRECT_BLOCKS;
 
 /**
  * Writes a file atomically: the content goes into a temp file next to `path`
@@ -90,9 +94,9 @@ const KEEP_BLOCKS = 4;
  * The bytes go through the page cache (ranges copied in the kernel by their copier, which
  * shares extents where the file system can: XFS, Btrfs), except on ext4 when `opts` gives
  * aligned memory and a `size` of at least DIRECT_MIN: there a kernel copy is a copy through the
- * page cache and its writeback, and the output is instead assembled in two 16 MiB blocks (bytes
- * copied in, ranges read into them) written with O_DIRECT, one block filling while the other is
- * written (on the bench machine a GiB took 30% less time and half the kernel CPU). The last
+ * page cache and its writeback, and the output is instead assembled in 8 MiB blocks (bytes
+ * copied in, ranges read into them) written with O_DIRECT, one block filling while up to three
+ * are written (on the bench machine a GiB took 30-40% less time and a third of the kernel CPU). The last
  * block is written padded to 4096 bytes and the file then cut to its size. A direct write the
  * file system refuses (EINVAL) goes through the page cache instead, and so does everything after
  * it. OLLAMA_COMPAT_DIRECT_WRITES=0 turns direct writes off.
@@ -225,7 +229,7 @@ async function directOutput(path: string, tmp: string, handle: FileHandle, opts:
   let spare = spareBlocks.get(alloc);
   if (spare === undefined) spareBlocks.set(alloc, (spare = []));
   const blocks: Uint8Array[] = [];
-  for (let i = 0; i < 2; i++) {
+  for (let i = 0; i < DIRECT_BLOCKS; i++) {
     const b = spare.pop() ?? alloc(DIRECT_BLOCK);
     if (b === undefined || b.length < DIRECT_BLOCK) {
       spare.push(...blocks);
@@ -265,13 +269,14 @@ async function directOutput(path: string, tmp: string, handle: FileHandle, opts:
     }
     while (off < length) off += (await handle.write(block, off, length - off, at + off)).bytesWritten;
   };
-  // The current block is complete (full, or the output's last): hand it to the tee, start its
-  // write, and go on in the other block once that one's last write is done.
+  // The current block is complete (full, or the output's last): start its write, hand it to the
+  // tee meanwhile (both only read it), and go on in the next block once that one's last write
+  // is done.
   const ship = async (): Promise<void> => {
     const block = blocks[cur]!;
-    if (opts.tee !== undefined) await opts.tee(block.subarray(0, used));
     opts.signal?.throwIfAborted();
     writing[cur] = put(block, blockAt, used).catch((cause: unknown) => void (failure ??= cause));
+    if (opts.tee !== undefined) await opts.tee(block.subarray(0, used));
     blockAt += used;
     used = 0;
     cur = (cur + 1) % blocks.length;
