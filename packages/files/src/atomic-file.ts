@@ -79,9 +79,12 @@ const EXT4_MAGIC = 0xef53;
 
 /**
  * Per allocator, blocks of finished outputs kept for the next output (a migration writes several,
- * some at once): fresh memory costs a page fault per page on first touch.
+ * some at once): fresh memory costs a page fault per page on first touch. Let go of a second
+ * after the last output ended, so a long-lived process (a server that translated once) does
+ * not hold them.
  */
-const spareBlocks = new WeakMap<NonNullable<AtomicFileOptions["alignedBytes"]>, Uint8Array[]>();
+const spareBlocks = new WeakMap<NonNullable<AtomicFileOptions["alignedBytes"]>, { blocks: Uint8Array[]; timer?: NodeJS.Timeout }>();
+const KEEP_SPARE_MS = 1000;
 const KEEP_BLOCKS = 2 * DIRECT_BLOCKS;
 
 /**
@@ -226,8 +229,7 @@ async function directOutput(path: string, tmp: string, handle: FileHandle, opts:
   if (opts.alignedBytes === undefined || (opts.size ?? 0) < DIRECT_MIN || process.env.OLLAMA_COMPAT_DIRECT_WRITES === "0") return undefined;
   if ((await statfs(dirname(path)).catch(() => undefined))?.type !== EXT4_MAGIC) return undefined;
   const alloc = opts.alignedBytes;
-  let spare = spareBlocks.get(alloc);
-  if (spare === undefined) spareBlocks.set(alloc, (spare = []));
+  const spare = spareBlocks.get(alloc)?.blocks ?? [];
   const blocks: Uint8Array[] = [];
   for (let i = 0; i < DIRECT_BLOCKS; i++) {
     const b = spare.pop() ?? alloc(DIRECT_BLOCK);
@@ -323,7 +325,12 @@ async function directOutput(path: string, tmp: string, handle: FileHandle, opts:
       await Promise.all(writing);
       await dio.close().catch(() => undefined);
       // blocks that O_DIRECT refused may be misaligned: not kept for another output
-      if (!declined) spare.push(...blocks.splice(0, Math.max(0, KEEP_BLOCKS - spare.length)));
+      if (declined) return;
+      let kept = spareBlocks.get(alloc);
+      if (kept === undefined) spareBlocks.set(alloc, (kept = { blocks: [] }));
+      kept.blocks.push(...blocks.splice(0, Math.max(0, KEEP_BLOCKS - kept.blocks.length)));
+      clearTimeout(kept.timer);
+      kept.timer = setTimeout(() => spareBlocks.delete(alloc), KEEP_SPARE_MS).unref();
     },
   };
 }
