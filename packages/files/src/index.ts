@@ -1,5 +1,5 @@
 export { FilesError, type FilesErrorCode, type FilesErrorDetails } from "./errors";
-export { writeFileAtomic, replaceAtomically, sweepTempFiles, tempPathFor, type AtomicFileOutput, type AtomicFileContent, type RangeCopier } from "./atomic-file";
+export { writeFileAtomic, replaceAtomically, sweepTempFiles, tempPathFor, type AtomicFileOutput, type AtomicFileContent, type AtomicFileOptions, DIRECT_MIN, type RangeCopier } from "./atomic-file";
 export { pendingTempFiles, processAlive, tempFileOwner, trackTempFile, untrackTempFile } from "./temp-files";
 export { ownedTempDir, processState, thisProcess, type ProcessIdentity, type ProcessState } from "./owner";
 export { acquireLock, lockedByLive, type LockOptions } from "./entry-lock";

@@ -34,11 +34,19 @@ export interface WriteOptions {
   copyRange?: RangeCopier;
   /**
    * Sees every chunk written through memory (header, padding, computed and copied-through
-   * bytes), in output order, before it is written; a returned promise is awaited. With a
-   * wrapped `copyRange` it lets a caller hash the output as it is made (ranges the copier
-   * copies never pass here). Only when writing to a path.
+   * bytes, and with direct writes the copied ranges too), in output order, before it is
+   * written; a returned promise is awaited. With a wrapped `copyRange` it lets a caller hash the
+   * output as it is made: each byte passes either here or through a copy the copier made. Only
+   * when writing to a path (writeFileAtomic's `tee`).
    */
   tee?(chunk: Uint8Array): unknown;
+  /**
+   * Memory aligned to 4096 bytes for direct writes (e.g. @compat/tensor-ops' alignedBytes): with
+   * it, writing to a path on ext4 assembles the file in aligned blocks written with O_DIRECT
+   * instead of copying ranges in the kernel (@compat/files' writeFileAtomic says when). Only
+   * when writing to a path.
+   */
+  alignedBytes?(length: number): Uint8Array | undefined;
 }
 
 export interface WriteResult {
@@ -176,13 +184,8 @@ export async function writeGguf(model: GgufModel, target: WriteTarget, opts: Wri
               }
               return usable;
             };
-      const tee = opts.tee;
-      const emit: Emit = tee === undefined ? write : async (chunk) => {
-        await tee(chunk);
-        await write(chunk);
-      };
-      await emitModel(model, layout, emit, opts, new CopyBuffers(), direct);
-    }).catch((e: unknown) => {
+      await emitModel(model, layout, write, opts, new CopyBuffers(), direct);
+    }, { size: layout.totalSize, tee: opts.tee, alignedBytes: opts.alignedBytes, signal: opts.signal }).catch((e: unknown) => {
       // a failed write is this package's IO error, as every failure of a GGUF operation
       throw e instanceof FilesError ? new GgufError("IO", e.reason, { source: target, offset: e.details.offset, cause: e.cause }) : e;
     });

@@ -1,6 +1,6 @@
 import { extentsCovering, layoutGguf, readTensorData, writeGguf, type BytesData, type GgufLayout, type GgufModel, type GgufTensor, type RangeData, type WriteOptions } from "@compat/gguf";
 import { kernelRangeCopier } from "@compat/files";
-import { nativeFileCopy } from "@compat/tensor-ops";
+import { alignedBytes, nativeFileCopy } from "@compat/tensor-ops";
 import type { TranslationReport } from "./report";
 
 /**
@@ -62,11 +62,13 @@ export class TranslatedView {
 
   /**
    * Writes the translated file atomically (temp file + rename), one tensor in memory at a time.
-   * Untouched tensor ranges are copied in the kernel (copy_file_range) when the native addon is there.
+   * With the native addon, untouched tensor ranges are copied in the kernel (copy_file_range,
+   * shared extents on XFS and Btrfs), and on ext4 the file is written with O_DIRECT in aligned
+   * blocks instead (@compat/files' writeFileAtomic).
    */
   async writeTo(path: string, opts?: WriteOptions): Promise<void> {
     const copyRange = opts?.copyRange ?? kernelRangeCopier(nativeFileCopy());
-    await writeGguf(this.model, path, { ...opts, layout: this.layout, ...(copyRange !== undefined ? { copyRange } : {}) });
+    await writeGguf(this.model, path, { alignedBytes, ...opts, layout: this.layout, ...(copyRange !== undefined ? { copyRange } : {}) });
   }
 
   private async tensorSlice(t: GgufTensor, at: number, length: number): Promise<Uint8Array> {

@@ -17,4 +17,4 @@ export { type Dtype, type Shape, type TensorBytes } from "./layout/tensor";
 export { concat, concatPieces, split, truncateRows, padAxis, padRows, zeros, interleaveExperts, deinterleaveExperts, stack, stackPieces, type JoinPiece } from "./layout/concat";
 export { permute, inversePermutation, permuteQK, unpermuteQK } from "./layout/permute";
 export { addScalar, resamplePositionGrid, type ResampleOptions } from "./layout/arith";
-export { activeBackend, setBackend, backendInfo, ready, nativeFileCopy, nativeStringWalk, largeBytes, type Backend, type BackendChoice } from "./native";
+export { activeBackend, setBackend, backendInfo, ready, nativeFileCopy, nativeStringWalk, largeBytes, alignedBytes, type Backend, type BackendChoice } from "./native";

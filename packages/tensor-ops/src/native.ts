@@ -120,6 +120,17 @@ export function largeBytes(length: number): Uint8Array {
   return new Uint8Array(length);
 }
 
+/**
+ * `length` zero-filled bytes in memory of their own starting on a 2 MiB boundary (so on any
+ * 4096-byte one), as O_DIRECT wants its buffers (@compat/files' writeFileAtomic takes it as
+ * `alignedBytes`): the addon's huge-page mapping. Undefined without the addon: a Uint8Array's
+ * own memory comes from malloc, whose address JavaScript cannot see.
+ */
+export function alignedBytes(length: number): Uint8Array | undefined {
+  const buffer = nativeAddon()?.largeBuffer?.(length);
+  return buffer != null ? new Uint8Array(buffer) : undefined;
+}
+
 /** The WASM kernels when they are loaded and not disabled, otherwise undefined. */
 export function wasmTier(): WasmKernels | undefined {
   if (forced === "js") return undefined;

@@ -9,7 +9,7 @@ import { lstat, mkdir, readdir, readFile, symlink, unlink } from "node:fs/promis
 import { join, relative, resolve, sep } from "node:path";
 import { kernelRangeCopier, processAlive, replaceAtomically, tempFileOwner, writeFileAtomic } from "@compat/files";
 import { readGguf, writeGguf } from "@compat/gguf";
-import { nativeFileCopy } from "@compat/tensor-ops";
+import { alignedBytes, nativeFileCopy } from "@compat/tensor-ops";
 import { CliError } from "../errors";
 
 /** What export made in a folder, as paths relative to it. */
@@ -141,14 +141,14 @@ export async function placeLink(source: string, target: string): Promise<void> {
  * A copy of the GGUF `source` at `target` through @compat/gguf's atomic writer: a temp file of
  * its own (created exclusively, so no link is followed, and removed on a signal by the
  * binary's exit handler), in-kernel range copies (extents shared where the file system
- * can), fsync, rename over the target. The bytes are the source's (a translation we wrote is
+ * can; on ext4 direct writes in aligned blocks instead), fsync, rename over the target. The bytes are the source's (a translation we wrote is
  * laid out the same when written again).
  */
 export async function placeCopy(source: string, target: string, onProgress?: (written: number, total: number) => void): Promise<void> {
   const model = await readGguf(source);
   try {
     const copyRange = kernelRangeCopier(nativeFileCopy());
-    await writeGguf(model, target, { shareBlocks: true, ...(copyRange ? { copyRange } : {}), ...(onProgress ? { onProgress } : {}) });
+    await writeGguf(model, target, { shareBlocks: true, alignedBytes, ...(copyRange ? { copyRange } : {}), ...(onProgress ? { onProgress } : {}) });
   } finally {
     await model.close();
   }
