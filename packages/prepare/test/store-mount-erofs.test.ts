@@ -50,8 +50,8 @@ function mountdOf(point: string): number | undefined {
  * feed-forward tensors are 4 MiB each, so that whole 2 MiB chunks of the translation are
  * ranges of the blob: the toy fixture's tensors are a few KiB, every chunk of it a copy.
  */
-async function wideGemma3Store(arch = "gemma3", variant = "4b-vision"): Promise<{ root: string; blob: string }> {
-  const blob = await writeWideFixture(await temp(), arch, variant);
+async function wideGemma3Store(arch = "gemma3", variant = "4b-vision", opts: { widerVision?: boolean } = {}): Promise<{ root: string; blob: string }> {
+  const blob = await writeWideFixture(await temp(), arch, variant, opts);
   const root = await temp();
   await buildOllamaStore(root, [{ name: `${arch}:wide`, model: blob }]);
   return { root, blob };
@@ -98,7 +98,7 @@ describe.skipIf(refused !== undefined)("StoreMount serves translated files from 
     expect((await stat(join(mount.dir, ".erofs", key))).size % 4096).toBe(0);
     expect(await readdir(mount.dir)).not.toContain(".erofs");
     expect(await fileDigest(m.prepared.modelPath)).toBe(await fileDigest(await translated(blob)));
-    // the projector stays the FUSE daemon's (clip.cpp reads it, no mmap; its computed tensors filled on first read)
+    // this fixture's projector is mostly not ranges of the blob (tiny tensors): it stays the FUSE daemon's
     expect((await lstat(m.prepared.mmproj!)).isFile()).toBe(true);
 
     const { server } = await findLlamaTools();
@@ -170,6 +170,29 @@ describe.skipIf(refused !== undefined)("StoreMount serves translated files from 
     // disk added: the image and the computed tensors (3 x 128 bytes, with their digests and records)
     expect(await bytesUnder(join(dir, "sidecars"))).toBeLessThan(4096);
     const server = await startLlamaServer({ model: m.prepared.modelPath });
+    await server.stop();
+    await mount.close();
+    expect(await erofsMountsUnder(join(dir, "erofs"))).toEqual([]);
+  }, 300_000);
+
+  it("a projector mostly ranges of its blob (a wider vision MLP) is an EROFS mount's file too: bytes as FUSE serves them, its computed tensors filled on first read, llama-server loads it", async () => {
+    const { root } = await wideGemma3Store("gemma3", "4b-vision", { widerVision: true });
+    const viaFuse = await open(await temp(), { store: root, erofs: false });
+    const want = await fileDigest(viaFuse.models()[0]!.prepared.mmproj!);
+    await viaFuse.close();
+    const dir = await temp();
+    const status: string[] = [];
+    const mount = await open(dir, { store: root, onStatus: (l) => status.push(l) });
+    const m = mount.models()[0]!;
+    const text = await readlink(m.prepared.modelPath);
+    const mmproj = await readlink(m.prepared.mmproj!);
+    expect(status.some((l) => l.includes("text EROFS; mmproj EROFS")), status.join("\n")).toBe(true);
+    expect((await erofsMountsUnder(join(dir, "erofs"))).sort()).toEqual([dirname(text), dirname(mmproj)].sort());
+    // nothing computed up front: the projector's promoted tensors are filled when read
+    expect((await readdir(join(dir, "sidecars"), { recursive: true })).filter((f) => f.endsWith(".bin"))).toEqual([]);
+    expect(await fileDigest(m.prepared.mmproj!)).toBe(want);
+    expect((await readdir(join(dir, "sidecars"), { recursive: true })).filter((f) => f.endsWith(".bin")).length).toBeGreaterThan(0);
+    const server = await startLlamaServer({ model: m.prepared.modelPath, mmproj: m.prepared.mmproj! });
     await server.stop();
     await mount.close();
     expect(await erofsMountsUnder(join(dir, "erofs"))).toEqual([]);
