@@ -148,7 +148,7 @@ export async function mountBench(ctx: MountBenchContext): Promise<void> {
     // what the target allows: the two headers plus the op tensors
     const allowed = await headersAndOps(blob);
     row({
-      scenario: `disk added by mounting a ${(statSync(blob).size / 2 ** 30).toFixed(1)} GiB Ollama gemma3 vision blob (text + mmproj, every byte read; text file: ${servedBy(text)}${images > 0 ? `, ${(images / MiB).toFixed(1)} MiB of it the EROFS image: metadata and the 2 MiB chunks that are not blob ranges` : ""}) vs a translated copy`,
+      scenario: `disk added by mounting a ${(statSync(blob).size / 2 ** 30).toFixed(1)} GiB Ollama gemma3 vision blob (text + mmproj, every byte read; text file: ${servedBy(text)}${images > 0 ? `, ${(images / MiB).toFixed(1)} MiB of it the EROFS image: metadata only, its chunks that are not blob ranges read from the FUSE daemon's file` : ""}) vs a translated copy`,
       ours: `${(added / MiB).toFixed(1)} MiB`,
       baseline: `${(translated / MiB).toFixed(0)} MiB`,
       ratio: added / translated,

@@ -1224,6 +1224,10 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
       st.st_mode = S_IFDIR;
     } else {
       struct node *c = dir->children[k - 2];
+      // A dot-name is not listed (a lookup finds it): the files the controller adds for its own
+      // use (the devices of its EROFS mounts, `.erofs/`) are no models to a scan of the folder
+      // (llama-server's --models-dir takes every folder as a model's).
+      if (c->name[0] == '.') continue;
       name = c->name;
       fill_stat(c, &st);
     }

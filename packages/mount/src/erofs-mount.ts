@@ -101,7 +101,8 @@ export async function probeErofs(dir: string, env: Record<string, string | undef
     await writeFile(device, bytes);
     const st = await stat(device, { bigint: true });
     const plan = { size: bytes.length, mtimeNs: st.mtimeNs, memory: new Uint8Array(), sources: [{ path: device, dev: st.dev, ino: st.ino, size: bytes.length, mtimeNs: st.mtimeNs }], sidecars: [], extents: [{ kind: "source" as const, at: 0, source: 0, offset: 0, length: bytes.length }] };
-    const image = await writeErofsImage(join(work, "image"), [{ name: "probe", plan }]);
+    // one chunk, a range of the device: it is its own whole file too
+    const image = await writeErofsImage(join(work, "image"), [{ name: "probe", plan, whole: device }]);
     await mkdir(join(work, "mnt"));
     let mount: ErofsMount;
     try {

@@ -1,12 +1,17 @@
 // An EROFS image of planned files: the kernel's read-only file system presents them, and every
-// 2 MiB chunk of a file that is a block-aligned range of a source file (the Ollama blob) or a
-// sidecar points into that file, an extra device of the mount. Only metadata and the chunks that
-// straddle a change of piece (the header, a shifted tensor's edges) are bytes of the image.
+// 2 MiB chunk of a file points into a file, an extra device of the mount: a chunk that is a
+// block-aligned range of a source file (the Ollama blob) into that file; every other chunk (the
+// header's, a shifted tensor's edges, a computed tensor's) into the file's `whole` device, a file
+// of all of its bytes at their offsets (the FUSE daemon's own file of the plan, wholeFilePlan),
+// at the chunk's own offset. The image holds metadata only: it costs no copied bytes, and a
+// computed tensor is computed when the kernel first reads it through the daemon, as over FUSE.
 //
 // Why a kernel file system: FUSE caches 4 KiB pages only, so llama-server's mmap of a mounted model
 // takes 512 faults per 2 MiB where a copy on ext4 gets one PMD mapping. A file-backed EROFS mount
 // (CONFIG_EROFS_FS_BACKED_BY_FILE, root; only 6.18 tested) caches large folios (order 9 with the mount's read_ahead_kb raised); measured
 // on 6.18: llama-server's cold start to /health through it at 0.90-0.98x of the copy's, 2.0x through FUSE.
+// It reads its devices with direct I/O (`directio`), so the bytes it reads through the FUSE file
+// are cached once, in the EROFS file's pages, not in the FUSE file's too.
 //
 // On-disk format facts (the kernel's fs/erofs/erofs_fs.h, field names as there), as written here:
 // - The superblock is 128 bytes at byte 1024 (EROFS_SUPER_OFFSET); `meta_blkaddr` 0, so an inode's
@@ -21,7 +26,7 @@
 //   NUL-terminated (the first dirent's nameoff / 12 is the block's count), sorted by name bytes
 //   including "." and "..": lookup bisects them.
 // - feature_incompat: EROFS_FEATURE_INCOMPAT_CHUNKED_FILE (0x4) | EROFS_FEATURE_INCOMPAT_DEVICE_TABLE (0x8).
-import { open, stat, type FileHandle } from "node:fs/promises";
+import { open, stat } from "node:fs/promises";
 import { writeFileAtomic } from "@compat/files";
 import { MountError } from "./errors";
 import type { Extent, FilePlan } from "./plan";
@@ -51,19 +56,24 @@ const NAME_MAX = 255;
 const U16 = 0xffff;
 const U32 = 0xffffffff;
 
-/** A file of the image: its path in it ("dir/name.gguf") and its plan (the mount's one description of a file). */
+/**
+ * A file of the image: its path in it ("dir/name.gguf"), its plan (the mount's one description
+ * of a file), and `whole`, the path of a file that holds the plan's bytes at their offsets,
+ * its size a whole number of blocks (a file served from wholeFilePlan(plan)).
+ */
 export interface ErofsFile {
   name: string;
   plan: FilePlan;
+  whole: string;
 }
 
 /** What an image is made of: the mount's `device=` list (device k is `devices[k - 1]`), and chunk counts. */
 export interface ErofsImage {
   devices: string[];
-  /** Chunks that point into a device. */
-  mapped: number;
-  /** Chunks whose bytes are in the image. */
-  copied: number;
+  /** Chunks that point into a source (a range of the blob). */
+  ranges: number;
+  /** Chunks that point into their file's `whole` device. */
+  whole: number;
   bytes: number;
   /** The image at the path was this one already (writeErofsImage's `reuse`), and was kept. */
   reused: boolean;
@@ -73,8 +83,9 @@ interface FileNode {
   kind: "file";
   plan: FilePlan;
   name: string;
-  /** Per chunk: device (0 = a copy in the image) and block; the image's blocks are filled in later. */
-  chunks: { device: number; block: number }[];
+  whole: string;
+  /** Per chunk: its device (k >= 1) and block there, and whether that device is a source. */
+  chunks: { device: number; block: number; range: boolean }[];
   nid: number;
 }
 interface DirNode {
@@ -89,7 +100,7 @@ interface DirNode {
 
 const align = (n: number, a: number) => Math.ceil(n / a) * a;
 
-/** The devices of the planned files: each source and sidecar path once, in order of first use. */
+/** The devices of the planned files: each source and `whole` path once, in order of first use. */
 function deviceOf(devices: Map<string, number>, path: string): number {
   let k = devices.get(path);
   if (k === undefined) {
@@ -99,12 +110,21 @@ function deviceOf(devices: Map<string, number>, path: string): number {
   return k;
 }
 
-/** The device path, offset and size (as planned) of an extent that is a range of a file, else undefined. */
+/** The source path, offset and size (as planned) of an extent that is a range of a source, else undefined. */
 function rangeOf(plan: FilePlan, x: Extent): { path: string; offset: number; size: number } | undefined {
   if (x.kind === "source") return { path: plan.sources[x.source]!.path, offset: x.offset, size: plan.sources[x.source]!.size };
-  // a sidecar file may hold more after its bytes (its digest): its planned length is what is known to be there
-  if (x.kind === "sidecar") return { path: plan.sidecars[x.sidecar]!.path, offset: x.offset, size: plan.sidecars[x.sidecar]!.length };
   return undefined;
+}
+
+/**
+ * The plan of a file's `whole` device: its bytes, then zeros up to a whole block. The kernel
+ * reads a device in whole blocks, and with `directio` a block that runs past the device's end is
+ * a short read, which fails the file's read with EIO.
+ */
+export function wholeFilePlan(plan: FilePlan): FilePlan {
+  const size = align(plan.size, EROFS_BLOCK);
+  if (size === plan.size) return plan;
+  return { ...plan, size, extents: [...plan.extents, { kind: "zero", at: plan.size, length: size - plan.size }] };
 }
 
 function checkPlan(file: ErofsFile): void {
@@ -128,10 +148,11 @@ function splitName(name: string): string[] {
 }
 
 /**
- * Which chunks of a file point into a device: those wholly inside one range whose device offset
- * is a block boundary, and whose last block is whole in the device. The kernel reads a mapped
- * chunk's tail (a file's last chunk) in whole blocks; with `directio` a block that runs past
- * the device's end is a short read, and the file's read fails with EIO.
+ * Where each chunk of a file points, one rule: into a source when it is wholly inside one range
+ * of it whose source offset is a block boundary and whose last block is whole in the source
+ * (the kernel reads a chunk's tail, a file's last chunk, in whole blocks; with `directio` a
+ * block past the source's end is a short read, and the file's read fails with EIO); else into
+ * the file's `whole` device at the chunk's own offset.
  */
 function chunksOf(file: ErofsFile, devices: Map<string, number>): FileNode["chunks"] {
   const { plan } = file;
@@ -144,11 +165,11 @@ function chunksOf(file: ErofsFile, devices: Map<string, number>): FileNode["chun
     const r = rangeOf(plan, x);
     // the chunk's file offset is a multiple of the block, so the device offset must be one too
     const off = r === undefined ? 0 : r.offset + (lo - x.at);
-    if (r !== undefined && x.at + x.length >= hi && off % EROFS_BLOCK === 0 && off + align(hi - lo, EROFS_BLOCK) <= r.size) {
-      const block = off / EROFS_BLOCK;
-      if (block > U32) throw new MountError("EROFS_UNSUPPORTED", `${file.name}: a chunk at ${lo} reads ${r.path} at ${off}, past the 16 TiB a 32-bit block address reaches`, { file: file.name, source: r.path });
-      chunks.push({ device: deviceOf(devices, r.path), block });
-    } else chunks.push({ device: 0, block: -1 });
+    const range = r !== undefined && x.at + x.length >= hi && off % EROFS_BLOCK === 0 && off + align(hi - lo, EROFS_BLOCK) <= r.size;
+    const [path, at] = range ? [r.path, off] : [file.whole, lo];
+    const block = at / EROFS_BLOCK;
+    if (block > U32) throw new MountError("EROFS_UNSUPPORTED", `${file.name}: a chunk at ${lo} reads ${path} at ${at}, past the 16 TiB a 32-bit block address reaches`, { file: file.name, source: path });
+    chunks.push({ device: deviceOf(devices, path), block, range });
   }
   return chunks;
 }
@@ -194,27 +215,27 @@ function writeInode(buf: Buffer, at: number, o: { layout: number; mode: number; 
 }
 
 /**
- * How many chunks of `files` an image would point into their devices, and how many it would
- * copy, without reading or writing anything: a file mostly copied is no better served by EROFS.
+ * How many chunks of `files` an image would point into sources, and how many into their
+ * `whole` devices, without reading or writing anything: a file mostly read through its whole
+ * device (the FUSE daemon's file) is no better served by EROFS than by that file itself.
  */
-export function erofsChunks(files: ErofsFile[]): { mapped: number; copied: number } {
+export function erofsChunks(files: Array<Omit<ErofsFile, "whole">>): { ranges: number; whole: number } {
   const devices = new Map<string, number>();
-  let mapped = 0;
-  let copied = 0;
+  let ranges = 0;
+  let whole = 0;
   for (const f of files) {
-    checkPlan(f);
-    for (const c of chunksOf(f, devices)) c.device === 0 ? copied++ : mapped++;
+    checkPlan({ ...f, whole: "" });
+    for (const c of chunksOf({ ...f, whole: "" }, devices)) c.range ? ranges++ : whole++;
   }
-  return { mapped, copied };
+  return { ranges, whole };
 }
 
 /**
- * Writes an EROFS image of `files` to `path` atomically. Mount it with the returned `devices`
- * as its `device=` options, in order (mountErofs), right away: each is checked here to be the
- * file that was planned (REJECTED if not; BAD_SIDECAR for a sidecar not written yet). With
- * `reuse`, an image already at `path` whose size and metadata (superblock, device table, inodes,
- * chunk indexes, folders) are the ones this would write is kept: it was written whole (atomically)
- * from the same plan, and only its copied chunks, bytes of the same devices, are not compared.
+ * Writes an EROFS image of `files` to `path` atomically: metadata only. Mount it with the
+ * returned `devices` as its `device=` options, in order (mountErofs), right away: each source is
+ * checked here to be the file that was planned (REJECTED if not), each `whole` file to hold the
+ * plan's blocks (BAD_PLAN if not). With `reuse`, an image already at `path` whose bytes are the
+ * ones this would write is kept (a restart mounts the same image again).
  */
 export async function writeErofsImage(path: string, files: ErofsFile[], opts: { reuse?: boolean } = {}): Promise<ErofsImage> {
   const devices = new Map<string, number>();
@@ -237,7 +258,7 @@ export async function writeErofsImage(path: string, files: ErofsFile[], opts: { 
     }
     const leaf = parts[parts.length - 1]!;
     if (dir.children.has(leaf)) throw new MountError("BAD_PLAN", `"${f.name}" is in the image twice`, { file: f.name });
-    const node: FileNode = { kind: "file", plan: f.plan, name: f.name, chunks: chunksOf(f, devices), nid: 0 };
+    const node: FileNode = { kind: "file", plan: f.plan, name: f.name, whole: f.whole, chunks: chunksOf(f, devices), nid: 0 };
     dir.children.set(leaf, node);
     fileNodes.push(node);
   }
@@ -262,7 +283,7 @@ export async function writeErofsImage(path: string, files: ErofsFile[], opts: { 
     at += INODE_SIZE + 8 * f.chunks.length; // indexes follow the inode, 8-byte aligned as it is
   }
   let block = Math.ceil(at / EROFS_BLOCK);
-  // Directory blocks, then the copied chunks.
+  // Directory blocks: the last of the image.
   for (const d of dirs) {
     for (const c of d.children.values()) if (c.kind === "dir") c.parent = d.nid;
     const entries = [
@@ -276,20 +297,9 @@ export async function writeErofsImage(path: string, files: ErofsFile[], opts: { 
     d.block = block;
     block += data.length / EROFS_BLOCK;
   }
-  let mapped = 0;
-  let copied = 0;
-  for (const f of fileNodes) {
-    for (const [i, c] of f.chunks.entries()) {
-      if (c.device !== 0) {
-        mapped++;
-        continue;
-      }
-      copied++;
-      c.block = block;
-      block += Math.ceil((Math.min(f.plan.size, (i + 1) * EROFS_CHUNK) - i * EROFS_CHUNK) / EROFS_BLOCK);
-    }
-  }
   if (block > U32) throw new MountError("EROFS_UNSUPPORTED", `the image would have ${block} blocks; 32-bit block addresses reach ${U32}`);
+  const ranges = fileNodes.reduce((n, f) => n + f.chunks.filter((c) => c.range).length, 0);
+  const whole = fileNodes.reduce((n, f) => n + f.chunks.length, 0) - ranges;
 
   const meta = Buffer.alloc(dirs[0]!.block * EROFS_BLOCK);
   // superblock (struct erofs_super_block)
@@ -306,6 +316,7 @@ export async function writeErofsImage(path: string, files: ErofsFile[], opts: { 
   // device table (struct erofs_deviceslot): blocks_lo, the blocks the image reads of it
   const used = new Map<string, number>();
   for (const f of fileNodes) {
+    used.set(f.whole, Math.max(used.get(f.whole) ?? 0, f.plan.size));
     for (const x of f.plan.extents) {
       const r = rangeOf(f.plan, x);
       if (r !== undefined) used.set(r.path, Math.max(used.get(r.path) ?? 0, r.offset + x.length));
@@ -330,34 +341,19 @@ export async function writeErofsImage(path: string, files: ErofsFile[], opts: { 
   }
 
   const bytes = block * EROFS_BLOCK;
-  if (opts.reuse && (await sameMetadata(path, Buffer.concat([meta, ...dirs.map((d) => d.data!)]), bytes))) return { devices: [...devices.keys()], mapped, copied, bytes, reused: true };
-  const handles = new Map<string, FileHandle>();
-  try {
-    const written = await writeFileAtomic(path, async (out) => {
-      await out.write(meta);
-      for (const d of dirs) await out.write(d.data!);
-      for (const f of fileNodes) {
-        for (const [i, c] of f.chunks.entries()) {
-          if (c.device !== 0) continue;
-          const lo = i * EROFS_CHUNK;
-          const hi = Math.min(f.plan.size, lo + EROFS_CHUNK);
-          const buf = Buffer.alloc(align(hi - lo, EROFS_BLOCK));
-          await fillChunk(f, lo, hi, buf, handles);
-          await out.write(buf);
-        }
-      }
-    });
-    return { devices: [...devices.keys()], mapped, copied, bytes: written, reused: false };
-  } finally {
-    for (const h of handles.values()) await h.close().catch(() => undefined);
-  }
+  const image = Buffer.concat([meta, ...dirs.map((d) => d.data!)]);
+  if (opts.reuse && (await sameImage(path, image))) return { devices: [...devices.keys()], ranges, whole, bytes, reused: true };
+  const written = await writeFileAtomic(path, async (out) => {
+    await out.write(image);
+  });
+  return { devices: [...devices.keys()], ranges, whole, bytes: written, reused: false };
 }
 
 /**
  * Each device is still the file that was planned: a source by (dev, inode, size, mtime) as
- * planView saw it, a sidecar at least as long as planned. The kernel opens the devices by path
- * when the image is mounted and keeps them open; a blob replaced (renamed over) later does not
- * change what the mount reads, but one replaced between planning and mounting would.
+ * planView saw it, a `whole` file at least as long as the plan's blocks. The kernel opens the
+ * devices by path when the image is mounted and keeps them open; a blob replaced (renamed over)
+ * later does not change what the mount reads, but one replaced between planning and mounting would.
  */
 async function checkDevices(files: FileNode[], devices: Map<string, number>): Promise<void> {
   const checked = new Set<string>();
@@ -370,51 +366,25 @@ async function checkDevices(files: FileNode[], devices: Map<string, number>): Pr
         throw new MountError("REJECTED", `${f.name}: ${src.path} is not the file that was planned any more (${st === undefined ? "gone" : "another inode, size or mtime"})`, { file: f.name, source: src.path });
       }
     }
-    for (const sc of f.plan.sidecars) {
-      if (!devices.has(sc.path) || checked.has(sc.path)) continue;
-      checked.add(sc.path);
-      const st = await stat(sc.path).catch(() => undefined);
-      if (st === undefined || st.size < sc.length) {
-        throw new MountError("BAD_SIDECAR", `${f.name}: sidecar ${sc.path} ${st === undefined ? "is missing" : `holds ${st.size} of its ${sc.length} bytes`}: computed tensors are written before the image is built`, { file: f.name, source: sc.path });
-      }
+    if (!devices.has(f.whole)) continue; // every chunk a range of a source
+    const st = await stat(f.whole).catch(() => undefined);
+    const want = align(f.plan.size, EROFS_BLOCK);
+    if (st === undefined || st.size < want) {
+      throw new MountError("BAD_PLAN", `${f.name}: ${f.whole} ${st === undefined ? "is missing" : `holds ${st.size} bytes`}: the image reads ${want} (the file's bytes to a whole block) of it`, { file: f.name, source: f.whole });
     }
   }
 }
 
-/** Whether the file at `path` has `bytes` bytes and begins with `meta`. */
-async function sameMetadata(path: string, meta: Buffer, bytes: number): Promise<boolean> {
+/** Whether the file at `path` is `image`, byte for byte. */
+async function sameImage(path: string, image: Buffer): Promise<boolean> {
   const st = await stat(path).catch(() => undefined);
-  if (st === undefined || st.size !== bytes) return false;
+  if (st === undefined || st.size !== image.length) return false;
   const h = await open(path, "r");
   try {
-    const head = Buffer.alloc(meta.length);
+    const head = Buffer.alloc(image.length);
     const { bytesRead } = await h.read(head, 0, head.length, 0);
-    return bytesRead === head.length && head.equals(meta);
+    return bytesRead === head.length && head.equals(image);
   } finally {
     await h.close();
-  }
-}
-
-/** The bytes [lo, hi) of a planned file, into `buf` (zeroed: zero extents need nothing). */
-async function fillChunk(f: FileNode, lo: number, hi: number, buf: Buffer, handles: Map<string, FileHandle>): Promise<void> {
-  for (const x of f.plan.extents) {
-    const s = Math.max(lo, x.at);
-    const e = Math.min(hi, x.at + x.length);
-    if (s >= e) continue;
-    if (x.kind === "memory") buf.set(f.plan.memory.subarray(x.offset + (s - x.at), x.offset + (e - x.at)), s - lo);
-    else if (x.kind !== "zero") {
-      const r = rangeOf(f.plan, x)!;
-      let h = handles.get(r.path);
-      if (h === undefined) {
-        h = await open(r.path, "r");
-        handles.set(r.path, h);
-      }
-      let done = 0;
-      while (done < e - s) {
-        const { bytesRead } = await h.read(buf, s - lo + done, e - s - done, r.offset + (s - x.at) + done);
-        if (bytesRead === 0) throw new MountError("BAD_PLAN", `${f.name}: ${r.path} ends before ${r.offset + (s - x.at) + done}`, { file: f.name, source: r.path });
-        done += bytesRead;
-      }
-    }
   }
 }

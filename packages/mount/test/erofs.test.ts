@@ -5,9 +5,22 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, describe, expect, it } from "vitest";
-import { writeFileAtomic } from "@compat/files";
 import { fileDigest, startLlamaServer, writeWideFixture } from "@compat/testkit";
-import { EROFS_BLOCK, EROFS_CHUNK, EROFS_READ_AHEAD_KB, mountErofs, probeErofs, planView, writeErofsImage, type ErofsMount, type Extent, type FilePlan } from "@compat/mount";
+import {
+  EROFS_BLOCK,
+  EROFS_CHUNK,
+  EROFS_READ_AHEAD_KB,
+  FuseMount,
+  mountErofs,
+  probeErofs,
+  planView,
+  wholeFilePlan,
+  writeErofsImage,
+  type ErofsFile,
+  type ErofsMount,
+  type Extent,
+  type FilePlan,
+} from "@compat/mount";
 import { viewsOf } from "./helpers";
 
 const made: string[] = [];
@@ -43,13 +56,25 @@ function expected(plan: FilePlan, devices: Buffer[]): Buffer {
   );
 }
 
-async function mountImage(files: { name: string; plan: FilePlan }[], dir: string): Promise<{ mount: ErofsMount; mapped: number; copied: number }> {
+/** Each planned file with a `whole` file written in `dir`: its bytes (expected), padded to a whole block. */
+async function withWhole(dir: string, files: { name: string; plan: FilePlan }[], devices: Buffer[]): Promise<ErofsFile[]> {
+  return Promise.all(
+    files.map(async (f) => {
+      const whole = join(dir, `whole-${f.name.replaceAll("/", "_")}`);
+      const bytes = expected(f.plan, devices);
+      await writeFile(whole, Buffer.concat([bytes, Buffer.alloc(wholeFilePlan(f.plan).size - bytes.length)]));
+      return { ...f, whole };
+    }),
+  );
+}
+
+async function mountImage(files: ErofsFile[], dir: string): Promise<{ mount: ErofsMount; ranges: number; whole: number }> {
   const image = await writeErofsImage(join(dir, "image.erofs"), files);
   const mnt = join(dir, "mnt");
   await mkdir(mnt, { recursive: true });
   const mount = await mountErofs(join(dir, "image.erofs"), mnt, image.devices);
   mounts.push(mount);
-  return { mount, mapped: image.mapped, copied: image.copied };
+  return { mount, ranges: image.ranges, whole: image.whole };
 }
 
 /**
@@ -126,19 +151,20 @@ describe("EROFS images of planned files", () => {
     const sources = Array.from({ length: n }, (_, i) => ({ path: `/nonexistent/${i}`, dev: 0n, ino: 0n, size: EROFS_CHUNK, mtimeNs: 0n }));
     const plan: FilePlan = { size: n * EROFS_CHUNK, mtimeNs: 0n, memory: new Uint8Array(), sources, sidecars: [], extents };
     const dir = await tempDir();
-    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "f", plan }])).rejects.toMatchObject({ name: "MountError", code: "EROFS_UNSUPPORTED" });
+    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "f", plan, whole: "/nonexistent/whole" }])).rejects.toMatchObject({ name: "MountError", code: "EROFS_UNSUPPORTED" });
     expect(await readdir(dir)).toEqual([]);
   });
 
   it("refuses names it cannot hold, and a plan that does not tile its file", async () => {
     const dir = await tempDir();
     const plan = await planOf([], new Uint8Array(4), [{ kind: "memory", at: 0, offset: 0, length: 4 }]);
+    const whole = "/nonexistent/whole";
     for (const name of ["", "a//b", "..", "a/./b", "x".repeat(256)]) {
-      await expect(writeErofsImage(join(dir, "x.erofs"), [{ name, plan }]), name).rejects.toMatchObject({ code: "BAD_PLAN" });
+      await expect(writeErofsImage(join(dir, "x.erofs"), [{ name, plan, whole }]), name).rejects.toMatchObject({ code: "BAD_PLAN" });
     }
-    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "a", plan }, { name: "a", plan }])).rejects.toMatchObject({ code: "BAD_PLAN" });
-    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "a", plan }, { name: "a/b", plan }])).rejects.toMatchObject({ code: "BAD_PLAN" });
-    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "a", plan: { ...plan, size: 5 } }])).rejects.toMatchObject({ code: "BAD_PLAN" });
+    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "a", plan, whole }, { name: "a", plan, whole }])).rejects.toMatchObject({ code: "BAD_PLAN" });
+    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "a", plan, whole }, { name: "a/b", plan, whole }])).rejects.toMatchObject({ code: "BAD_PLAN" });
+    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "a", plan: { ...plan, size: 5 }, whole }])).rejects.toMatchObject({ code: "BAD_PLAN" });
     expect(await readdir(dir)).toEqual([]);
   });
 
@@ -149,7 +175,7 @@ describe("EROFS images of planned files", () => {
     expect(await readdir(dir)).toEqual([]);
   });
 
-  it("refuses a device that is not the planned file any more, and a sidecar not written yet", async () => {
+  it("refuses a device that is not the planned file any more, and a whole file shorter than the plan's blocks", async () => {
     const dir = await tempDir();
     const dev = join(dir, "blob");
     await writeFile(dev, Buffer.alloc(EROFS_CHUNK, 1));
@@ -157,14 +183,18 @@ describe("EROFS images of planned files", () => {
     // replaced as Ollama replaces a blob: another file renamed over it
     await writeFile(join(dir, "next"), Buffer.alloc(EROFS_CHUNK, 2));
     await rename(join(dir, "next"), dev);
-    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "f", plan }])).rejects.toMatchObject({ code: "REJECTED" });
-    const sidecar: FilePlan = { ...plan, sources: [], sidecars: [{ path: join(dir, "sidecar"), length: EROFS_CHUNK }], extents: [{ kind: "sidecar", at: 0, sidecar: 0, offset: 0, length: EROFS_CHUNK }] };
-    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "f", plan: sidecar }])).rejects.toMatchObject({ code: "BAD_SIDECAR" });
-    await writeFile(join(dir, "sidecar"), Buffer.alloc(EROFS_CHUNK + 32, 3));
-    expect(await writeErofsImage(join(dir, "x.erofs"), [{ name: "f", plan: sidecar }])).toMatchObject({ devices: [join(dir, "sidecar")], mapped: 1, copied: 0 });
+    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "f", plan, whole: join(dir, "whole") }])).rejects.toMatchObject({ code: "REJECTED" });
+    // a computed tensor: read from the whole file, which must hold the plan's last block whole
+    const sidecar: FilePlan = { ...plan, size: 100, sources: [], sidecars: [{ path: join(dir, "sidecar"), length: 100 }], extents: [{ kind: "sidecar", at: 0, sidecar: 0, offset: 0, length: 100 }] };
+    const whole = join(dir, "whole");
+    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "f", plan: sidecar, whole }])).rejects.toMatchObject({ code: "BAD_PLAN" });
+    await writeFile(whole, Buffer.alloc(100, 3));
+    await expect(writeErofsImage(join(dir, "x.erofs"), [{ name: "f", plan: sidecar, whole }])).rejects.toMatchObject({ code: "BAD_PLAN" });
+    await writeFile(whole, Buffer.alloc(EROFS_BLOCK, 3));
+    expect(await writeErofsImage(join(dir, "x.erofs"), [{ name: "f", plan: sidecar, whole }])).toMatchObject({ devices: [whole], ranges: 0, whole: 1 });
   });
 
-  it("points every chunk of a block-aligned range into its device, and copies the others", async () => {
+  it("points every chunk of a block-aligned range into its source, the others into their file's whole file: the image is metadata", async () => {
     const dir = await tempDir();
     const dev = join(dir, "blob");
     const size = 8 * EROFS_CHUNK + 3 * EROFS_BLOCK + 100;
@@ -175,12 +205,13 @@ describe("EROFS images of planned files", () => {
       { kind: "memory", at: 4 * EROFS_CHUNK, offset: 0, length: 100 },
       { kind: "source", at: 4 * EROFS_CHUNK + 100, source: 0, offset: 0, length: 2 * EROFS_CHUNK },
     ]);
-    // up to the blob's end, whose last block is partial: the tail chunk would be read past it, so it is copied
+    // up to the blob's end, whose last block is partial: the tail chunk would be read past it, so it is the whole file's
     const tail = await planOf([dev], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: 6 * EROFS_CHUNK + 3 * EROFS_BLOCK, length: 2 * EROFS_CHUNK + 100 }]);
-    const image = await writeErofsImage(join(dir, "x.erofs"), [{ name: "m/f", plan }, { name: "t", plan: tail }]);
-    expect(image).toMatchObject({ devices: [dev], mapped: 6, copied: 4 });
+    const files = await withWhole(dir, [{ name: "m/f", plan }, { name: "t", plan: tail }], [await readFile(dev)]);
+    const image = await writeErofsImage(join(dir, "x.erofs"), files);
+    expect(image).toMatchObject({ devices: [dev, files[0]!.whole, files[1]!.whole], ranges: 6, whole: 4 });
     expect((await stat(join(dir, "x.erofs"))).size).toBe(image.bytes);
-    expect(image.bytes).toBeLessThan(3 * EROFS_CHUNK + 8 * EROFS_BLOCK);
+    expect(image.bytes).toBe(3 * EROFS_BLOCK); // superblock, inodes and chunk indexes; a block per folder (the root, m/)
   });
 });
 
@@ -190,14 +221,14 @@ describe.skipIf(!fsckErofs)("EROFS images as erofs-utils reads them", () => {
     const { devBytes, devs, files, planned: planFiles } = await randomFiles(dir);
     await fc.assert(
       fc.asyncProperty(files, async (drawn) => {
-        const planned = await planFiles(drawn);
         const run = await mkdtemp(join(dir, "run-"));
+        const planned = await withWhole(run, await planFiles(drawn), devBytes);
         const image = await writeErofsImage(join(run, "image.erofs"), planned);
         // erofs-utils numbers devices by the order of --device, as the mount does by device=
         const r = spawnSync("fsck.erofs", [...image.devices.map((d) => `--device=${d}`), `--extract=${join(run, "out")}`, join(run, "image.erofs")], { encoding: "utf8" });
         expect(r.status, r.stderr).toBe(0);
         for (const f of planned) expect((await readFile(join(run, "out", f.name))).equals(expected(f.plan, devBytes)), f.name).toBe(true);
-        expect(image.devices.every((d) => devs.includes(d))).toBe(true);
+        expect(image.devices.every((d) => devs.includes(d) || planned.some((f) => f.whole === d))).toBe(true);
         await rm(run, { recursive: true });
       }),
       { numRuns: 25 },
@@ -212,8 +243,8 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
 
     await fc.assert(
       fc.asyncProperty(files, async (drawn) => {
-        const planned = await planFiles(drawn);
         const run = await mkdtemp(join(dir, "run-"));
+        const planned = await withWhole(run, await planFiles(drawn), devBytes);
         const bdis = await readdir("/sys/class/bdi");
         const { mount } = await mountImage(planned, run);
         try {
@@ -237,8 +268,12 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
   it("folders of several blocks list and look up every name (sorted by bytes, names before \".\" too)", async () => {
     const dir = await tempDir();
     const names = Array.from({ length: 600 }, (_, i) => `${["-", "+", "a", "Z", "é"][i % 5]}model-${String(i).padStart(4, "0")}.gguf`);
-    const files = await Promise.all(names.map(async (n, i) => ({ name: `many/${n}`, plan: await planOf([], Buffer.from(`file ${i}`), [{ kind: "memory", at: 0, offset: 0, length: Buffer.byteLength(`file ${i}`) }]) })));
-    const { mount } = await mountImage([...files, { name: "top", plan: files[0]!.plan }], dir);
+    // file i: a block of one device (600 whole files would not fit in the mount's options), never its whole file
+    const dev = join(dir, "dev");
+    await writeFile(dev, Buffer.concat(names.map((_, i) => Buffer.concat([Buffer.from(`file ${i}`), Buffer.alloc(EROFS_BLOCK - Buffer.byteLength(`file ${i}`))]))));
+    const whole = join(dir, "unused");
+    const files = await Promise.all(names.map(async (n, i) => ({ name: `many/${n}`, whole, plan: await planOf([dev], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: i * EROFS_BLOCK, length: Buffer.byteLength(`file ${i}`) }]) })));
+    const { mount } = await mountImage([...files, { name: "top", whole, plan: files[0]!.plan }], dir);
     expect((await readdir(mount.dir)).sort()).toEqual(["many", "top"]);
     expect((await readdir(join(mount.dir, "many"))).sort()).toEqual([...names].sort());
     for (const [i, n] of names.entries()) expect(await readFile(join(mount.dir, "many", n), "utf8")).toBe(`file ${i}`);
@@ -249,7 +284,7 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
     const dir = await tempDir();
     const dev = join(dir, "dev");
     await writeFile(dev, randomBytes(EROFS_CHUNK));
-    const { mount } = await mountImage([{ name: "f", plan: await planOf([dev], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: 0, length: EROFS_CHUNK }]) }], dir);
+    const { mount } = await mountImage([{ name: "f", whole: join(dir, "unused"), plan: await planOf([dev], new Uint8Array(), [{ kind: "source", at: 0, source: 0, offset: 0, length: EROFS_CHUNK }]) }], dir);
     const held = await open(join(mount.dir, "f"), "r");
     try {
       expect(await mount.close()).toBe("detached");
@@ -262,31 +297,43 @@ describe.skipIf(refused !== undefined)("EROFS mounts (root)", () => {
     }
   });
 
-  it("real llama-server loads a translated gemma3 whose chunks point into the untouched blob", async () => {
+  it("real llama-server loads a translated gemma3 whose chunks point into the untouched blob and the FUSE daemon's file of it; EROFS goes before FUSE", async () => {
     const dir = await tempDir();
     const blob = await writeWideFixture(dir);
     const { text, mmproj } = await viewsOf(blob);
     await mmproj?.close();
-    const { plan, computed } = await planView(text!, { sidecarPath: (_t, i) => join(dir, "sidecars", `${i}.bin`) });
-    // EROFS serves fixed bytes: computed tensors exist before the image is built
-    await mkdir(join(dir, "sidecars"), { recursive: true });
-    for (const c of computed) await writeFileAtomic(c.path, await c.produce());
-    const blobHash = await fileDigest(blob);
-    const { mount, mapped, copied } = await mountImage([{ name: "m/m.gguf", plan }], dir);
-    const model = join(mount.dir, "m/m.gguf");
-    // the mounted file is the translation, byte for byte
-    const copy = join(dir, "copy.gguf");
-    await text!.writeTo(copy);
-    expect(await fileDigest(model)).toBe(await fileDigest(copy));
-    expect(mapped + copied).toBe(Math.ceil(plan.size / EROFS_CHUNK));
-    // the feed-forward tensors are 24 MiB of the 24.1: all but the chunks at their seams point into the blob
-    expect(mapped).toBeGreaterThanOrEqual(6);
+    const fuse = await FuseMount.mount(join(dir, "fuse"), { sidecars: join(dir, "sidecars") });
+    try {
+      const { plan, computed } = await planView(text!, { sidecarPath: (t, i) => fuse.sidecars.pathFor("wide", t, i) });
+      // the daemon's own file of the translation, padded to a whole block, under a name it does not list
+      await fuse.addFile(".erofs/wide", wholeFilePlan(plan), computed);
+      const whole = join(fuse.dir, ".erofs/wide");
+      expect(await readdir(fuse.dir)).toEqual([]);
+      expect((await stat(whole)).size % EROFS_BLOCK).toBe(0);
+      const blobHash = await fileDigest(blob);
+      const { mount, ranges, whole: fromWhole } = await mountImage([{ name: "m/m.gguf", plan, whole }], dir);
+      // metadata only: the chunks that are not ranges of the blob are not in the image
+      expect((await stat(join(dir, "image.erofs"))).size).toBe(3 * EROFS_BLOCK); // superblock, inodes and chunk indexes; the root and m/
+      const model = join(mount.dir, "m/m.gguf");
+      // the mounted file is the translation, byte for byte
+      const copy = join(dir, "copy.gguf");
+      await text!.writeTo(copy);
+      expect(await fileDigest(model)).toBe(await fileDigest(copy));
+      expect(ranges + fromWhole).toBe(Math.ceil(plan.size / EROFS_CHUNK));
+      // the feed-forward tensors are 24 MiB of the 24.1: all but the chunks at their seams point into the blob
+      expect(ranges).toBeGreaterThanOrEqual(6);
+      expect(fromWhole).toBeGreaterThanOrEqual(1);
 
-    // llama-server loads the model through the mount (startLlamaServer fails with its log if not)
-    const server = await startLlamaServer({ model });
-    await server.stop();
-    expect(await mount.close()).toBe("unmounted");
-    await text!.close();
-    expect(await fileDigest(blob)).toBe(blobHash);
+      // llama-server loads the model through the mount (startLlamaServer fails with its log if not)
+      const server = await startLlamaServer({ model });
+      await server.stop();
+      expect(await mount.close()).toBe("unmounted");
+      expect(await mounted(mount.dir)).toBe(false);
+      expect(await fileDigest(blob)).toBe(blobHash);
+    } finally {
+      await fuse.close();
+      await text!.close();
+    }
+    expect(await mounted(fuse.dir)).toBe(false);
   });
 });

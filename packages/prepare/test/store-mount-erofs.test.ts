@@ -3,6 +3,7 @@
 // Real kernel mounts and a real llama-server; skipped, with the probe's reason, where EROFS
 // mounts cannot be made (not root, no CAP_SYS_ADMIN, a kernel without file-backed EROFS).
 import { spawn } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
 import { chmod, lstat, readdir, readFile, readlink, rm, stat } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
@@ -12,7 +13,7 @@ import { translate } from "@compat/handlers";
 import { probeErofs } from "@compat/mount";
 import { StoreMount, type StoreMountOptions } from "@compat/prepare";
 import { buildOllamaStore } from "@compat/store";
-import { fileDigest, findLlamaTools, generateFixtureFiles, SMALL_SERVER_ARGS, writeWideFixture } from "@compat/testkit";
+import { fileDigest, findLlamaTools, generateFixtureFiles, SMALL_SERVER_ARGS, startLlamaServer, writeWideFixture } from "@compat/testkit";
 import { tempDirs } from "./helpers";
 
 const temp = tempDirs();
@@ -30,13 +31,27 @@ async function erofsMountsUnder(dir: string): Promise<string[]> {
     .filter((p) => p.startsWith(dir + "/"));
 }
 
+/** The pid of the mount daemon serving `point` (found by its command line). */
+function mountdOf(point: string): number | undefined {
+  for (const p of readdirSync("/proc")) {
+    if (!/^\d+$/.test(p)) continue;
+    try {
+      const argv = readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0");
+      if (argv[0]?.endsWith("ollama-compat-mountd") && argv[1] === point) return Number(p);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return undefined;
+}
+
 /**
  * A store with a fixture (Ollama's layout; gemma3 with its vision tower in the blob) whose
  * feed-forward tensors are 4 MiB each, so that whole 2 MiB chunks of the translation are
  * ranges of the blob: the toy fixture's tensors are a few KiB, every chunk of it a copy.
  */
-async function wideGemma3Store(arch = "gemma3", variant = "4b-vision"): Promise<{ root: string; blob: string }> {
-  const blob = await writeWideFixture(await temp(), arch, variant);
+async function wideGemma3Store(arch = "gemma3", variant = "4b-vision", opts: { widerVision?: boolean } = {}): Promise<{ root: string; blob: string }> {
+  const blob = await writeWideFixture(await temp(), arch, variant, opts);
   const root = await temp();
   await buildOllamaStore(root, [{ name: `${arch}:wide`, model: blob }]);
   return { root, blob };
@@ -75,10 +90,15 @@ describe.skipIf(refused !== undefined)("StoreMount serves translated files from 
     expect(await erofsMountsUnder(erofsDir)).toEqual([dirname(target)]);
     expect(status.some((l) => /^mount: translated files from kernel EROFS mounts/.test(l))).toBe(true);
     expect(status.some((l) => l.startsWith("gemma3:wide -> ") && l.includes("text EROFS"))).toBe(true);
-    // the image: its content key's, in the EROFS folder
-    expect((await readdir(erofsDir)).filter((f) => f.endsWith(".img"))).toEqual([`${dirname(target).split("/").pop()}.img`]);
+    // the image: its content key's, in the EROFS folder, metadata only (the seams are read from the daemon's file)
+    const key = dirname(target).split("/").pop()!;
+    expect((await readdir(erofsDir)).filter((f) => f.endsWith(".img"))).toEqual([`${key}.img`]);
+    expect((await stat(join(erofsDir, `${key}.img`))).size).toBeLessThanOrEqual(4 * 4096);
+    // the daemon's file of it is a device of the EROFS mount, in a folder the mount does not list
+    expect((await stat(join(mount.dir, ".erofs", key))).size % 4096).toBe(0);
+    expect(await readdir(mount.dir)).not.toContain(".erofs");
     expect(await fileDigest(m.prepared.modelPath)).toBe(await fileDigest(await translated(blob)));
-    // the projector stays the FUSE daemon's (clip.cpp reads it, no mmap; its computed tensors filled on first read)
+    // this fixture's projector is mostly not ranges of the blob (tiny tensors): it stays the FUSE daemon's
     expect((await lstat(m.prepared.mmproj!)).isFile()).toBe(true);
 
     const { server } = await findLlamaTools();
@@ -124,18 +144,81 @@ describe.skipIf(refused !== undefined)("StoreMount serves translated files from 
     expect(await readdir(join(erofsDir, "mnt"))).toEqual([]);
   }, 600_000);
 
-  it("a text GGUF with computed tensors (qwen35: norms +1): they are written to their sidecars before its image, and its bytes are translate's", async () => {
+  it("a text GGUF with computed tensors (qwen35: norms +1) and seams: nothing written before it is read, its image is metadata, its bytes are translate's, llama-server loads it", async () => {
     const { root, blob } = await wideGemma3Store("qwen35", "9b");
     const dir = await temp();
     const mount = await open(dir, { store: root });
     const m = mount.models()[0]!;
     const target = await readlink(m.prepared.modelPath);
     expect(target.startsWith(join(dir, "erofs", "mnt") + "/")).toBe(true);
-    // written at mount time, before anything was read (EROFS has no fill on first read)
-    const sidecars = (await readdir(join(dir, "sidecars"), { recursive: true })).filter((f) => f.endsWith(".bin"));
-    expect(sidecars.length).toBe(3);
+    // mounting wrote the image only: metadata (the computed chunks and the seams are the daemon's file's)
+    const bytesUnder = async (d: string) => {
+      let n = 0;
+      for (const f of await readdir(d, { recursive: true })) {
+        const st = await stat(join(d, f));
+        if (st.isFile()) n += st.size;
+      }
+      return n;
+    };
+    expect((await readdir(join(dir, "sidecars"), { recursive: true })).filter((f) => f.endsWith(".bin"))).toEqual([]);
+    const images = (await readdir(join(dir, "erofs"))).filter((f) => f.endsWith(".img"));
+    expect(images.length).toBe(1);
+    expect((await stat(join(dir, "erofs", images[0]!))).size).toBeLessThanOrEqual(4 * 4096);
+    // read through the EROFS mount: the computed tensors filled by the daemon on first read, as over FUSE
     expect(await fileDigest(m.prepared.modelPath)).toBe(await fileDigest(await translated(blob)));
+    expect((await readdir(join(dir, "sidecars"), { recursive: true })).filter((f) => f.endsWith(".bin")).length).toBe(3);
+    // disk added: the image and the computed tensors (3 x 128 bytes, with their digests and records)
+    expect(await bytesUnder(join(dir, "sidecars"))).toBeLessThan(4096);
+    const server = await startLlamaServer({ model: m.prepared.modelPath });
+    await server.stop();
     await mount.close();
+    expect(await erofsMountsUnder(join(dir, "erofs"))).toEqual([]);
+  }, 300_000);
+
+  it("a projector mostly ranges of its blob (a wider vision MLP) is an EROFS mount's file too: bytes as FUSE serves them, its computed tensors filled on first read, llama-server loads it", async () => {
+    const { root } = await wideGemma3Store("gemma3", "4b-vision", { widerVision: true });
+    const viaFuse = await open(await temp(), { store: root, erofs: false });
+    const want = await fileDigest(viaFuse.models()[0]!.prepared.mmproj!);
+    await viaFuse.close();
+    const dir = await temp();
+    const status: string[] = [];
+    const mount = await open(dir, { store: root, onStatus: (l) => status.push(l) });
+    const m = mount.models()[0]!;
+    const text = await readlink(m.prepared.modelPath);
+    const mmproj = await readlink(m.prepared.mmproj!);
+    expect(status.some((l) => l.includes("text EROFS; mmproj EROFS")), status.join("\n")).toBe(true);
+    expect((await erofsMountsUnder(join(dir, "erofs"))).sort()).toEqual([dirname(text), dirname(mmproj)].sort());
+    // nothing computed up front: the projector's promoted tensors are filled when read
+    expect((await readdir(join(dir, "sidecars"), { recursive: true })).filter((f) => f.endsWith(".bin"))).toEqual([]);
+    expect(await fileDigest(m.prepared.mmproj!)).toBe(want);
+    expect((await readdir(join(dir, "sidecars"), { recursive: true })).filter((f) => f.endsWith(".bin")).length).toBeGreaterThan(0);
+    const server = await startLlamaServer({ model: m.prepared.modelPath, mmproj: m.prepared.mmproj! });
+    await server.stop();
+    await mount.close();
+    expect(await erofsMountsUnder(join(dir, "erofs"))).toEqual([]);
+  }, 300_000);
+
+  it("close() takes the EROFS mounts down before the daemon; a daemon that dies is restarted with its EROFS mounts made again over the new one's files", async () => {
+    const { root, blob } = await wideGemma3Store("qwen35", "9b");
+    const copy = await fileDigest(await translated(blob));
+    const dir = await temp();
+    const status: string[] = [];
+    const mount = await open(dir, { store: root, restart: true, onStatus: (l) => status.push(l) });
+    const m = mount.models()[0]!;
+    const before = await erofsMountsUnder(join(dir, "erofs"));
+    expect(before.length).toBe(1);
+    const daemon = mountdOf(mount.dir);
+    expect(daemon).toBeDefined();
+    process.kill(daemon!, "SIGKILL");
+    for (let i = 0; i < 600 && !status.some((l) => l.includes("mounted the store again")); i++) await new Promise((r) => setTimeout(r, 50));
+    expect(status.some((l) => l.includes("mounted the store again")), status.join("\n")).toBe(true);
+    expect(mountdOf(mount.dir)).not.toBe(daemon);
+    // one EROFS mount, over the new daemon's file: every byte reads, the computed ones filled by it
+    expect((await erofsMountsUnder(join(dir, "erofs"))).length).toBe(1);
+    expect(await fileDigest(m.prepared.modelPath)).toBe(copy);
+    await mount.close();
+    expect(await erofsMountsUnder(join(dir, "erofs"))).toEqual([]);
+    expect((await readFile("/proc/self/mountinfo", "utf8")).split("\n").some((l) => l.split(" ")[4] === mount.dir)).toBe(false);
   }, 300_000);
 
   it("serve's lazy planning (recorded facts): a model planned on first use gets its EROFS mount then, reusing the image", async () => {
@@ -176,7 +259,7 @@ describe.skipIf(refused !== undefined)("StoreMount serves translated files from 
     expect(await erofsMountsUnder(join(dir, "erofs"))).toEqual([]);
   }, 300_000);
 
-  it("close() detaches an EROFS mount a process still has open", async () => {
+  it("close() detaches an EROFS mount a process still has open: what it read stays readable", async () => {
     const { root } = await wideGemma3Store();
     const dir = await temp();
     const mount = await open(dir, { store: root });
@@ -184,10 +267,16 @@ describe.skipIf(refused !== undefined)("StoreMount serves translated files from 
     const { open: openFile } = await import("node:fs/promises");
     const held = await openFile(target, "r");
     try {
+      const head = Buffer.alloc(4);
+      await held.read(head, 0, 4, 0);
       await mount.close();
       expect(await erofsMountsUnder(join(dir, "erofs"))).toEqual([]);
-      const { bytesRead } = await held.read(Buffer.alloc(4), 0, 4, 0);
-      expect(bytesRead).toBe(4); // detached, still readable by whoever has it open
+      // detached, its cached pages still there for whoever has it open (the header's chunk is
+      // the daemon's, gone with it: not read again, as over FUSE, a process must stop first)
+      const again = Buffer.alloc(4);
+      const { bytesRead } = await held.read(again, 0, 4, 0);
+      expect(bytesRead).toBe(4);
+      expect(again).toEqual(head);
     } finally {
       await held.close();
     }
