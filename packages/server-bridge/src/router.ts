@@ -133,9 +133,21 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterServe
     if (!opts.keepPreset) await rm(dir, { recursive: true, force: true });
     throw e;
   }
-  const cleanup = () => (opts.keepPreset ? undefined : rm(dir, { recursive: true, force: true }));
-  void server.exited.then(cleanup);
-  return { ...server, models, presetPath };
+  // the folder is gone by the time the router's exit is reported: a caller that exits then leaves nothing behind
+  const exited = server.exited.then(async (e) => {
+    if (!opts.keepPreset) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+    return e;
+  });
+  return {
+    ...server,
+    exited,
+    stop: async (graceMs) => {
+      await server.stop(graceMs);
+      return exited;
+    },
+    models,
+    presetPath,
+  };
 }
 
 /**
