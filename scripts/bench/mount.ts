@@ -195,8 +195,9 @@ export async function mountBench(ctx: MountBenchContext): Promise<void> {
     // Ollama's API in front of the router, on a free port rather than Ollama's 11434
     const env = { ...process.env, OLLAMA_HOST: `127.0.0.1:${await freePort()}` };
     const child = spawn(process.execPath, [cli, "serve", "--all", "--models", many, "--cache-dir", join(work, "cache10"), "--llama-server", server], { stdio: ["ignore", "pipe", "pipe"], env });
-    child.stderr!.resume();
-    await untilHealthy(child, (log) => /^(http:\/\/[\d.]+:\d+)$/m.exec(log)?.[1], "stdout", "/api/version");
+    child.stdout!.resume();
+    // a ready router: the URL on stdout comes as the API answers, before the router is up; stderr says when it is
+    await untilHealthy(child, (log) => /Ollama API ready on (http:\/\/[\d.]+:\d+)/.exec(log)?.[1], "stderr", "/api/version");
     child.kill("SIGTERM");
     await new Promise((r) => child.once("close", r));
   };

@@ -29,8 +29,11 @@ export function main(): void {
     // translate's outputs are fsynced and renamed, and its every line written (writeSync), by
     // the time runCli settles: exit at once instead of waiting for Node's teardown (about 20 ms
     // of freeing the heap and joining threads after the last rename). The "exit" handler above
-    // still runs. Other commands end as Node ends them.
-    if (argv[0] === "translate") process.exit(code);
+    // still runs. serve likewise: llama-server has exited, its preset folder is removed and the
+    // mount closed when it returns; what is left are reads of a start it cut short (a signal
+    // while the store was read), which Node would otherwise wait for. Other commands end as
+    // Node ends them.
+    if (argv[0] === "translate" || argv[0] === "serve") process.exit(code);
     process.exitCode = code;
   });
 }

@@ -569,6 +569,8 @@ describe("migrate", () => {
     const s = spawnCli(["serve", "--all", "--models", root, "--cache-dir", cache, "--llama-server", tools!.server, "--", ...SMALL_SERVER_ARGS], { OLLAMA_HOST: `127.0.0.1:${await freePort()}` });
     try {
       const url = (await s.waitFor(/^(http:\/\/\S+)$/m, "stdout", 600_000))[1]!;
+      // the URL comes as the API answers; what the start did is said once the router is ready
+      await s.waitFor(/Ollama API ready on /, "stderr", 600_000);
       expect(s.out.stderr).toMatch(/every model is native: llama-server reads the store's blobs as they are, nothing mounted or translated/);
       expect(s.out.stderr).not.toMatch(/serving from a mount|not mounting|translat(ing|ed) /);
       // no mount daemon under serve, no mount folder of serve's, nothing of it in the mount table

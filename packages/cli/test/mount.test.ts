@@ -170,10 +170,15 @@ describe("ollama-compat mount", () => {
 });
 
 describe("ollama-compat serve on a mount of its own", () => {
+  /** serve's URL once it is ready: --all prints the URL as its API answers, and says "ready" once the router is. */
   async function serveUntilReady(args: string[], env: Record<string, string> = {}) {
     const child = cli(args, env);
     const err = collect(child.stderr);
     const url = await mounted(child);
+    for (let i = 0; i < 1200 && !/^ollama-compat: (Ollama API ready on|llama-server \(pid \d+\) ready)/m.test(err()); i++) {
+      if (child.exitCode !== null) throw new Error(`serve exited ${child.exitCode}: ${err()}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
     return { child, err, url };
   }
 

@@ -1,4 +1,5 @@
-import type { ChildProcess } from "node:child_process";
+import { execFileSync, type ChildProcess } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
 import { mkdir, readdir, readFile, writeFile } from "node:fs/promises";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -53,6 +54,19 @@ async function store(): Promise<{ root: string; fixtures: string }> {
 }
 
 const SMALL = ["--threads", "2", "--no-warmup"];
+
+/** A llama-server that is the real one only once `gate` exists (the router's start, held). */
+async function gatedServer(dir: string, gate: string, server: string): Promise<string> {
+  const path = join(dir, "gated-llama-server");
+  await writeFile(path, `#!/bin/sh\nwhile [ ! -e '${gate}' ]; do sleep 0.05; done\nexec '${server}' "$@"\n`, { mode: 0o755 });
+  return path;
+}
+
+/** Polls `ok` every 50 ms, up to a generous bound. */
+async function waitUntil(ok: () => boolean): Promise<void> {
+  for (let i = 0; i < 1200 && !ok(); i++) await new Promise((r) => setTimeout(r, 50));
+  expect(ok()).toBe(true);
+}
 
 describe("ollama-compat ls", () => {
   it("lists installed models with size, architecture and status", async () => {
@@ -116,7 +130,8 @@ describe("ollama-compat serve (real llama-server)", () => {
     const s = start(["serve", "--all", "--models", root, "--cache-dir", await temp(), "--llama-server", tools.server, "--", ...SMALL], { OLLAMA_HOST: `127.0.0.1:${port}` });
     const [url] = await s.waitFor(/^http:\/\/127\.0\.0\.1:\d+$/m);
     expect(url).toBe(`http://127.0.0.1:${port}`);
-    expect(s.out.stderr).toMatch(/Ollama API ready on http:\/\/127\.0\.0\.1:\d+/);
+    // the URL comes as the API answers; the router's readiness is said on stderr
+    await s.waitFor(/Ollama API ready on http:\/\/127\.0\.0\.1:\d+/, "stderr");
     // the broken model is reported, not fatal
     expect(s.out.stderr).toMatch(/warning: broken:1 is not served/);
     const tags = (await (await fetch(`${url}/api/tags`)).json()) as { models: Array<{ name: string }> };
@@ -131,6 +146,59 @@ describe("ollama-compat serve (real llama-server)", () => {
     }
     s.child.kill("SIGINT");
     expect((await s.closed).code).toBe(130);
+  });
+
+  it("serve --all prints the URL once the API answers, before the router is up: /api/version answers, /api/tags waits for the router and is then served", async () => {
+    const { root } = await store();
+    const tools = await findLlamaTools();
+    const dir = await temp();
+    const gate = join(dir, "open");
+    const port = await freePort();
+    const s = start(["serve", "--all", "--models", root, "--cache-dir", await temp(), "--llama-server", await gatedServer(dir, gate, tools.server), "--", ...SMALL], { OLLAMA_HOST: `127.0.0.1:${port}` });
+    const [url] = await s.waitFor(/^http:\/\/127\.0\.0\.1:\d+$/m);
+    expect(url).toBe(`http://127.0.0.1:${port}`);
+    const version = await fetch(`${url}/api/version`);
+    expect(version.status).toBe(200);
+    expect(((await version.json()) as { version: string }).version).toMatch(/^\d+\.\d+\.\d+$/);
+    // the router is held at its gate: not ready, and a request that needs it waits
+    let tagsDone = false;
+    const tags = fetch(`${url}/api/tags`).finally(() => (tagsDone = true));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(tagsDone).toBe(false);
+    expect(s.out.stderr).not.toMatch(/Ollama API ready/);
+    await writeFile(gate, "");
+    const listed = await tags;
+    expect(listed.status).toBe(200);
+    expect(((await listed.json()) as { models: Array<{ name: string }> }).models.map((m) => m.name).sort()).toEqual(["gemma3:1b", "gemma3:other", "tiny-llama:q8"]);
+    await s.waitFor(/Ollama API ready on http:\/\/127\.0\.0\.1:\d+ \(llama-server router, pid \d+\)/, "stderr");
+    s.child.kill("SIGTERM");
+    expect((await s.closed).code).toBe(143);
+  });
+
+  it("serve --all stopped (SIGTERM) after its URL, while the router starts: exit 143, no router left, its request closed rather than answered", async () => {
+    const { root } = await store();
+    const tools = await findLlamaTools();
+    const dir = await temp();
+    const gate = join(dir, "open");
+    const tmp = await temp();
+    const s = start(["serve", "--all", "--models", root, "--cache-dir", await temp(), "--llama-server", await gatedServer(dir, gate, tools.server), "--", ...SMALL], { OLLAMA_HOST: `127.0.0.1:${await freePort()}`, TMPDIR: tmp });
+    const [url] = await s.waitFor(/^http:\/\/127\.0\.0\.1:\d+$/m);
+    const held = fetch(`${url}/api/tags`).then(
+      (r) => r.status,
+      () => "closed",
+    );
+    // the router's chain is running (held at its gate) before the signal
+    await waitUntil(() => readdirSync(tmp).some((d) => d.startsWith("ollama-compat-router-")));
+    s.child.kill("SIGTERM");
+    const { code } = await s.closed;
+    expect(code, s.out.stderr).toBe(143);
+    expect(s.out.stderr).toMatch(/stopped/);
+    expect(s.out.stderr).not.toMatch(/Ollama API ready/);
+    expect(await held).toBe("closed");
+    // the gated llama-server was stopped with it, and nothing of the start is left: no process, folder or mount
+    expect(execFileSync("ps", ["-eo", "args"], { encoding: "utf8" })).not.toContain(join(dir, "gated-llama-server"));
+    expect(readdirSync(tmp).filter((d) => /^ollama-compat-(router|mount)-/.test(d))).toEqual([]);
+    expect(readFileSync("/proc/mounts", "utf8")).not.toContain(tmp);
   });
 
   it("8 simultaneous `serve` of the same model: one translation, all 8 serve chat, the entry byte-identical to a single run's", async () => {

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
-import { asStore, BridgeError, isLoopback, preparerFor, presetSection, startRouter, withoutStopWords, type ExitInfo, type RouterModel, type RouterServer, type StartRouterOptions } from "@compat/server-bridge";
+import { asStore, BridgeError, findLlamaTool, isLoopback, preparerFor, presetSection, startRouter, withoutStopWords, type ExitInfo, type RouterModel, type RouterServer, type StartRouterOptions } from "@compat/server-bridge";
 import { allowedOrigins, checkAccess, originMatchers } from "./access";
 import { parseKeepAlive } from "./duration";
 import { LoadConfigs } from "./load-config";
@@ -44,6 +44,11 @@ export interface ServeOllamaOptions extends Omit<StartRouterOptions, "modelsMax"
    * maxBodyBytes): a request that would go beyond it is refused with 503.
    */
   maxHeldBodyBytes?: number;
+  /**
+   * Called once the API listens, with its URL: from then on `/` and /api/version answer, and every
+   * other request is held until the router is ready (then served), or closed if the start fails.
+   */
+  onListening?(url: string): void;
 }
 
 export interface OllamaServer {
@@ -86,12 +91,15 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
   if (!Number.isInteger(maxQueue) || maxQueue < 1) throw new BridgeError("INVALID_OPTION", `OLLAMA_MAX_QUEUE ${env.OLLAMA_MAX_QUEUE}: expected a whole number above 0`, { maxQueue });
 
   const args = routerArgs(opts.args ?? []);
+  // before the API answers (onListening): a missing llama-server fails the start, not a server already announced
+  findLlamaTool("llama-server", { explicit: opts.llamaServer, env });
 
   // The API listens first, as Ollama does: a taken address fails before anything is translated,
   // and the listener is set up while the store is read and the router starts rather than after.
   // Requests pass the access checks at once; `/` and /api/version answer (Ollama's clients poll
-  // them to see a server is up), the others wait for the routes, which need the router (the URL
-  // is printed once it is ready, and a request sent then is served). A start that fails closes it.
+  // them to see a server is up), the others wait for the routes, which need the router, and are
+  // served once it is ready. So the API is announced (onListening) as soon as it listens: a
+  // client's first call answers then, and its next ones wait. A start that fails closes it.
   let routes: OllamaRoutes | undefined;
   let routesReady!: (r: OllamaRoutes | undefined) => void;
   const whenRoutes = new Promise<OllamaRoutes | undefined>((r) => (routesReady = r));
@@ -109,6 +117,12 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
       });
   });
   await listen(http, host, port);
+  const bound = http.address();
+  const boundPort = typeof bound === "object" && bound ? bound.port : port;
+  // the address it really listens on, as startServer prints it: 0.0.0.0 is every interface
+  const urlHost = host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
+  const url = `http://${urlHost}:${boundPort}`;
+  opts.onListening?.(url);
   const closeApi = () => {
     routesReady(undefined);
     http.closeAllConnections();
@@ -166,8 +180,6 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
   const maxHeldBodyBytes = opts.maxHeldBodyBytes ?? Math.max(512 * 2 ** 20, maxBodyBytes);
   routes = new OllamaRoutes({ models: served, scheduler, configs, upstream, instances, storeRoot: store.root, maxBodyBytes, maxHeldBodyBytes, addModel, env });
   routesReady(routes);
-  const bound = http.address();
-  const boundPort = typeof bound === "object" && bound ? bound.port : port;
   const shutdown = () => {
     scheduler.close();
     upstream.close();
@@ -175,10 +187,8 @@ export async function serveOllama(opts: ServeOllamaOptions): Promise<OllamaServe
     http.close();
   };
   void router.exited.then(shutdown);
-  // the address it really listens on, as startServer prints it: 0.0.0.0 is every interface
-  const urlHost = host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
   return {
-    url: `http://${urlHost}:${boundPort}`,
+    url,
     host,
     port: boundPort,
     router,

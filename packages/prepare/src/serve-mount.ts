@@ -36,6 +36,8 @@ export class ServeMount implements ModelPreparer {
   /** The mount's opening has ended (mounted, not mounted, or failed). */
   private openEnded = false;
   private closed = false;
+  /** Aborted by close(): a mount still opening stops where it is instead of finishing its start first. */
+  private readonly closing = new AbortController();
   private readonly records: FactsRecords | undefined;
   /** The mount once open (for the synchronous notYetPlanned). */
   private current: StoreMount | undefined;
@@ -159,6 +161,7 @@ export class ServeMount implements ModelPreparer {
   /** Unmounts, if a model needed the mount (llama-server should be stopped first). */
   async close(): Promise<void> {
     this.closed = true;
+    this.closing.abort();
     const opened = await this.opening?.catch(() => undefined);
     if (!opened) return;
     await opened.mount.close();
@@ -199,7 +202,8 @@ export class ServeMount implements ModelPreparer {
       const factsDir = this.records?.dir;
       const listed = this.listing;
       this.listing = undefined;
-      this.current = await StoreMount.open({ ...opts, store: this.store, dir: point, restart: true, ...(factsDir !== undefined ? { factsDir } : {}), ...(listed !== undefined ? { listed } : {}) });
+      const signal = opts.signal !== undefined ? AbortSignal.any([opts.signal, this.closing.signal]) : this.closing.signal;
+      this.current = await StoreMount.open({ ...opts, signal, store: this.store, dir: point, restart: true, ...(factsDir !== undefined ? { factsDir } : {}), ...(listed !== undefined ? { listed } : {}) });
       return { mount: this.current, dir };
     } catch (e) {
       await rm(dir, { recursive: true, force: true }).catch(() => undefined);

@@ -1,6 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { accessSync, constants, readFileSync, statSync } from "node:fs";
-import { readdir, readFile, readlink } from "node:fs/promises";
+import { accessSync, constants, readdirSync, readFileSync, readlinkSync, statSync } from "node:fs";
 import { request } from "node:http";
 import { createServer } from "node:net";
 import { BridgeError } from "./errors";
@@ -189,20 +188,22 @@ export function freePort(host = "127.0.0.1"): Promise<number> {
  * The TCP port process `pid` listens on, read from /proc (Linux): the inodes of its sockets,
  * matched against the kernel's tables of listening sockets. Undefined while it listens on
  * none, or where /proc cannot tell.
+ * The reads are synchronous: /proc is the kernel's memory, each read a few microseconds, where
+ * libuv's four threads may be busy with the start's own file work (the store's listing, the
+ * mount's first scan), and a look queued behind it saw llama-server's port tens of ms late.
  */
 export async function listeningPort(pid: number): Promise<number | undefined> {
   const sockets = new Set<string>();
   try {
-    for (const fd of await readdir(`/proc/${pid}/fd`)) {
-      const target = await readlink(`/proc/${pid}/fd/${fd}`).catch(() => "");
-      const inode = /^socket:\[(\d+)\]$/.exec(target)?.[1];
+    for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+      const inode = /^socket:\[(\d+)\]$/.exec(readlinkOr(`/proc/${pid}/fd/${fd}`))?.[1];
       if (inode) sockets.add(inode);
     }
   } catch {
     return undefined;
   }
   for (const table of ["tcp", "tcp6"]) {
-    const text = await readFile(`/proc/${pid}/net/${table}`, "utf8").catch(() => "");
+    const text = readTextOr(`/proc/${pid}/net/${table}`);
     for (const line of text.split("\n").slice(1)) {
       // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
       const f = line.trim().split(/\s+/);
@@ -210,6 +211,22 @@ export async function listeningPort(pid: number): Promise<number | undefined> {
     }
   }
   return undefined;
+}
+
+function readlinkOr(path: string): string {
+  try {
+    return readlinkSync(path);
+  } catch {
+    return "";
+  }
+}
+
+function readTextOr(path: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch {
+    return "";
+  }
 }
 
 /** Whether listeningPort() can find a child's port here. */

@@ -98,7 +98,9 @@ export function presetSection(name: string, model: PreparedModel, warn: (msg: st
 export async function startRouter(opts: StartRouterOptions): Promise<RouterServer> {
   const store = asStore(opts.store, opts.env ?? process.env);
   const warn = (m: string) => opts.onStatus?.(`warning: ${m}`);
-  const models = await prepareRouterModels(opts);
+  // a signal while the store is read ends the start then, not once the listing is done: its
+  // reads (on libuv's threads) are left to finish, and no model is prepared after the signal
+  const models = await untilAborted(prepareRouterModels(opts), opts.signal);
   for (const m of models) if (m.error) warn(`${m.name} is not served: ${m.error.message}`);
   const served = models.filter((m) => m.model);
   if (served.length === 0) throw new BridgeError("UNKNOWN_MODEL", `no servable model in ${store.root}`, { store: store.root });
@@ -131,9 +133,21 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterServe
     if (!opts.keepPreset) await rm(dir, { recursive: true, force: true });
     throw e;
   }
-  const cleanup = () => (opts.keepPreset ? undefined : rm(dir, { recursive: true, force: true }));
-  void server.exited.then(cleanup);
-  return { ...server, models, presetPath };
+  // the folder is gone by the time the router's exit is reported: a caller that exits then leaves nothing behind
+  const exited = server.exited.then(async (e) => {
+    if (!opts.keepPreset) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+    return e;
+  });
+  return {
+    ...server,
+    exited,
+    stop: async (graceMs) => {
+      await server.stop(graceMs);
+      return exited;
+    },
+    models,
+    presetPath,
+  };
 }
 
 /**
@@ -158,6 +172,7 @@ export async function prepareRouterModels(opts: Pick<StartRouterOptions, "models
       models.push({ name: e.name, error: e.error });
       continue;
     }
+    if (opts.signal?.aborted) throw stoppedBeforeStart();
     try {
       models.push({ name: e.name, model: await preparer.prepare(e.model!) });
     } catch (err) {
@@ -169,6 +184,27 @@ export async function prepareRouterModels(opts: Pick<StartRouterOptions, "models
     }
   }
   return models;
+}
+
+function stoppedBeforeStart(): BridgeError {
+  return new BridgeError("TRANSLATION_ABORTED", "stopped before llama-server started");
+}
+
+/** `work`'s result, or TRANSLATION_ABORTED as soon as `signal` is aborted (`work` is left to end on its own). */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (signal === undefined) return work;
+  if (signal.aborted) {
+    work.catch(() => undefined);
+    return Promise.reject(stoppedBeforeStart());
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => {
+      work.catch(() => undefined);
+      reject(stoppedBeforeStart());
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
 }
 
 /** The model with no stop words in its defaults (the Ollama API passes them per request). */

@@ -248,6 +248,8 @@ async function launchOn(
   const urlHost = host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
   const onAbort = () => void child.stop();
   opts.signal?.addEventListener("abort", onAbort, { once: true });
+  // an abort before the listener was added fires no event: the child goes at once
+  if (opts.signal?.aborted) onAbort();
   const timeoutMs = opts.startTimeoutMs ?? 10 * 60_000;
   const path = (opts.urlPath ?? "").replace(/\/+$/, "");
   let url = `http://${urlHost}:${port}${path}`;

@@ -1,9 +1,11 @@
-import { readFile } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { readFile, writeFile } from "node:fs/promises";
 import { afterEach, describe, expect, it } from "vitest";
 import { join } from "node:path";
 import { writeGguf } from "@compat/gguf";
 import { generateFixture, generateFixtureFiles, SMALL_SERVER_ARGS } from "@compat/testkit";
-import { llamaCanonicalName, startRouter, type RouterServer } from "@compat/server-bridge";
+import { BridgeError, llamaCanonicalName, startRouter, type RouterServer } from "@compat/server-bridge";
+import type { ModelPreparer } from "@compat/prepare";
 import { buildOllamaStore, ModelStore } from "@compat/store";
 import { chat, chatContent, llamaServerPath, tempDirs } from "./helpers";
 
@@ -20,6 +22,47 @@ describe("llama.cpp's preset section names", () => {
     ["x:Q8_0", "x:Q8_0"],
     ["nocolon", "nocolon"],
   ])("%s -> %s", (name, canonical) => expect(llamaCanonicalName(name)).toBe(canonical));
+});
+
+describe("startRouter stopped while the store is read", () => {
+  it("rejects with TRANSLATION_ABORTED at the signal, without waiting for the listing; prepares nothing after it and runs no llama-server", async () => {
+    const root = await temp();
+    const dir = await temp();
+    await buildOllamaStore(root, [{ name: "one:1", model: (await generateFixtureFiles("llama", { seed: 1, layout: "native" }, dir)).text }]);
+    const store = new ModelStore(root);
+    const ran = join(dir, "ran");
+    const server = join(dir, "llama-server");
+    await writeFile(server, `#!/bin/sh\ntouch '${ran}'\nexit 1\n`, { mode: 0o755 });
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const prepared: string[] = [];
+    expect((await store.list()).filter((e) => e.model).map((e) => e.name)).toEqual(["one:1"]);
+    const preparer: ModelPreparer = {
+      // the listing is held until after the signal, as a slow store's reads would be
+      list: async () => {
+        await held;
+        return store.list();
+      },
+      prepare: async (resolved) => {
+        prepared.push(resolved.name);
+        throw new Error("not reached");
+      },
+    };
+    const ac = new AbortController();
+    const starting = startRouter({ models: "all", store, mount: preparer, llamaServer: server, signal: ac.signal });
+    ac.abort();
+    const err = await starting.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(BridgeError);
+    expect((err as BridgeError).code).toBe("TRANSLATION_ABORTED");
+    // the listing ends after the start has: no model is prepared, nothing is launched
+    release();
+    await new Promise((r) => setTimeout(r, 100));
+    expect(prepared).toEqual([]);
+    expect(existsSync(ran)).toBe(false);
+  });
 });
 
 describe("startRouter (real llama-server, router mode)", () => {

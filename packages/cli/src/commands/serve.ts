@@ -53,9 +53,10 @@ export function takeSignals(onSignal: (sig: NodeJS.Signals) => void): () => void
 
 /**
  * `serve MODEL [-- llama-server args]` or `serve --all`: prints the URL on a line of its own
- * (stdout) once llama-server is healthy, streams llama-server's log prefixed on stderr, and
- * stops it on SIGINT/SIGTERM. `passthrough` is what came after `--` (and any words after
- * MODEL). Returns the exit code.
+ * (stdout) once it answers (one model: llama-server is healthy; --all: Ollama's API listens,
+ * and what needs the router waits for it; stderr says "ready" once it is), streams
+ * llama-server's log prefixed on stderr, and stops it on SIGINT/SIGTERM. `passthrough` is what
+ * came after `--` (and any words after MODEL). Returns the exit code.
  */
 export async function serveCommand(model: string | undefined, passthrough: string[], opts: ServeFlags, io: CliIo): Promise<number> {
   if (opts.all && model !== undefined) {
@@ -129,7 +130,8 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     onLog: (line: string) => io.err(`[llama-server] ${terminalSafe(line)}\n`),
   };
   try {
-    server = opts.all ? await serveAll(common, modelsMax, opts.keepAlive) : await startServer({ ...common, model: model! });
+    // --all: the URL as soon as the API answers (Ollama's clients ask /api/version first); its other routes wait for the router
+    server = opts.all ? await serveAll(common, modelsMax, opts.keepAlive, (url) => io.out(`${url}\n`)) : await startServer({ ...common, model: model! });
     if (caught) await server.stop();
   } catch (e) {
     if (caught) {
@@ -147,7 +149,7 @@ export async function serveCommand(model: string | undefined, passthrough: strin
     const note = await files.note();
     if (note) io.err(`ollama-compat: ${note}\n`);
     io.err(opts.all ? `ollama-compat: Ollama API ready on ${server.url} (llama-server router, pid ${server.pid})\n` : `ollama-compat: llama-server (pid ${server.pid}) ready\n`);
-    io.out(`${server.url}\n`);
+    if (!opts.all) io.out(`${server.url}\n`);
   }
   const exit: ExitInfo = await server.exited;
   await files.close();
@@ -193,8 +195,8 @@ function serveFailure(e: unknown, host: string, hostFlag: string, what: string):
 }
 
 /** `serve --all`: Ollama's REST API (and /v1) on Ollama's address, in front of llama-server's router over the store. */
-async function serveAll(common: Omit<ServeOllamaOptions, "models">, modelsMax: number | undefined, keepAlive: string | undefined) {
-  const s = await serveOllama({ ...common, models: "all", modelsMax, keepAlive });
+async function serveAll(common: Omit<ServeOllamaOptions, "models">, modelsMax: number | undefined, keepAlive: string | undefined, onListening: (url: string) => void) {
+  const s = await serveOllama({ ...common, models: "all", modelsMax, keepAlive, onListening });
   return { pid: s.router.pid, url: s.url, exited: s.exited, stop: s.stop };
 }
 
