@@ -214,18 +214,20 @@ export async function launchOnProbedPort(host: string, command: string, args: st
 }
 
 /**
- * llama.cpp's log can be lost when it exits at once (its logger is not flushed at exit), so a
- * port taken under llama-server may show as an exit with no output: if the port is held now,
- * that is PORT_IN_USE (which an automatic launch retries), else the error as it was.
+ * llama.cpp's log can be lost, whole or from some line on, when it exits at once (its logger is
+ * not flushed at exit): a port taken under llama-server may show as an exit with no output or
+ * with only its first lines (seen under load: the parameters line, then nothing). If the port is
+ * held by another process now (the exited llama-server holds nothing), that is PORT_IN_USE, which
+ * an automatic launch retries; else the error as it was.
  */
 async function silentBindFailure(e: unknown, host: string, port: number, what: string): Promise<unknown> {
-  if (!(e instanceof BridgeError) || e.code !== "SERVER_START_FAILED" || (e.details.lastLines as string[] | undefined)?.length) return e;
+  if (!(e instanceof BridgeError) || e.code !== "SERVER_START_FAILED") return e;
   try {
     await checkPortFree(host, port);
     return e;
   } catch (taken) {
     if (!(taken instanceof BridgeError)) return e;
-    return new BridgeError("PORT_IN_USE", `${what} exited without output, and port ${port} on ${host} is held by another process`, { ...e.details, host, port });
+    return new BridgeError("PORT_IN_USE", `${what} exited before it was ready, and port ${port} on ${host} is held by another process`, { ...e.details, host, port });
   }
 }
 

@@ -190,27 +190,23 @@ describe("startServer (real llama-server)", () => {
     }
 
     it("a chosen port taken before llama-server binds it: the launch retries on another free port", async () => {
-      // The race of two launches at once, made deterministic: a wrapper runs the real
-      // llama-server, but on its first start points it at a port somebody else holds.
-      const blocker = createServer();
-      await new Promise<void>((r) => blocker.listen(0, "127.0.0.1", () => r()));
-      const taken = (blocker.address() as { port: number }).port;
+      // The race of two launches at once, made deterministic: on its first start a wrapper has
+      // another process take the port llama-server was given, then runs the real llama-server on
+      // it. Whether llama-server's "couldn't bind" line is logged or lost at its exit, the port is
+      // seen held and the launch goes on to another.
+      const dir = await temp();
+      const wrapper = join(dir, "llama-server");
+      const starts = join(dir, "starts");
+      const bound = join(dir, "bound");
+      await writeFile(wrapper, portTakenFirst(dir, starts, bound, `exec "${await llamaServerPath()}" "$@"`, await llamaServerPath()), { mode: 0o755 });
       try {
-        const dir = await temp();
-        const wrapper = join(dir, "llama-server");
-        const starts = join(dir, "starts");
-        await writeFile(
-          wrapper,
-          `#!/bin/sh\necho start >> "${starts}"\nif [ "$(wc -l < "${starts}")" -eq 1 ]; then exec "${await llamaServerPath()}" "$@" --port ${taken}; fi\nexec "${await llamaServerPath()}" "$@"\n`,
-          { mode: 0o755 },
-        );
         const server = await launchOnProbedPort("127.0.0.1", wrapper, [...(await prepared()), ...SMALL_SERVER_ARGS], {});
         running.push(server);
         expect((await readFile(starts, "utf8")).trim().split("\n")).toHaveLength(2);
-        expect(server.port).not.toBe(taken);
+        expect(server.port).not.toBe(Number(await readFile(bound, "utf8")));
         expect((await fetch(`${server.url}/health`)).status).toBe(200);
       } finally {
-        blocker.close();
+        process.kill(Number(await readFile(join(dir, "holder.pid"), "utf8")));
       }
     });
 
@@ -221,23 +217,7 @@ describe("startServer (real llama-server)", () => {
       const wrapper = join(dir, "llama-server");
       const starts = join(dir, "starts");
       const bound = join(dir, "bound");
-      const holder = `require("net").createServer().listen(Number(process.argv[1]), "127.0.0.1", () => require("fs").writeFileSync(${JSON.stringify(bound)}, "")); setTimeout(() => {}, 60000)`;
-      await writeFile(
-        wrapper,
-        `#!/bin/sh
-echo start >> "${starts}"
-if [ "$(wc -l < "${starts}")" -eq 1 ]; then
-  port=""; prev=""
-  for a in "$@"; do [ "$prev" = "--port" ] && port=$a; prev=$a; done
-  "${process.execPath}" -e '${holder}' "$port" >/dev/null 2>&1 &
-  echo $! > "${dir}/holder.pid"
-  while [ ! -e "${bound}" ]; do sleep 0.05; done
-  exit 1
-fi
-exec "${await llamaServerPath()}" "$@"
-`,
-        { mode: 0o755 },
-      );
+      await writeFile(wrapper, portTakenFirst(dir, starts, bound, "exit 1", await llamaServerPath()), { mode: 0o755 });
       try {
         const server = await launchOnProbedPort("127.0.0.1", wrapper, [...(await prepared()), ...SMALL_SERVER_ARGS], {});
         running.push(server);
@@ -301,4 +281,25 @@ function breakAToken(b: Buffer): void {
     }
     p += 8 + len;
   }
+}
+
+/**
+ * A stand-in for llama-server (a shell script) that, on its first start only, has another
+ * process take the port it was given (`--port N`; N is then in `bound`, the holder's pid in
+ * DIR/holder.pid) and then runs `first`; every later start runs the real llama-server.
+ */
+function portTakenFirst(dir: string, starts: string, bound: string, first: string, llamaServer: string): string {
+  const holder = `require("net").createServer().listen(Number(process.argv[1]), "127.0.0.1", () => require("fs").writeFileSync(${JSON.stringify(bound)}, process.argv[1])); setTimeout(() => {}, 60000)`;
+  return `#!/bin/sh
+echo start >> "${starts}"
+if [ "$(wc -l < "${starts}")" -eq 1 ]; then
+  port=""; prev=""
+  for a in "$@"; do [ "$prev" = "--port" ] && port=$a; prev=$a; done
+  "${process.execPath}" -e '${holder}' "$port" >/dev/null 2>&1 &
+  echo $! > "${dir}/holder.pid"
+  while [ ! -s "${bound}" ]; do sleep 0.05; done
+  ${first}
+fi
+exec "${llamaServer}" "$@"
+`;
 }
