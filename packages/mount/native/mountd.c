@@ -1073,29 +1073,48 @@ static int pread_all(int fd, uint8_t *out, uint64_t length, uint64_t offset) {
   return 0;
 }
 
-// Each worker thread's read buffer (MAX_READ bytes), mapped on its first read and unmapped when
-// the thread exits: libfuse starts workers as reads queue up and retires the idle ones beyond
-// its idle count, so a buffer kept past its thread (a __thread pointer to malloc'd memory) was
-// lost with every retired worker, about 1 MiB each. A mapping, not malloc: its pages go back to
-// the kernel at munmap, not into an arena of the thread that is gone.
-static pthread_key_t read_buf_key;
-static pthread_once_t read_buf_once = PTHREAD_ONCE_INIT;
+// The read buffers (MAX_READ bytes each): a fixed pool, mapped and touched once before the
+// first request, that a worker takes for one read and gives back right after its reply. Not one
+// per worker thread: libfuse starts workers as reads queue up (up to its max threads, 8 here; in
+// 3.14 idle workers are never retired by default, and we keep them, see main), and a buffer per
+// worker was faulted in only as far as its reads reached, so with the EROFS mounts, which leave
+// the daemon a few reads per load, its resident memory climbed in steps over the loads (3.0 ->
+// 7.1 MiB over 40) as more workers and more of their buffers were touched. The pool is all
+// resident from the start, so memory after the first load is memory after any number of loads.
+// As many buffers as CPUs, at most one per worker: a read's time is a copy or a pread, so more
+// reads at once than CPUs gain little, and a worker without one waits for the next reply.
+static uint8_t **read_free; // the buffers not taken, a stack
+static unsigned read_nfree;
+static pthread_mutex_t read_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t read_pool_back = PTHREAD_COND_INITIALIZER;
 
-static void read_buf_free(void *buf) { munmap(buf, MAX_READ); }
-static void read_buf_key_make(void) { pthread_key_create(&read_buf_key, read_buf_free); }
+/** Maps and faults in `n` read buffers; -1 (errno set) when they cannot be. */
+static int read_pool_make(unsigned n) {
+  read_free = calloc(n, sizeof *read_free);
+  if (!read_free) return -1;
+  // MAP_POPULATE writes in every page now (a private writable mapping is populated for write),
+  // so no later read faults one in and the pool's pages are resident before the first request.
+  uint8_t *pool = mmap(NULL, (size_t)n * MAX_READ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (pool == MAP_FAILED) return -1;
+  for (unsigned i = 0; i < n; i++) read_free[i] = pool + (size_t)i * MAX_READ;
+  read_nfree = n;
+  return 0;
+}
 
-/** This thread's read buffer; NULL when it cannot be mapped. */
-static uint8_t *read_buf(void) {
-  pthread_once(&read_buf_once, read_buf_key_make);
-  uint8_t *buf = pthread_getspecific(read_buf_key);
-  if (buf) return buf;
-  buf = mmap(NULL, MAX_READ, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (buf == MAP_FAILED) return NULL;
-  if (pthread_setspecific(read_buf_key, buf) != 0) {
-    munmap(buf, MAX_READ);
-    return NULL;
-  }
+/** A read buffer, waiting for one given back when all are taken (each is, right after a reply). */
+static uint8_t *read_buf_take(void) {
+  pthread_mutex_lock(&read_pool_lock);
+  while (read_nfree == 0) pthread_cond_wait(&read_pool_back, &read_pool_lock);
+  uint8_t *buf = read_free[--read_nfree];
+  pthread_mutex_unlock(&read_pool_lock);
   return buf;
+}
+
+static void read_buf_give(uint8_t *buf) {
+  pthread_mutex_lock(&read_pool_lock);
+  read_free[read_nfree++] = buf;
+  pthread_cond_signal(&read_pool_back);
+  pthread_mutex_unlock(&read_pool_lock);
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
@@ -1107,11 +1126,6 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
   }
   if (size > f->size - (uint64_t)off) size = f->size - (uint64_t)off;
   if (size > MAX_READ) size = MAX_READ;
-  uint8_t *buf = read_buf();
-  if (!buf) {
-    fuse_reply_err(req, ENOMEM);
-    return;
-  }
   uint64_t start = (uint64_t)off, end = start + size;
   // the first extent that ends after `start`
   uint32_t lo = 0, hi = f->nextents;
@@ -1120,6 +1134,16 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
     if (f->extents[mid].at + f->extents[mid].length <= start) lo = mid + 1;
     else hi = mid;
   }
+  // The sidecars first, before a buffer is taken: one may wait for the controller to fill it
+  // (seconds, a tensor computed), and a buffer held meanwhile would hold up reads that need none.
+  for (uint32_t i = lo; i < f->nextents && f->extents[i].at < end; i++) {
+    if (f->extents[i].kind == EXT_SIDECAR && sidecar_fd(&f->sidecars[f->extents[i].index]) < 0) {
+      fuse_reply_err(req, EIO);
+      return;
+    }
+  }
+  // Given back on every path below: before an error reply, right after the data reply.
+  uint8_t *buf = read_buf_take();
   for (uint32_t i = lo; i < f->nextents && f->extents[i].at < end; i++) {
     const struct extent *e = &f->extents[i];
     uint64_t from = e->at > start ? e->at : start;
@@ -1135,42 +1159,31 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
         break;
       case EXT_SOURCE: {
         struct source *s = f->sources[e->index];
-        if (!source_ok(s)) {
-          fuse_reply_err(req, EIO);
-          return;
-        }
+        if (!source_ok(s)) goto fail;
         source_prefetch(s, at, at + n);
-        if (pread_all(s->fd, dst, n, at) != 0) {
-          fuse_reply_err(req, EIO);
-          return;
-        }
+        if (pread_all(s->fd, dst, n, at) != 0) goto fail;
         break;
       }
       case EXT_SIDECAR: {
-        int fd = sidecar_fd(&f->sidecars[e->index]);
-        if (fd < 0 || pread_all(fd, dst, n, at) != 0) {
-          fuse_reply_err(req, EIO);
-          return;
-        }
+        int fd = sidecar_fd(&f->sidecars[e->index]); // ready: resolved above
+        if (fd < 0 || pread_all(fd, dst, n, at) != 0) goto fail;
         break;
       }
       default:
-        fuse_reply_err(req, EIO);
-        return;
+        goto fail;
     }
   }
   // A source checked before its bytes were read may have gone while they were: check again
   // after, so bytes read from a file that was replaced meanwhile are never handed out.
   for (uint32_t i = lo; i < f->nextents && f->extents[i].at < end; i++) {
-    if (f->extents[i].kind == EXT_SOURCE && !source_ok(f->sources[f->extents[i].index])) {
-      fuse_reply_err(req, EIO);
-      return;
-    }
+    if (f->extents[i].kind == EXT_SOURCE && !source_ok(f->sources[f->extents[i].index])) goto fail;
   }
   // Replied first, the pages dropped after (off the read's latency): the reply can let the
-  // kernel release the handle, so the file is held until then.
+  // kernel release the handle, so the file is held until then. The reply is written to the
+  // device before fuse_reply_buf returns, so the buffer is free again right after.
   atomic_fetch_add(&f->refs, 1);
   fuse_reply_buf(req, (const char *)buf, size);
+  read_buf_give(buf);
   for (uint32_t i = lo; i < f->nextents && f->extents[i].at < end; i++) {
     const struct extent *e = &f->extents[i];
     if (e->kind != EXT_SOURCE) continue;
@@ -1178,6 +1191,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, stru
     source_served(f->sources[e->index], e->offset + (from - e->at), e->offset + (to - e->at), to == e->at + e->length && to == f->size);
   }
   vfile_put(f);
+  return;
+fail:
+  read_buf_give(buf);
+  fuse_reply_err(req, EIO);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
@@ -1408,6 +1425,13 @@ int main(int argc, char **argv) {
   inotify_fd = inotify_init1(IN_CLOEXEC);
   if (inotify_fd < 0) logf_("inotify unavailable (%s): sources are checked on every read only", strerror(errno));
 
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  unsigned nbufs = cpus < 1 ? 1 : cpus > threads ? (unsigned)threads : (unsigned)cpus;
+  if (read_pool_make(nbufs) != 0) {
+    logf_("cannot map %u read buffers of %u bytes: %s", nbufs, MAX_READ, strerror(errno));
+    return 1;
+  }
+
   char opts[256];
   snprintf(opts, sizeof opts, "ro,default_permissions,fsname=ollama-compat,subtype=ollama-compat,max_read=%u%s", MAX_READ, allow_other ? ",allow_other" : "");
   char *fargv[] = {argv[0], "-o", opts, NULL};
@@ -1437,6 +1461,8 @@ int main(int argc, char **argv) {
   send_msg(MSG_READY, 0, (int32_t)getpid(), mountpoint);
 
   struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+  // libfuse 3.14 (Debian 12's) starts a worker whenever none is free, up to max threads (10 by
+  // default), and by default never retires one (max idle -1).
   fuse_loop_cfg_set_max_threads(cfg, (unsigned)threads);
   // Idle workers stay: retiring them made libfuse start and stop a thread (and map its buffers)
   // every few requests of a cold load, about 150 for 1 GiB read.

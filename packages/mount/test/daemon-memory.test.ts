@@ -1,6 +1,7 @@
-// The daemon's memory stays flat while libfuse's worker threads come and go: each worker's
-// 1 MiB read buffer goes with it (it used to stay: about 1 MiB per retired worker). And over
-// many cold reads its workers stay (none started and retired per read) and its memory with them.
+// The daemon's memory stays flat while libfuse's worker threads come and go: the 1 MiB read
+// buffers are a pool made once, not one per worker (a worker's used to stay after it, and later
+// to fault in as far as its reads reached). And over many cold reads its workers stay (none
+// started and retired per read) and its memory with them: after one read as after twenty.
 import { execFileSync, spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
@@ -165,6 +166,51 @@ describe("the daemon's memory", () => {
     // What may grow: the workers started meanwhile (if any), each with its read buffer and
     // libfuse's request buffer, and 1 MiB of slack for the allocator. Not a MiB per read.
     expect(after - before).toBeLessThanOrEqual((threadsAfter - threadsBefore) * 2.5 * MAX_READ + MAX_READ);
+  }, 300_000);
+
+  it("holds after the first read what it holds after any number: its read buffers are made once", async () => {
+    const dir = await t.dir();
+    const source = join(dir, "source.bin");
+    const PART = 8 * MAX_READ; // read ahead by the kernel: several requests in flight at once
+    const bytes = randomBytes(PART);
+    await writeFile(source, bytes);
+    const st = await stat(source, { bigint: true });
+    const mount = await t.mount(dir, { threads: THREADS });
+    const plan: FilePlan = {
+      size: PART,
+      mtimeNs: st.mtimeNs,
+      memory: new Uint8Array(0),
+      sources: [{ path: source, dev: st.dev, ino: st.ino, size: bytes.length, mtimeNs: st.mtimeNs }],
+      sidecars: [],
+      extents: [{ kind: "source", at: 0, source: 0, offset: 0, length: PART }],
+    };
+    await mount.addFile("f.bin", plan, []);
+    const file = join(mount.dir, "f.bin");
+    // One cold read of the whole file by a fresh process, as a model load does: its page cache
+    // and the source's dropped first, so every byte is the daemon's to serve.
+    const uncache = (p: string) => execFileSync("dd", [`if=${p}`, "iflag=nocache", "count=0", "status=none"]);
+    const coldRead = async () => {
+      uncache(file);
+      uncache(source);
+      await readAllAtOnce([file]);
+    };
+    await coldRead();
+    const threadsBefore = await threadsOf(mount.pid);
+    const before = await rss(mount.pid);
+    // Spread over time (a pause between reads, not a bound on any), so each may find a
+    // different set of workers idle and the requests of one land on workers the last did not use.
+    for (let r = 0; r < 20; r++) {
+      await coldRead();
+      await new Promise((w) => setTimeout(w, 20 * (r % 4)));
+    }
+    const threadsAfter = await threadsOf(mount.pid);
+    const after = await rss(mount.pid);
+    expect(await fileDigest(file)).toBe(sha256Of(bytes));
+    // What may grow: the pages of a worker started meanwhile (its stack, the first page of
+    // libfuse's request buffer), a few each, and a page or two of slack; never its part of a
+    // 1 MiB read buffer, which a worker's reads used to fault in as far as they reached.
+    const PAGE = 4096;
+    expect(after - before).toBeLessThanOrEqual((threadsAfter - threadsBefore) * 8 * PAGE + 2 * PAGE);
   }, 300_000);
 });
 
