@@ -286,7 +286,20 @@ async function coldLoads(ctx: MountBenchContext, work: string): Promise<void> {
     } else {
       console.error("  (no fincore (util-linux): page cache row skipped)");
     }
-    row({ scenario: `  the first ${kind} load through a fresh mount (op tensors computed) vs later ones`, ours: ms(first.t), baseline: ms(tMount), ratio: first.t / tMount, target: "≤ 1.2x", pass: first.t / tMount <= 1.2 });
+    // The first load is one sample per mount: more fresh mounts (each with a cache of its own, so
+    // its op tensors are computed again), so the row is a median as the others are.
+    const firsts = [first.t];
+    for (let r = 1; r < Math.min(ctx.runs, 3); r++) {
+      const again = join(work, `mnt2-${r}`);
+      const stopAgain = mount(cli, again, store, join(work, `cache2-${r}`));
+      try {
+        firsts.push((await load(["--model", join(again, "gemma3-4b/gemma3-4b.gguf"), "--mmproj", join(again, "gemma3-4b/mmproj-gemma3-4b.gguf"), ...batch], [])).t);
+      } finally {
+        stopAgain();
+      }
+    }
+    const tFirst = median(firsts);
+    row({ scenario: `  the first ${kind} load through a fresh mount (op tensors computed; median of ${firsts.length} mounts) vs later ones`, ours: ms(tFirst), baseline: ms(tMount), ratio: tFirst / tMount, target: "≤ 1.2x", pass: tFirst / tMount <= 1.2 });
     // The daemon's memory over loads: its worker threads and buffers must not grow with them.
     if (pid !== undefined) {
       for (let i = 1 + m.length; i < 20; i++) await viaMount();
