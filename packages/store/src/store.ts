@@ -1,4 +1,4 @@
-import { constants, createReadStream, existsSync, statSync, type Stats } from "node:fs";
+import { closeSync, constants, createReadStream, existsSync, fstatSync, openSync, readSync, statSync, type Stats } from "node:fs";
 import { lstat, open, readdir, realpath, stat } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { homedir } from "node:os";
@@ -470,14 +470,14 @@ function fileKind(st: Stats): string {
  * size on disk says (a link to /dev/zero, or a /proc file whose size is 0, streams without end).
  */
 async function readSmallFile(path: string, max: number, refuse: (why: string) => Error): Promise<string> {
-  const fh = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
   try {
-    const st = await fh.stat();
+    const st = fstatSync(fd);
     if (!st.isFile()) throw refuse(`is ${fileKind(st)}`);
     if (st.size > max) throw refuse(`is ${st.size} bytes (expected at most ${max})`);
     // one page past the limit tells "more" apart (reads in whole pages: some /proc files refuse other sizes)
     const cap = max + 4096;
-    let buf = Buffer.allocUnsafe(Math.min(cap, Math.max(st.size + 4096, 64 << 10)));
+    let buf = Buffer.allocUnsafe(Math.min(cap, st.size + 4096));
     let used = 0;
     for (;;) {
       if (used > max) throw refuse(`holds more than ${max} bytes (expected at most ${max})`);
@@ -486,12 +486,12 @@ async function readSmallFile(path: string, max: number, refuse: (why: string) =>
         buf.copy(bigger, 0, 0, used);
         buf = bigger;
       }
-      const { bytesRead } = await fh.read(buf, used, buf.length - used, used);
+      const bytesRead = readSync(fd, buf, used, buf.length - used, used);
       if (bytesRead === 0) break;
       used += bytesRead;
     }
     return buf.toString("utf8", 0, used);
   } finally {
-    await fh.close();
+    closeSync(fd);
   }
 }
