@@ -82,12 +82,20 @@ function pdeathsigRunner(): string | null {
   return runner;
 }
 
+/** llama-server's line once it listens (server.cpp: `listening on http://127.0.0.1:8080`, `[::1]` for IPv6; any prefix or colours of its logger around it). */
+const LISTENING_ON = /listening on https?:\/\/\S*:(\d+)/;
+
 /** A llama.cpp process whose output is split into lines, with its last lines kept for reports; it dies with us (tiedToParent). */
 export class LlamaChild {
   readonly process: ChildProcess;
   readonly exited: Promise<ExitInfo>;
   private readonly lines: string[] = [];
   private readonly keep: number;
+  /**
+   * The port its log said it listens on (llama-server's "listening on http://HOST:PORT", printed
+   * once bound), if it said so: the child's own pipe, where /proc takes milliseconds to ask.
+   */
+  announcedPort: number | undefined;
   /** Settles at the next line printed (then a new one is made): what a wait for the child's start wakes on. */
   private lineSeen: { promise: Promise<void>; resolve(): void } | undefined;
 
@@ -96,6 +104,10 @@ export class LlamaChild {
     const run = tiedToParent(opts.command, opts.args);
     this.process = spawn(run.command, run.args, { env: opts.env ?? process.env, stdio: ["ignore", "pipe", "pipe"] });
     const onLine = (line: string) => {
+      if (this.announcedPort === undefined) {
+        const port = LISTENING_ON.exec(line)?.[1];
+        if (port !== undefined) this.announcedPort = Number(port);
+      }
       this.lines.push(line);
       if (this.lines.length > this.keep) this.lines.shift();
       const seen = this.lineSeen;
@@ -188,20 +200,27 @@ export function freePort(host = "127.0.0.1"): Promise<number> {
  * The TCP port process `pid` listens on, read from /proc (Linux): the inodes of its sockets,
  * matched against the kernel's tables of listening sockets. Undefined while it listens on
  * none, or where /proc cannot tell.
- * The reads are synchronous: /proc is the kernel's memory, each read a few microseconds, where
- * libuv's four threads may be busy with the start's own file work (the store's listing, the
- * mount's first scan), and a look queued behind it saw llama-server's port tens of ms late.
+ * The reads are synchronous: /proc is the kernel's memory, where libuv's four threads may be
+ * busy with the start's own file work (the store's listing, the mount's first scan), and a look
+ * queued behind it saw llama-server's port tens of ms late. A process's fds take microseconds to
+ * list; a table of sockets takes milliseconds (see below), so it is read only once there is a
+ * socket to find in it.
  */
 export async function listeningPort(pid: number): Promise<number | undefined> {
   const sockets = new Set<string>();
   try {
     for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+      // its stdio: /dev/null and libuv's pipes, which are socket pairs
+      if (Number(fd) <= 2) continue;
       const inode = /^socket:\[(\d+)\]$/.exec(readlinkOr(`/proc/${pid}/fd/${fd}`))?.[1];
       if (inode) sockets.add(inode);
     }
   } catch {
     return undefined;
   }
+  // a read of a table walks the kernel's whole hash of TCP connections (262,144 buckets on a
+  // machine of 24 GiB: about 4 ms each), so the tables are read only once it has a socket of its own
+  if (sockets.size === 0) return undefined;
   for (const table of ["tcp", "tcp6"]) {
     const text = readTextOr(`/proc/${pid}/net/${table}`);
     for (const line of text.split("\n").slice(1)) {
@@ -309,7 +328,7 @@ export async function waitHealthy(child: LlamaChild, url: string, timeoutMs: num
       throw new BridgeError("SERVER_START_TIMEOUT", `${what} not ready after ${timeoutMs} ms (${last}):\n${lines.join("\n")}`, { lastLines: lines });
     }
     try {
-      const status = await httpStatus(`${url}/health`, 2_000);
+      const { status } = await httpGet(`${url}/health`, 2_000);
       if (status === 200) return;
       last = `HTTP ${status}`;
     } catch {
@@ -325,15 +344,19 @@ function sleep(ms: number): Promise<void> {
 }
 
 /**
- * The status of a GET of `url`, over node:http rather than fetch: fetch refuses the ports of
- * the Fetch standard's "bad port" list (6000, 6665-6669, 22, ...) without ever connecting,
- * and a llama-server a user put on one of them would never look healthy.
+ * A GET of `url` (with `key` as its bearer token, if given): its status and body, over node:http
+ * rather than fetch: fetch refuses the ports of the Fetch standard's "bad port" list (6000,
+ * 6665-6669, 22, ...) without ever connecting, and a llama-server a user put on one of them
+ * would never look healthy.
  */
-function httpStatus(url: string, timeoutMs: number): Promise<number> {
+export function httpGet(url: string, timeoutMs: number, key?: string): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const req = request(url, { method: "GET", timeout: timeoutMs, agent: false }, (res) => {
-      res.resume();
-      resolve(res.statusCode ?? 0);
+    const headers = key !== undefined ? { authorization: `Bearer ${key}` } : undefined;
+    const req = request(url, { method: "GET", timeout: timeoutMs, agent: false, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.once("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") }));
+      res.once("error", reject);
     });
     req.once("timeout", () => req.destroy(new Error(`no answer from ${url} in ${timeoutMs} ms`)));
     req.once("error", reject);

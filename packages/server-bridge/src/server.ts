@@ -1,7 +1,7 @@
 import { cachePreparer, type ModelPreparer, type PrepareOptions, type PreparedModel } from "@compat/prepare";
 import { ModelStore, type ResolvedModel } from "@compat/store";
 import { modelArgs } from "./args";
-import { canReadListeningPorts, checkPortFree, freePort, LlamaChild, listeningPort, waitHealthy, type ExitInfo } from "./child";
+import { canReadListeningPorts, checkPortFree, freePort, httpGet, LlamaChild, listeningPort, waitHealthy, type ExitInfo } from "./child";
 import { BridgeError } from "./errors";
 import { readKeyFile } from "./key-file";
 import { findLlamaTool } from "./locate";
@@ -43,8 +43,11 @@ export function preparerFor(opts: LaunchOptions): ModelPreparer {
   return opts.mount ?? cachePreparer(opts);
 }
 
-/** Launch options once the pass-through arguments are applied, with the path llama-server serves its routes under (--api-prefix). */
-type ResolvedLaunch = LaunchOptions & { urlPath?: string };
+/**
+ * Launch options once the pass-through arguments are applied, with the path llama-server serves
+ * its routes under (--api-prefix) and a key it answers to (for RunningServer.get).
+ */
+type ResolvedLaunch = LaunchOptions & { urlPath?: string; requestKey?: string };
 
 export interface StartServerOptions extends LaunchOptions {
   /** An Ollama reference (`gemma3:4b`), a GGUF path, or an already resolved model. */
@@ -64,6 +67,8 @@ export interface RunningServer {
   /** Stops llama-server: SIGTERM, then SIGKILL after `graceMs` (default 3 s). */
   stop(graceMs?: number): Promise<ExitInfo>;
   lastLines(n?: number): string[];
+  /** A GET of one of its routes (`/models`), with a key it answers to when it has any: the status and body. */
+  get(path: string, timeoutMs?: number): Promise<{ status: number; body: string }>;
 }
 
 export interface SingleServer extends RunningServer {
@@ -103,13 +108,14 @@ export async function launch(
     });
   }
   const port = bind.port ?? opts.port;
-  const effective: ResolvedLaunch = { ...opts, host, port, args: bind.rest, ...(apiKey !== undefined ? { apiKey } : {}), urlPath: bind.prefix ?? "" };
+  const requestKey = firstKey(apiKey) ?? (bind.keyFile !== undefined ? firstKey(readKeyFile(bind.keyFile, "--api-key-file").text, true) : undefined) ?? firstKey({ ...process.env, ...env }.LLAMA_API_KEY);
+  const effective: ResolvedLaunch = { ...opts, host, port, args: bind.rest, ...(apiKey !== undefined ? { apiKey } : {}), urlPath: bind.prefix ?? "", ...(requestKey !== undefined ? { requestKey } : {}) };
   if (port) {
     await checkPortFree(host, port);
     return launchOn(host, port, command, args, effective, what);
   }
-  // llama-server binds a port of the kernel's choosing (--port 0), and we read which from
-  // /proc: the port is bound by the process that uses it, so two launches at once cannot
+  // llama-server binds a port of the kernel's choosing (--port 0), and we read which from its
+  // log or /proc: the port is bound by the process that uses it, so two launches at once cannot
   // meet on one port (a probe's port, closed and handed on, could be taken by another
   // llama-server, whose /health would then answer for ours).
   if (canReadListeningPorts) return launchOn(host, 0, command, args, effective, what);
@@ -199,6 +205,11 @@ function hasKey(keys: string | undefined): boolean {
   return keys !== undefined && keys.split(",").some((k) => k.trim() !== "");
 }
 
+/** The first key llama.cpp takes from a list: `--api-key` (LLAMA_API_KEY) split at commas; a key file (`lines`) one a line, `#` lines comments. */
+function firstKey(keys: string | undefined, lines = false): string | undefined {
+  return keys?.split(lines ? "\n" : ",").find((k) => k !== "" && !(lines && k.startsWith("#")));
+}
+
 /**
  * Where /proc cannot tell a child's port: a port the OS just handed out, which another process
  * can take before llama-server binds it; then pick another and try again.
@@ -276,6 +287,7 @@ async function launchOn(
     exited: child.exited,
     stop: (graceMs) => child.stop(graceMs),
     lastLines: (n) => child.lastLines(n),
+    get: (route, getTimeoutMs = 30_000) => httpGet(`${url}${route}`, getTimeoutMs, opts.requestKey),
   };
 }
 
@@ -285,15 +297,18 @@ async function launchOn(
  */
 async function boundPort(child: LlamaChild, timeoutMs: number, what: string): Promise<number> {
   const deadline = Date.now() + timeoutMs;
+  let askProc = true;
   while (child.running) {
-    const port = await listeningPort(child.pid!);
+    // What it printed once bound ("listening on ..."), looked at on each line it prints; /proc,
+    // which takes milliseconds to ask once it has a socket, only at each tick, for a log turned
+    // down or off: asked at every line, it was asked between the bind and the line saying so.
+    const port = child.announcedPort ?? (askProc ? await listeningPort(child.pid!) : undefined);
     if (port !== undefined) return port;
     if (Date.now() > deadline) {
       const lines = child.lastLines();
       throw new BridgeError("SERVER_START_TIMEOUT", `${what} did not listen on a port after ${timeoutMs} ms:\n${lines.join("\n")}`, { lastLines: lines });
     }
-    // it prints a line as it binds ("listening on"): look again then, not at the next tick
-    await Promise.race([new Promise((r) => setTimeout(r, 25)), child.exited, child.nextLine()]);
+    askProc = await Promise.race([new Promise<boolean>((r) => setTimeout(() => r(true), 25)), child.exited.then(() => false), child.nextLine().then(() => false)]);
   }
   // it exited: waitHealthy turns that into the right error
   await waitHealthy(child, "http://127.0.0.1:0", timeoutMs, what);

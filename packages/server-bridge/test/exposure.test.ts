@@ -36,6 +36,21 @@ describe("who can reach the server", () => {
       fetch(`${server.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify({ prompt: "hi", max_tokens: 1 }) });
     expect((await ask({})).status).toBe(401);
     expect((await ask({ authorization: `Bearer ${apiKey}` })).status).toBe(200);
+    // what the bridge asks of it goes with the key
+    expect((await fetch(`${server.url}/models`)).status).toBe(401);
+    expect((await server.get("/models")).status).toBe(200);
+  });
+
+  it("a key given only in a key file (-- --api-key-file): the bridge's own requests carry its first key", async () => {
+    const fx = await generateFixtureFiles("llama", { seed: 1, layout: "native" }, await temp());
+    const keys = join(await temp(), "keys");
+    await writeFile(keys, "# the keys of this server\nfirst-key\nsecond-key\n", { mode: 0o600 });
+    const server = await startServer({ model: fx.text, cache: { dir: await temp() }, llamaServer: await llamaServerPath(), args: [...SMALL_SERVER_ARGS, "--api-key-file", keys] });
+    running.push(server);
+    expect((await fetch(`${server.url}/models`)).status).toBe(401);
+    const { status, body } = await server.get("/models");
+    expect(status).toBe(200);
+    expect((JSON.parse(body) as { data: unknown[] }).data).toHaveLength(1);
   });
 });
 

@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { generateFixtureFiles, SMALL_SERVER_ARGS } from "@compat/testkit";
 import { type GgufError, readGguf } from "@compat/gguf";
 import { prepareModel, TranslationCache } from "@compat/prepare";
-import { BridgeError, modelArgs, startServer, type RunningServer } from "@compat/server-bridge";
+import { BridgeError, LlamaChild, modelArgs, startServer, type RunningServer } from "@compat/server-bridge";
 import { buildOllamaStore, ModelStore, StoreError } from "@compat/store";
 import { launchOnProbedPort } from "../src/server";
 import { chat, chatContent, llamaServerPath, tempDirs } from "./helpers";
@@ -37,6 +37,20 @@ async function codeOf<E extends Error = BridgeError>(p: Promise<unknown>, type: 
   expect(e).toBeInstanceOf(type);
   return e as E;
 }
+
+describe("the port in llama-server's line", () => {
+  it.each([
+    ["0.00.005.100 I srv  llama_server: listening on http://127.0.0.1:39123", 39123],
+    ["main: listening on http://[::1]:8080", 8080],
+    ["\u001b[32mI srv  llama_server: listening on http://0.0.0.0:5001\u001b[0m", 5001],
+    ["llama_server: listening on unix:///tmp/llama.sock", undefined],
+    ["general.name str = listening on nothing", undefined],
+  ])("%s -> %s", async (line, port) => {
+    const child = new LlamaChild({ command: "/bin/sh", args: ["-c", 'printf "%s\\n" "$0"', line] });
+    await child.exited;
+    expect(child.announcedPort).toBe(port);
+  });
+});
 
 describe("startServer (real llama-server)", () => {
   it("serves a translated Ollama text model: chat completion, listed under its Ollama name", async () => {
@@ -163,9 +177,10 @@ describe("startServer (real llama-server)", () => {
     expect(e.message).toContain("unknown model architecture: 'gptoss'");
   });
 
-  it("llama-server binds a port of the kernel's choosing and the bridge reads it from /proc: launches at once each reach their own server", async () => {
+  it("llama-server binds a port of the kernel's choosing and the bridge reads it from its log, or from /proc with the log off: launches at once each reach their own server", async () => {
     // The race this closes: a probed port, closed again, handed to two launches at once; the
     // loser's health check then got the winner's 200 and it served another process's model.
+    // Two of the four print nothing (--log-disable): their ports come from /proc.
     const store = await fixtureStore([
       { name: "gemma3:1b", arch: "gemma3", variant: "1b" },
       { name: "llama3.2:1b", arch: "llama" },
@@ -173,7 +188,11 @@ describe("startServer (real llama-server)", () => {
     const cache = new TranslationCache({ dir: await temp() });
     const names = ["gemma3:1b", "llama3.2:1b", "gemma3:1b", "llama3.2:1b"];
     const llamaServer = await llamaServerPath();
-    const servers = await Promise.all(names.map((model) => startServer({ model, store, cache, llamaServer, args: SMALL_SERVER_ARGS })));
+    const logs = names.map(() => [] as string[]);
+    const servers = await Promise.all(
+      names.map((model, i) => startServer({ model, store, cache, llamaServer, args: [...SMALL_SERVER_ARGS, ...(i >= 2 ? ["--log-disable"] : [])], onLog: (l) => logs[i]!.push(l) })),
+    );
+    expect(logs.map((l) => l.some((line) => line.includes(`listening on http://127.0.0.1:`)))).toEqual([true, true, false, false]);
     running.push(...servers);
     expect(new Set(servers.map((s) => s.port)).size).toBe(servers.length);
     for (const [i, server] of servers.entries()) {
