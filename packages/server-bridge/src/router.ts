@@ -1,4 +1,4 @@
-import { rm, writeFile } from "node:fs/promises";
+import { rename, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { ownedTempDir } from "@compat/files";
 import { PrepareError, type PreparedModel } from "@compat/prepare";
@@ -90,52 +90,80 @@ export function presetSection(name: string, model: PreparedModel, warn: (msg: st
 /**
  * Serves many models from one endpoint: llama-server in router mode with a preset that has
  * each model under its Ollama name (`"model": "gemma3:4b"` in a request picks it), its
- * translated file, projector and arguments. Models are translated before the router starts
- * (cache hits are instant); models that cannot be served are reported, not fatal. A preparer
- * that plans models on first use (ModelPreparer.ready: serve's mount, from recorded facts)
- * leaves it to the caller to wait for a model's ready() before the router loads it.
+ * translated file, projector and arguments. Models that cannot be served are reported, not
+ * fatal. A preparer that plans models on first use (ModelPreparer.ready: serve's mount, from
+ * recorded facts) leaves it to the caller to wait for a model's ready() before the router loads it.
+ *
+ * The router needs no model to start, and its start takes as long as reading a store of ten
+ * models: it is started at once on an empty preset while the store is read and the models are
+ * prepared (translated into the cache, if that is where they go), and takes them with a re-read
+ * of its preset (`GET /models?reload=1`, which adds every section to a router that has none).
  */
 export async function startRouter(opts: StartRouterOptions): Promise<RouterServer> {
   const store = asStore(opts.store, opts.env ?? process.env);
   const warn = (m: string) => opts.onStatus?.(`warning: ${m}`);
-  // a signal while the store is read ends the start then, not once the listing is done: its
-  // reads (on libuv's threads) are left to finish, and no model is prepared after the signal
-  const models = await untilAborted(prepareRouterModels(opts), opts.signal);
-  for (const m of models) if (m.error) warn(`${m.name} is not served: ${m.error.message}`);
-  const served = models.filter((m) => m.model);
-  if (served.length === 0) throw new BridgeError("UNKNOWN_MODEL", `no servable model in ${store.root}`, { store: store.root });
-
-  const sections = served.map((m) => presetSection(m.name, opts.stopWordsPerRequest ? withoutStopWords(m.model!) : m.model!, warn));
   // a folder of this process's own: one a SIGKILLed router left behind goes with the next start
   const dir = await ownedTempDir("ollama-compat-router-");
   const presetPath = join(dir, "models.ini");
-  // a new file in a new folder of ours, read only by the router started below: nothing can see
-  // it half written, and nothing needs it after a crash, so no fsync (a loaded disk makes one
-  // cost tenths of a second at every start); later changes replace it atomically (LoadConfigs)
-  await writeFile(presetPath, ["version = 1", "", ...sections.map((s) => s + "\n")].join("\n"), { flag: "wx" });
+  const cleanUp = () => (opts.keepPreset ? Promise.resolve() : rm(dir, { recursive: true, force: true }).catch(() => undefined));
+  // a new file in a new folder of ours, read only by the router started below: nothing needs
+  // it after a crash, so no fsync (a loaded disk makes one cost tenths of a second at every start)
+  await writeFile(presetPath, PRESET_HEAD, { flag: "wx" });
+  // stopped already: no llama-server is started
+  if (opts.signal?.aborted) {
+    await cleanUp();
+    throw stoppedBeforeStart();
+  }
   const args = ["--models-preset", presetPath];
   if (opts.modelsMax !== undefined) args.push("--models-max", String(opts.modelsMax));
-  // a mount still starting when it handed out its paths: the router starts meanwhile (it opens a
-  // model's files only when the model is loaded), and the start is not ready before the mount is
+  const launching = launch(args, opts, "llama-server (router)");
+  launching.catch(() => undefined);
+  const stopLaunched = async () => {
+    const server = await launching.catch(() => undefined);
+    await server?.stop();
+    await cleanUp();
+  };
+  // a router that fails to start ends the preparation (a translation into the cache stops where it is)
+  const preparing = new AbortController();
+  const prepareSignal = opts.signal !== undefined ? AbortSignal.any([opts.signal, preparing.signal]) : preparing.signal;
+  let models: RouterModel[];
+  try {
+    // a signal while the store is read ends the start then, not once the listing is done: its
+    // reads (on libuv's threads) are left to finish, and no model is prepared after the signal
+    const prepared = prepareRouterModels({ ...opts, signal: prepareSignal });
+    models = await untilAborted(Promise.race([prepared, launching.then(() => new Promise<never>(() => undefined))]), opts.signal);
+  } catch (e) {
+    preparing.abort();
+    await stopLaunched();
+    throw e;
+  }
+  for (const m of models) if (m.error) warn(`${m.name} is not served: ${m.error.message}`);
+  const served = models.filter((m) => m.model);
+  if (served.length === 0) {
+    await stopLaunched();
+    throw new BridgeError("UNKNOWN_MODEL", `no servable model in ${store.root}`, { store: store.root });
+  }
+  const sections = served.map((m) => presetSection(m.name, opts.stopWordsPerRequest ? withoutStopWords(m.model!) : m.model!, warn));
+  // a mount still starting when it handed out its paths: the start is not ready before the mount is
   const settled = preparerFor(opts).settled?.() ?? Promise.resolve();
   settled.catch(() => undefined);
   let server: RunningServer;
   try {
-    server = await launch(args, opts, "llama-server (router)");
-  } catch (e) {
-    if (!opts.keepPreset) await rm(dir, { recursive: true, force: true });
-    throw e;
-  }
-  try {
+    // whole or not at all: the router may be reading its preset at this moment
+    const next = join(dir, "models.ini.next");
+    await writeFile(next, [PRESET_HEAD, ...sections.map((s) => s + "\n")].join("\n"), { flag: "wx" });
+    await rename(next, presetPath);
+    server = await launching;
+    const { status, body } = await server.get("/models?reload=1");
+    if (status !== 200) throw new BridgeError("SERVER_START_FAILED", `llama-server (router) did not take its preset (HTTP ${status}): ${body.slice(0, 500)}`, { status, lastLines: server.lastLines() });
     await settled;
   } catch (e) {
-    await server.stop();
-    if (!opts.keepPreset) await rm(dir, { recursive: true, force: true });
+    await stopLaunched();
     throw e;
   }
   // the folder is gone by the time the router's exit is reported: a caller that exits then leaves nothing behind
   const exited = server.exited.then(async (e) => {
-    if (!opts.keepPreset) await rm(dir, { recursive: true, force: true }).catch(() => undefined);
+    await cleanUp();
     return e;
   });
   return {
@@ -149,6 +177,9 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterServe
     presetPath,
   };
 }
+
+/** The preset's first line, all a router has before its models are known. */
+const PRESET_HEAD = "version = 1\n";
 
 /**
  * The models a router serves, each made servable by the mount or the cache (preparerFor):

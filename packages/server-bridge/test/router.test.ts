@@ -3,9 +3,9 @@ import { readFile, writeFile } from "node:fs/promises";
 import { afterEach, describe, expect, it } from "vitest";
 import { join } from "node:path";
 import { writeGguf } from "@compat/gguf";
-import { generateFixture, generateFixtureFiles, SMALL_SERVER_ARGS } from "@compat/testkit";
+import { generateFixture, generateFixtureFiles, processExists, SMALL_SERVER_ARGS, until } from "@compat/testkit";
 import { BridgeError, llamaCanonicalName, startRouter, type RouterServer } from "@compat/server-bridge";
-import type { ModelPreparer } from "@compat/prepare";
+import { cachePreparer, type ModelPreparer } from "@compat/prepare";
 import { buildOllamaStore, ModelStore } from "@compat/store";
 import { chat, chatContent, llamaServerPath, tempDirs } from "./helpers";
 
@@ -62,6 +62,88 @@ describe("startRouter stopped while the store is read", () => {
     await new Promise((r) => setTimeout(r, 100));
     expect(prepared).toEqual([]);
     expect(existsSync(ran)).toBe(false);
+  });
+});
+
+describe("startRouter: the router starts while the store is read", () => {
+  /** A store of one native model, and a preparer whose listing waits for `release`. */
+  async function heldStore() {
+    const root = await temp();
+    const dir = await temp();
+    await buildOllamaStore(root, [{ name: "one:1", model: (await generateFixtureFiles("llama", { seed: 1, layout: "native" }, dir)).text, params: { num_ctx: 512 } }]);
+    const store = new ModelStore(root);
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    const prepared: string[] = [];
+    const preparer: ModelPreparer = {
+      list: async () => {
+        await held;
+        return store.list();
+      },
+      prepare: async (resolved) => {
+        prepared.push(resolved.name);
+        return cachePreparer({ cache: { dir: await temp() } }).prepare(resolved);
+      },
+    };
+    return { store, dir, preparer, release, prepared };
+  }
+
+  it("llama-server listens before any model is known, and serves the models read meanwhile (a re-read of its preset)", async () => {
+    const { store, preparer, release } = await heldStore();
+    const log: string[] = [];
+    let listening!: () => void;
+    const heard = new Promise<void>((r) => (listening = r));
+    const starting = startRouter({
+      models: "all",
+      store,
+      mount: preparer,
+      llamaServer: await llamaServerPath(),
+      args: SMALL_SERVER_ARGS,
+      onLog: (line) => {
+        log.push(line);
+        if (/listening on http/.test(line)) listening();
+      },
+    });
+    // the listing is held until the router has said it listens: it started with no model
+    await heard;
+    release();
+    const router = await starting;
+    running.push(router);
+    const listed = (await (await fetch(`${router.url}/v1/models`)).json()) as { data: Array<{ id: string; aliases?: string[] }> };
+    expect(listed.data.flatMap((m) => [m.id, ...(m.aliases ?? [])])).toContain("one:1");
+    const r = await chat(router.url, "one:1");
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+  });
+
+  it("a router that fails to start ends the start at once: the listing is not waited for, and no model is prepared after", async () => {
+    const { store, dir, preparer, release, prepared } = await heldStore();
+    const server = join(dir, "llama-server");
+    await writeFile(server, "#!/bin/sh\necho 'error: this llama-server cannot start' >&2\nexit 3\n", { mode: 0o755 });
+    const err = await startRouter({ models: "all", store, mount: preparer, llamaServer: server }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(BridgeError);
+    expect((err as BridgeError).code).toBe("SERVER_START_FAILED");
+    expect((err as BridgeError).message).toContain("this llama-server cannot start");
+    // the listing ends after the start has: its models are not prepared
+    release();
+    await new Promise((r) => setTimeout(r, 100));
+    expect(prepared).toEqual([]);
+  });
+
+  it("a signal while the store is read stops the router that was started, and leaves no process behind", async () => {
+    const { store, dir, preparer } = await heldStore();
+    // a llama-server that starts and never listens: it runs until it is stopped
+    const server = join(dir, "llama-server");
+    const pidFile = join(dir, "pid");
+    await writeFile(server, `#!/bin/sh\necho $$ > '${pidFile}'\nexec sleep 600\n`, { mode: 0o755 });
+    const ac = new AbortController();
+    const starting = startRouter({ models: "all", store, mount: preparer, llamaServer: server, signal: ac.signal });
+    const pid = await until("the stand-in llama-server's pid", async () => Number((await readFile(pidFile, "utf8").catch(() => "")).trim()) || undefined);
+    ac.abort();
+    await expect(starting).rejects.toMatchObject({ code: "TRANSLATION_ABORTED" });
+    expect(processExists(pid)).toBe(false);
   });
 });
 
