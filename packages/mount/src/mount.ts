@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdir, readdir, realpath, stat, writeFile } from "node:fs/promises";
+import { mkdirSync, readdirSync, realpathSync, statSync } from "node:fs";
+import { stat, writeFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import { fuseSupport } from "./daemon";
 import { MountError } from "./errors";
@@ -39,6 +40,15 @@ const ERRNO_NAMES: Record<number, string> = { 2: "ENOENT", 5: "EIO", 22: "EINVAL
  * sha256 before the daemon reads it. The daemon unmounts when the controller goes away,
  * however it goes.
  */
+/** `dir` resolved (links followed), or as given when it cannot be. */
+function realpathOr(dir: string): string {
+  try {
+    return realpathSync(dir);
+  } catch {
+    return resolve(dir);
+  }
+}
+
 export class FuseMount {
   /** The mount point (absolute, resolved). */
   readonly dir: string;
@@ -107,10 +117,16 @@ export class FuseMount {
     const env = opts.env ?? process.env;
     const support = fuseSupport(env);
     if (!support.usable) throw new MountError("FUSE_UNAVAILABLE", support.reason);
-    await mkdir(dir, { recursive: true }).catch((e: NodeJS.ErrnoException) => {
-      if (e.code !== "EEXIST" && e.code !== "ENOTCONN") throw new MountError("BAD_MOUNTPOINT", `${dir}: ${e.message}`, { dir });
-    });
-    const point = await realpath(dir).catch(() => resolve(dir));
+    // The folder's checks are synchronous: metadata of a folder that no FUSE mount serves (a
+    // mount there is looked at first), each a few microseconds, where a trip through libuv's
+    // threads costs a start whose main thread is busy (serve --all) about a millisecond each.
+    try {
+      mkdirSync(dir, { recursive: true });
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code !== "EEXIST" && code !== "ENOTCONN") throw new MountError("BAD_MOUNTPOINT", `${dir}: ${(e as Error).message}`, { dir });
+    }
+    const point = realpathOr(dir);
     const state = await mountState(point);
     if (state === "live") throw new MountError("ALREADY_MOUNTED", `${point}: already an ollama-compat mount (stop it, or unmount it: fusermount3 -u ${point})`, { dir: point });
     if (state === "other") throw new MountError("BAD_MOUNTPOINT", `${point}: another file system is mounted there`, { dir: point });
@@ -120,11 +136,14 @@ export class FuseMount {
         if (mountAt(point) !== undefined) throw new MountError("BAD_MOUNTPOINT", `${point}: a stale mount that cannot be detached: ${e.message}`, { dir: point });
       });
     }
-    const st = await stat(point).catch((e: Error) => {
-      throw new MountError("BAD_MOUNTPOINT", `${point}: ${e.message}`, { dir: point });
-    });
-    if (!st.isDirectory()) throw new MountError("BAD_MOUNTPOINT", `${point}: not a folder`, { dir: point });
-    if ((await readdir(point)).length > 0) throw new MountError("BAD_MOUNTPOINT", `${point}: not empty (a mount would hide what is there)`, { dir: point });
+    let entries: string[];
+    try {
+      if (!statSync(point).isDirectory()) throw new MountError("BAD_MOUNTPOINT", `${point}: not a folder`, { dir: point });
+      entries = readdirSync(point);
+    } catch (e) {
+      throw e instanceof MountError ? e : new MountError("BAD_MOUNTPOINT", `${point}: ${(e as Error).message}`, { dir: point });
+    }
+    if (entries.length > 0) throw new MountError("BAD_MOUNTPOINT", `${point}: not empty (a mount would hide what is there)`, { dir: point });
 
     const args = [point, "--threads", String(opts.threads ?? 8), ...(opts.allowOther ? ["--allow-other"] : [])];
     // Its own process group: a terminal's ^C goes to the controller, which stops it in order.

@@ -1,4 +1,5 @@
-import { realpath, rm } from "node:fs/promises";
+import { realpathSync } from "node:fs";
+import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { ownedTempDir } from "@compat/files";
 import { fuseSupport, MountError } from "@compat/mount";
@@ -196,7 +197,7 @@ export class ServeMount implements ModelPreparer {
     const dir = await ownedTempDir("ollama-compat-mount-");
     try {
       // the daemon mounts at this path as resolved (FuseMount: realpath), and shows models under it
-      const point = join(await realpath(dir), "models");
+      const point = join(realpathSync(dir), "models");
       placed(point);
       // a daemon that dies is started again: the router's presets name paths in this folder
       const factsDir = this.records?.dir;
