@@ -24,30 +24,35 @@ describe("llama.cpp's preset section names", () => {
   ])("%s -> %s", (name, canonical) => expect(llamaCanonicalName(name)).toBe(canonical));
 });
 
+/** A store of one native model, and a preparer whose listing waits for `release` (as a slow store's reads would), recording what it prepares. */
+async function heldStore() {
+  const root = await temp();
+  const dir = await temp();
+  await buildOllamaStore(root, [{ name: "one:1", model: (await generateFixtureFiles("llama", { seed: 1, layout: "native" }, dir)).text, params: { num_ctx: 512 } }]);
+  const store = new ModelStore(root);
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  const prepared: string[] = [];
+  const preparer: ModelPreparer = {
+    list: async () => {
+      await held;
+      return store.list();
+    },
+    prepare: async (resolved) => {
+      prepared.push(resolved.name);
+      return cachePreparer({ cache: { dir: await temp() } }).prepare(resolved);
+    },
+  };
+  return { store, dir, preparer, release, prepared };
+}
+
 describe("startRouter stopped while the store is read", () => {
   it("rejects with TRANSLATION_ABORTED at the signal, without waiting for the listing; prepares nothing after it and runs no llama-server", async () => {
-    const root = await temp();
-    const dir = await temp();
-    await buildOllamaStore(root, [{ name: "one:1", model: (await generateFixtureFiles("llama", { seed: 1, layout: "native" }, dir)).text }]);
-    const store = new ModelStore(root);
+    const { store, dir, preparer, release, prepared } = await heldStore();
     const ran = join(dir, "ran");
     const server = join(dir, "llama-server");
     await writeFile(server, `#!/bin/sh\ntouch '${ran}'\nexit 1\n`, { mode: 0o755 });
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
-    const prepared: string[] = [];
     expect((await store.list()).filter((e) => e.model).map((e) => e.name)).toEqual(["one:1"]);
-    const preparer: ModelPreparer = {
-      // the listing is held until after the signal, as a slow store's reads would be
-      list: async () => {
-        await held;
-        return store.list();
-      },
-      prepare: async (resolved) => {
-        prepared.push(resolved.name);
-        throw new Error("not reached");
-      },
-    };
     const ac = new AbortController();
     const starting = startRouter({ models: "all", store, mount: preparer, llamaServer: server, signal: ac.signal });
     ac.abort();
@@ -66,28 +71,6 @@ describe("startRouter stopped while the store is read", () => {
 });
 
 describe("startRouter: the router starts while the store is read", () => {
-  /** A store of one native model, and a preparer whose listing waits for `release`. */
-  async function heldStore() {
-    const root = await temp();
-    const dir = await temp();
-    await buildOllamaStore(root, [{ name: "one:1", model: (await generateFixtureFiles("llama", { seed: 1, layout: "native" }, dir)).text, params: { num_ctx: 512 } }]);
-    const store = new ModelStore(root);
-    let release!: () => void;
-    const held = new Promise<void>((r) => (release = r));
-    const prepared: string[] = [];
-    const preparer: ModelPreparer = {
-      list: async () => {
-        await held;
-        return store.list();
-      },
-      prepare: async (resolved) => {
-        prepared.push(resolved.name);
-        return cachePreparer({ cache: { dir: await temp() } }).prepare(resolved);
-      },
-    };
-    return { store, dir, preparer, release, prepared };
-  }
-
   it("llama-server listens before any model is known, and serves the models read meanwhile (a re-read of its preset)", async () => {
     const { store, preparer, release } = await heldStore();
     const log: string[] = [];
