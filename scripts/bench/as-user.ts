@@ -85,8 +85,10 @@ export async function serveReady(ctx: BenchContext): Promise<void> {
   // the projectors' sidecars that the router's first look at each mmproj asks for
   // until the URL on stdout answers (Ollama's API, as Ollama's own server is ready), or until
   // stderr says the router behind it is ready too (every route answers)
+  // (each start is timed to that point: its stop, after, is not part of it)
   const serveAll = (until: "url" | "router") => async () => {
     const env = { ...process.env, OLLAMA_HOST: `127.0.0.1:${await freePort()}` };
+    const t0 = performance.now();
     const child = spawn(process.execPath, [cli, "serve", "--all", "--models", store, "--cache-dir", join(work, "cache"), "--llama-server", server], { stdio: ["ignore", "pipe", "pipe"], env });
     if (until === "url") {
       child.stderr!.resume();
@@ -95,15 +97,20 @@ export async function serveReady(ctx: BenchContext): Promise<void> {
       child.stdout!.resume();
       await untilHealthy(child, (log) => /Ollama API ready on (http:\/\/[\d.]+:\d+)/.exec(log)?.[1], "stderr", "/api/version");
     }
+    const ready = performance.now() - t0;
     child.kill("SIGTERM");
     await new Promise((r) => child.once("close", r));
+    return { ownMs: ready };
   };
   const nodeStart = () => runToEnd(process.execPath, ["-e", "0"]);
   const router = async () => {
+    const t0 = performance.now();
     const child = spawn(server, ["--models-preset", preset, "--host", "127.0.0.1", "--port", "0", "--no-webui", "--offline"], { stdio: ["ignore", "ignore", "pipe"] });
     await untilHealthy(child, (log) => /listening on (http:\/\/[\d.]+:\d+)/.exec(log)?.[1]);
+    const ready = performance.now() - t0;
     child.kill("SIGTERM");
     await new Promise((r) => child.once("close", r));
+    return { ownMs: ready };
   };
   const [tUrl, tReady, tNode, tRouter] = await race([serveAll("url"), serveAll("router"), nodeStart, router]);
   const floor = tNode! + tRouter!;

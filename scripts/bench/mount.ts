@@ -194,18 +194,25 @@ export async function mountBench(ctx: MountBenchContext): Promise<void> {
   const serveAll = async () => {
     // Ollama's API in front of the router, on a free port rather than Ollama's 11434
     const env = { ...process.env, OLLAMA_HOST: `127.0.0.1:${await freePort()}` };
+    // timed until ready: the stop after it (the mount taken down) is not part of a start
+    const t0 = performance.now();
     const child = spawn(process.execPath, [cli, "serve", "--all", "--models", many, "--cache-dir", join(work, "cache10"), "--llama-server", server], { stdio: ["ignore", "pipe", "pipe"], env });
     child.stdout!.resume();
     // a ready router: the URL on stdout comes as the API answers, before the router is up; stderr says when it is
     await untilHealthy(child, (log) => /Ollama API ready on (http:\/\/[\d.]+:\d+)/.exec(log)?.[1], "stderr", "/api/version");
+    const ready = performance.now() - t0;
     child.kill("SIGTERM");
     await new Promise((r) => child.once("close", r));
+    return { ownMs: ready };
   };
   const routerNative = async () => {
+    const t0 = performance.now();
     const child = spawn(server, ["--models-dir", natives, "--host", "127.0.0.1", "--port", "0", "--no-webui", "--offline"], { stdio: ["ignore", "ignore", "pipe"] });
     await untilHealthy(child, (log) => /listening on (http:\/\/[\d.]+:\d+)/.exec(log)?.[1]);
+    const ready = performance.now() - t0;
     child.kill("SIGTERM");
     await new Promise((r) => child.once("close", r));
+    return { ownMs: ready };
   };
   // what serve --all stands on (issue 40's target): a Node process's start and the router's
   const nodeStart = () => execFileSync(process.execPath, ["-e", "0"]);
