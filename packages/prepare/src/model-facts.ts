@@ -1,12 +1,13 @@
 import { createHash } from "node:crypto";
-import { mkdir, readFile } from "node:fs/promises";
+import { readFileSync } from "node:fs";
+import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { TranslationProfile } from "@compat/handlers";
 import { writeFileAtomic } from "@compat/files";
 import type { FileStatus } from "@compat/views";
 import type { ResolvedModel } from "@compat/store";
 import { TRANSLATOR_VERSION } from "./cache";
-import { sameVersion, versionOf, type FileVersion } from "./digest-memo";
+import { sameVersion, versionNow, versionOf, type FileVersion } from "./digest-memo";
 import type { PreparedModel } from "./preparer";
 
 /**
@@ -61,7 +62,8 @@ export class FactsRecords {
     if (key === undefined) return undefined;
     let record: FactsRecord;
     try {
-      record = JSON.parse(await readFile(join(this.dir, `${key}.json`), "utf8")) as FactsRecord;
+      // a small file, read synchronously as the store's are (ModelStore's readSmallFile)
+      record = JSON.parse(readFileSync(join(this.dir, `${key}.json`), "utf8")) as FactsRecord;
     } catch {
       return undefined;
     }
@@ -69,7 +71,7 @@ export class FactsRecords {
     const paths = sourcesOf(m);
     if (record.sources.length !== paths.length || record.sources.some((s, i) => s.path !== paths[i])) return undefined;
     for (const s of record.sources) {
-      const now = await versionOf({ path: s.path }).catch(() => undefined);
+      const now = versionNow(s.path);
       if (now === undefined || !sameVersion(now, s.version)) return undefined;
     }
     return record.facts;

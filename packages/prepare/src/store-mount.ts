@@ -24,6 +24,7 @@ import {
 } from "@compat/mount";
 import { activeBackend } from "@compat/tensor-ops";
 import { contentKey, defaultCacheDir, TRANSLATOR_VERSION } from "./cache";
+import { versionNow } from "./digest-memo";
 import { FactsRecords, factsOf, preparedFromFacts, servedAsIs, type RecordedFacts } from "./model-facts";
 import { PrepareError } from "./errors";
 import { modelFiles, type ModelsLayout } from "./layout";
@@ -932,10 +933,10 @@ export interface StoreListing {
  */
 export async function listStore(store: ModelStore, signal?: AbortSignal, known?: Pick<StoreListing, "blobsStamp" | "resolvedBy">): Promise<StoreListing> {
   const { names, folders } = await store.scan();
-  const blobsStamp = await stamp(join(store.root, "blobs"));
+  const blobsStamp = stamp(join(store.root, "blobs"));
   const before = known !== undefined && known.blobsStamp === blobsStamp ? known.resolvedBy : undefined;
   const paths = names.map((n) => store.manifestPath(n));
-  const stamps = await Promise.all(paths.map((p) => stamp(p)));
+  const stamps = paths.map(stamp);
   const resolvedBy = new Map<string, { stamp: string; entry: Wanted }>();
   const again: number[] = [];
   for (let i = 0; i < names.length; i++) {
@@ -964,10 +965,14 @@ export function listedModels(listing: StoreListing): Array<{ name: string; model
   });
 }
 
-/** A file's identity and version (inode, size, change and modification times); "" when it is not there. */
-async function stamp(path: string): Promise<string> {
-  const st = await stat(path, { bigint: true }).catch(() => undefined);
-  return st ? `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}` : "";
+/**
+ * A file's identity and version (inode, size, change and modification times); "" when it is not
+ * there. Synchronous: a stat per manifest, where a trip through libuv's threads each cost a
+ * rescan (and serve --all's start) more than the stat.
+ */
+function stamp(path: string): string {
+  const v = versionNow(path);
+  return v ? `${v.dev}:${v.ino}:${v.size}:${v.mtimeNs}:${v.ctimeNs}` : "";
 }
 
 /**

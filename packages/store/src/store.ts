@@ -1,5 +1,5 @@
-import { closeSync, constants, createReadStream, existsSync, fstatSync, openSync, readSync, statSync, type Stats } from "node:fs";
-import { lstat, open, readdir, realpath, stat } from "node:fs/promises";
+import { closeSync, constants, createReadStream, existsSync, fstatSync, lstatSync, openSync, readSync, realpathSync, statSync, type Stats } from "node:fs";
+import { readdir } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { homedir } from "node:os";
 import { isAbsolute, join, resolve as resolvePath, sep } from "node:path";
@@ -239,15 +239,19 @@ export class ModelStore {
     return path;
   }
 
-  /** What a blob path is: a file's stat, a symlink out of the store (its target), or nothing there. */
+  /**
+   * What a blob path is: a file's stat, a symlink out of the store (its target), or nothing
+   * there. Metadata only, looked at synchronously (microseconds each, where a trip through
+   * libuv's threads costs a listing of the store more).
+   */
   private async lookAtBlob(path: string): Promise<{ st: Stats } | { outside: string } | { missing: true }> {
     try {
       // a blob that is a symlink must still point into the store: a manifest must not make us read any file
-      if ((await lstat(path)).isSymbolicLink()) {
-        const [target, root] = await Promise.all([realpath(path), realpath(this.root)]);
+      if (lstatSync(path).isSymbolicLink()) {
+        const [target, root] = [realpathSync(path), realpathSync(this.root)];
         if (target !== root && !target.startsWith(root + sep)) return { outside: target };
       }
-      return { st: await stat(path) };
+      return { st: statSync(path) };
     } catch {
       return { missing: true };
     }
