@@ -2,13 +2,13 @@
 // processes timed from outside, each run as a user would start it (a new output file, a store
 // not seen before by the process), against what the command stands on.
 import { execFileSync, spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { freePort } from "@compat/server-bridge";
 import { buildOllamaStore } from "@compat/store";
 import { findLlamaTools } from "@compat/testkit";
 import { writeVisionBlob } from "./files";
-import { untilHealthy } from "./mount";
+import { mount, untilHealthy } from "./mount";
 import type { MountBenchContext as BenchContext } from "./mount";
 
 /** Runs a command to its end; throws with its last output when it fails. */
@@ -59,8 +59,9 @@ export async function translateAsUser(ctx: BenchContext): Promise<void> {
 /**
  * `serve --all` over ten models, started as a user starts it (a process of its own; the sidecar
  * cache kept from an earlier start), until Ollama's API answers and until its router is ready,
- * against what it stands on: `node -e 0` plus llama-server's own router started on a preset of
- * the same ten models (what serve --all hands it), until /health answers.
+ * against what it stands on: `node -e 0` plus llama-server's own router started over the same ten
+ * models as llama.cpp loads them (a text file and a projector each, from a mount of the store:
+ * the files serve --all hands its router, without a copy), until /health answers.
  */
 export async function serveReady(ctx: BenchContext): Promise<void> {
   const { dir, cli, race, row, ms } = ctx;
@@ -69,18 +70,16 @@ export async function serveReady(ctx: BenchContext): Promise<void> {
   mkdirSync(work, { recursive: true });
   const { server } = await findLlamaTools();
   const specs = [];
-  const sections = ["version = 1", ""];
   for (let i = 0; i < 10; i++) {
-    // sparse blobs of the bench's size, each its own digest; the router only names them at start
+    // sparse blobs of the bench's size, each its own digest; a router only looks at their headers at start
     const p = join(work, `vision-${i}.gguf`);
     await writeVisionBlob(p, ctx.blobMiB, true, `bench model ${i}`);
     specs.push({ name: `vision${i}:4b`, model: p });
-    sections.push(`[vision${i}@4b]`, `alias = vision${i}:4b`, `model = ${p}`, "");
   }
   const store = join(work, "store");
   await buildOllamaStore(store, specs);
-  const preset = join(work, "models.ini");
-  writeFileSync(preset, sections.join("\n"));
+  const mounted = join(work, "mounted");
+  const unmount = mount(cli, mounted, store, join(work, "cache-mounted"));
   // one cache folder for every run, as a user's restarts share theirs: the warm-up run writes
   // the projectors' sidecars that the router's first look at each mmproj asks for
   // until the URL on stdout answers (Ollama's API, as Ollama's own server is ready), or until
@@ -105,17 +104,23 @@ export async function serveReady(ctx: BenchContext): Promise<void> {
   const nodeStart = () => runToEnd(process.execPath, ["-e", "0"]);
   const router = async () => {
     const t0 = performance.now();
-    const child = spawn(server, ["--models-preset", preset, "--host", "127.0.0.1", "--port", "0", "--no-webui", "--offline"], { stdio: ["ignore", "ignore", "pipe"] });
+    const child = spawn(server, ["--models-dir", mounted, "--host", "127.0.0.1", "--port", "0", "--no-webui", "--offline"], { stdio: ["ignore", "ignore", "pipe"] });
     await untilHealthy(child, (log) => /listening on (http:\/\/[\d.]+:\d+)/.exec(log)?.[1]);
     const ready = performance.now() - t0;
     child.kill("SIGTERM");
     await new Promise((r) => child.once("close", r));
     return { ownMs: ready };
   };
-  const [tUrl, tReady, tNode, tRouter] = await race([serveAll("url"), serveAll("router"), nodeStart, router]);
+  let times: number[];
+  try {
+    times = await race([serveAll("url"), serveAll("router"), nodeStart, router]);
+  } finally {
+    unmount();
+  }
+  const [tUrl, tReady, tNode, tRouter] = times;
   const floor = tNode! + tRouter!;
   const what = `\`serve --all\` over 10 Ollama gemma3 vision models of ${(ctx.blobMiB / 1024).toFixed(0)} GiB (a process of its own, sidecars kept from an earlier start)`;
-  const against = `\`node -e 0\` (${ms(tNode!)}) + llama-server --models-preset over the same 10 (${ms(tRouter!)}) until /health`;
+  const against = `\`node -e 0\` (${ms(tNode!)}) + llama-server --models-dir over the same 10, mounted (text + projector each; ${ms(tRouter!)}) until /health`;
   for (const [until, t] of [
     ["its URL answers /api/version", tUrl!],
     ["it says its router is ready (every route answers)", tReady!],
