@@ -6,7 +6,7 @@
  * in BENCH_DIR/migrate and deleted after.
  */
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { buildOllamaStore } from "@compat/store";
@@ -69,18 +69,34 @@ export async function migrateBench(o: MigrateBenchContext): Promise<void> {
     // verification (llama-server loads each migrated pair before its manifest switches) is a
     // cost of its own, outside the row above, and timed on a store of its own: the blobs above
     // have a vision model's shape but not weights llama-server can load, so every verification
-    // of them fails. Five loadable gemma3 vision blobs of the same size, migrated once with
-    // verification and once without.
+    // of them fails. Five loadable gemma3 vision blobs of the same size, migrated with
+    // verification and without, alternated as above (medians).
     const vroot = join(base, "verify-store");
     await makeStore(vroot, join(base, "verify-src"), modelMiB, writeLoadableVisionBlob);
     execFileSync("sync");
     let verified: number | undefined;
     let unverified: number | undefined;
     try {
-      unverified = timed(() => cli(o.cli, ["migrate", "--all", "--no-verify"], vroot));
-      await restore(vroot);
-      execFileSync("sync");
-      verified = timed(() => cli(o.cli, ["migrate", "--all"], vroot));
+      const tV: number[] = [];
+      const tN: number[] = [];
+      // CPU time too (the CLI's and llama-server's, user + sys), which a loaded machine does not stretch as it does wall time
+      const cV: number[] = [];
+      const cN: number[] = [];
+      for (let r = 0; r < runs; r++) {
+        let c0 = childCpuMs();
+        tN.push(timed(() => cli(o.cli, ["migrate", "--all", "--no-verify"], vroot)));
+        cN.push(childCpuMs() - c0);
+        await restore(vroot);
+        execFileSync("sync");
+        c0 = childCpuMs();
+        tV.push(timed(() => cli(o.cli, ["migrate", "--all"], vroot)));
+        cV.push(childCpuMs() - c0);
+        await restore(vroot);
+        execFileSync("sync");
+        if (process.env.BENCH_VERBOSE) console.error(`    run ${r}: --no-verify ${tN.at(-1)!.toFixed(0)} ms, with verification ${tV.at(-1)!.toFixed(0)} ms`);
+      }
+      [verified, unverified] = [median(tV), median(tN)];
+      console.error(`  CPU time (user + sys) of those migrations: with verification ${o.ms(median(cV))}, --no-verify ${o.ms(median(cN))}`);
     } catch (e) {
       const lines = (e as Error).message.trim().split("\n");
       console.error(`  migrate --all with verification: skipped (${lines[0]!.replace(/:.*/, "")}: ${lines.at(-1)})`);
@@ -181,6 +197,14 @@ async function xfsAdded(base: string, modelMiB: number, bin: string): Promise<nu
 function cli(bin: string, args: string[], store: string): void {
   const r = spawnSync(process.execPath, [bin, ...args], { env: { ...process.env, OLLAMA_MODELS: store }, encoding: "utf8", maxBuffer: 64 << 20 });
   if (r.status !== 0) throw new Error(`ollama-compat ${args.join(" ")} failed (${r.status}): ${r.stderr.slice(-2000)}`);
+}
+
+/** User + sys CPU time of this process's waited-for children and their waited-for descendants (/proc/self/stat cutime + cstime), in ms. */
+function childCpuMs(): number {
+  const stat = readFileSync("/proc/self/stat", "utf8");
+  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" "); // from field 3 (state) on: the name may hold spaces
+  const ticks = Number(f[13]) + Number(f[14]); // fields 16 and 17
+  return (ticks * 1000) / Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim());
 }
 
 function timed(fn: () => void): number {

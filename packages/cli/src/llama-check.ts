@@ -134,14 +134,19 @@ export async function embeddingLength(url: string): Promise<number> {
 }
 
 /**
- * llama.cpp's own words for what went wrong: the first error line of its log (the most
- * specific one: later lines only repeat "failed to load model"), without the timestamp
- * and level prefix; else its last lines.
+ * llama.cpp's own words for what went wrong: the first line it logged as an error (level E),
+ * else the first line that reads as one (the first is the most specific: later lines only
+ * repeat "failed to load model"; a warning before it, such as common_fit_params' "failed to
+ * fit params", is not the cause), without the timestamp and level prefix; else its last lines.
  */
 export function llamaErrorText(lines: readonly string[]): string {
-  const clean = lines.map((l) => l.replace(/^\s*\d+\.\d+\.\d+\.\d+ [EWID] /, "").trim()).filter(Boolean);
-  const first = clean.find((l) => /error|failed|exception|abort|invalid|missing|not found/i.test(l));
-  return first ?? clean.slice(-3).join(" | ");
+  const parsed = lines.map((l) => {
+    const m = /^\s*\d+\.\d+\.\d+\.\d+ ([EWID]) /.exec(l);
+    return { level: m?.[1], text: (m ? l.slice(m[0].length) : l).trim() };
+  });
+  const clean = parsed.filter((l) => l.text !== "");
+  const first = clean.find((l) => l.level === "E") ?? clean.find((l) => /error|failed|exception|abort|invalid|missing|not found/i.test(l.text));
+  return first?.text ?? clean.slice(-3).map((l) => l.text).join(" | ");
 }
 
 /**
@@ -159,4 +164,16 @@ export function startFailureText(e: unknown, again: string): string {
   const lines = (e as { details?: { lastLines?: string[] } }).details?.lastLines ?? [];
   if (lines.length > 0) return llamaErrorText(lines);
   return e instanceof Error ? e.message.split("\n")[0]! : String(e);
+}
+
+/**
+ * A start that ended before llama-server was ready (the bridge's SERVER_START_FAILED or
+ * SERVER_START_TIMEOUT), in one line: the bridge's first line (the exit status) and llama.cpp's
+ * own reason, which the bridge's message has on the lines after it, or that it printed nothing.
+ */
+export function notReadyText(e: BridgeError, again: string): string {
+  const first = e.message.split("\n")[0]!.replace(/:$/, "");
+  const lines = (e.details.lastLines as string[] | undefined) ?? [];
+  const said = lines.some((l) => l.trim() !== "") ? startFailureText(e, again) : "it printed nothing (llama.cpp's logger can lose its last lines when the process exits at once)";
+  return `${first}: ${said}`;
 }

@@ -461,6 +461,29 @@ describe("migrate", () => {
     await checkStore(root);
   }, 300_000);
 
+  it("a llama-server that cannot start the migrated pair: the model's reason is llama.cpp's own error line (the buffer it could not allocate), not its exit status alone; nothing switches", async () => {
+    const root = await freshStore("store-refused");
+    const before = await manifests(root);
+    // what llama-server 80fb11a logged for a model whose FFN activations need a 32 GiB compute buffer:
+    // a warning that reads as an error first, then the error itself
+    const refusing = join(dir, "refusing-llama-server");
+    const log = [
+      "0.00.009.464 W common_fit_params: failed to fit params to free device memory: was unable to fit model into system memory by reducing context, abort",
+      "0.01.173.791 E ggml_aligned_malloc: insufficient memory (attempted to allocate 32768.51 MB)",
+      "0.01.174.379 E graph_reserve: failed to allocate compute buffers",
+      "0.01.174.870 E srv  llama_server: exiting due to model loading error",
+    ];
+    await writeFile(refusing, `#!/bin/sh\ncat >&2 <<'EOF'\n${log.join("\n")}\nEOF\nexit 1\n`, { mode: 0o755 });
+    const r = await cli(["migrate", "gemma3:4b", "--llama-server", refusing, "--json"], { OLLAMA_MODELS: root });
+    expect(r.code, r.stderr).toBe(1);
+    const [failed] = JSON.parse(r.stdout).failed as Array<{ name: string; reason: string }>;
+    expect(failed).toEqual({
+      name: "gemma3:4b",
+      reason: expect.stringMatching(/^llama-server did not serve the migrated files: .*exited \(1\) before it was ready: ggml_aligned_malloc: insufficient memory \(attempted to allocate 32768\.51 MB\)$/),
+    });
+    expect(await manifests(root)).toEqual(before);
+  });
+
   it("audio (gemma4 with its conformer) and K-quant (gemma3 q4_k_m) models: the layers are translate's outputs; a failed verification switches nothing and leaves no new blob", async () => {
     const fx = join(dir, "fixtures");
     const audio = (await generateFixtureFiles("gemma4", { seed: 1, layout: "ollama", variant: "dense" }, fx)).text;

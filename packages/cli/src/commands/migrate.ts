@@ -1,10 +1,10 @@
 import type { TranslationProfile } from "@compat/handlers";
-import { findLlamaTool, launch, type RunningServer } from "@compat/server-bridge";
+import { BridgeError, findLlamaTool, launch, type RunningServer } from "@compat/server-bridge";
 import { migrateStore, planMigration, pruneMigration, undoMigration, type MigratedPair, type MigrationPlan } from "../migrate";
 import { CliError } from "../errors";
 import { humanBytes } from "../format";
 import { ExitCode, type CliIo } from "../io";
-import { embeddingLength, llamaErrorText, projectorAnswers, textAnswer } from "../llama-check";
+import { embeddingLength, llamaErrorText, notReadyText, projectorAnswers, textAnswer } from "../llama-check";
 import { jsonText, terminalSafe } from "../terminal";
 
 export interface MigrateFlags {
@@ -113,7 +113,11 @@ export async function verifyPair(pair: MigratedPair, env: Record<string, string 
   if (pair.embedding) args.push("--embedding");
   let server: RunningServer | undefined;
   try {
-    server = await launch(args, { env, ...(llamaServer !== undefined ? { llamaServer } : {}), startTimeoutMs: 600_000 });
+    server = await launch(args, { env, ...(llamaServer !== undefined ? { llamaServer } : {}), startTimeoutMs: 600_000 }).catch((e: unknown) => {
+      // an exit status says nothing of the cause: llama.cpp's own line (e.g. the buffer it could not allocate) goes with it
+      if (e instanceof BridgeError && (e.code === "SERVER_START_FAILED" || e.code === "SERVER_START_TIMEOUT")) throw new Error(notReadyText(e, `ollama-compat migrate ${pair.names[0]}`));
+      throw e;
+    });
     try {
       if (pair.embedding) {
         if ((await embeddingLength(server.url)) <= 0) throw new Error("an empty embedding");

@@ -5,7 +5,7 @@ import { apiKeyOf, bindingFromArgs, BridgeError, crashCause, isLoopback, readKey
 import { fetchRefusesPort, ModelStore } from "@compat/store";
 import { CliError } from "../errors";
 import type { CliIo } from "../io";
-import { startFailureText } from "../llama-check";
+import { notReadyText, startFailureText } from "../llama-check";
 import { cacheProgress } from "../progress";
 import { terminalSafe } from "../terminal";
 import { bridgeEnv, commandCache } from "./cache-dir";
@@ -183,12 +183,8 @@ function serveFailure(e: unknown, host: string, hostFlag: string, what: string):
     case "INSECURE_BIND":
       return insecureBind((e.details.host as string | undefined) ?? host, (e.details.setBy as string | undefined) ?? hostFlag);
     case "SERVER_START_FAILED":
-    case "SERVER_START_TIMEOUT": {
-      const first = e.message.split("\n")[0]!.replace(/:$/, "");
-      const lines = (e.details.lastLines as string[] | undefined) ?? [];
-      const said = lines.some((l) => l.trim() !== "") ? startFailureText(e, what) : "it printed nothing (llama.cpp's logger can lose its last lines when the process exits at once)";
-      return new BridgeError(e.code, `${first}: ${said}`, e.details);
-    }
+    case "SERVER_START_TIMEOUT":
+      return new BridgeError(e.code, notReadyText(e, what), e.details);
     default:
       return e;
   }
