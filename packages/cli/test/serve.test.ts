@@ -5,7 +5,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { findLlamaTools, generateFixture, generateFixtureFiles, writeWithZeroTail } from "@compat/testkit";
+import { findLlamaTools, generateFixture, generateFixtureFiles, until, writeWithZeroTail } from "@compat/testkit";
 import { prepareModel, TranslationCache } from "@compat/prepare";
 import { freePort } from "@compat/server-bridge";
 import { buildOllamaStore, ModelStore } from "@compat/store";
@@ -56,16 +56,19 @@ async function store(): Promise<{ root: string; fixtures: string }> {
 const SMALL = ["--threads", "2", "--no-warmup"];
 
 /** A llama-server that is the real one only once `gate` exists (the router's start, held). */
-async function gatedServer(dir: string, gate: string, server: string): Promise<string> {
-  const path = join(dir, "gated-llama-server");
-  await writeFile(path, `#!/bin/sh\nwhile [ ! -e '${gate}' ]; do sleep 0.05; done\nexec '${server}' "$@"\n`, { mode: 0o755 });
-  return path;
-}
-
-/** Polls `ok` every 50 ms, up to a generous bound. */
-async function waitUntil(ok: () => boolean): Promise<void> {
-  for (let i = 0; i < 1200 && !ok(); i++) await new Promise((r) => setTimeout(r, 50));
-  expect(ok()).toBe(true);
+/**
+ * `serve --all` over store()'s models with llama-server held at a gate: the wrapper (`dir`'s
+ * gated-llama-server) runs the real one only once the file `gate` exists.
+ */
+async function startGatedServeAll(env: Record<string, string>): Promise<{ s: ReturnType<typeof start>; dir: string; gate: string }> {
+  const { root } = await store();
+  const tools = await findLlamaTools();
+  const dir = await temp();
+  const gate = join(dir, "open");
+  const wrapper = join(dir, "gated-llama-server");
+  await writeFile(wrapper, `#!/bin/sh\nwhile [ ! -e '${gate}' ]; do sleep 0.05; done\nexec '${tools.server}' "$@"\n`, { mode: 0o755 });
+  const s = start(["serve", "--all", "--models", root, "--cache-dir", await temp(), "--llama-server", wrapper, "--", ...SMALL], env);
+  return { s, dir, gate };
 }
 
 describe("ollama-compat ls", () => {
@@ -149,12 +152,8 @@ describe("ollama-compat serve (real llama-server)", () => {
   });
 
   it("serve --all prints the URL once the API answers, before the router is up: /api/version answers, /api/tags waits for the router and is then served", async () => {
-    const { root } = await store();
-    const tools = await findLlamaTools();
-    const dir = await temp();
-    const gate = join(dir, "open");
     const port = await freePort();
-    const s = start(["serve", "--all", "--models", root, "--cache-dir", await temp(), "--llama-server", await gatedServer(dir, gate, tools.server), "--", ...SMALL], { OLLAMA_HOST: `127.0.0.1:${port}` });
+    const { s, gate } = await startGatedServeAll({ OLLAMA_HOST: `127.0.0.1:${port}` });
     const [url] = await s.waitFor(/^http:\/\/127\.0\.0\.1:\d+$/m);
     expect(url).toBe(`http://127.0.0.1:${port}`);
     const version = await fetch(`${url}/api/version`);
@@ -176,19 +175,15 @@ describe("ollama-compat serve (real llama-server)", () => {
   });
 
   it("serve --all stopped (SIGTERM) after its URL, while the router starts: exit 143, no router left, its request closed rather than answered", async () => {
-    const { root } = await store();
-    const tools = await findLlamaTools();
-    const dir = await temp();
-    const gate = join(dir, "open");
     const tmp = await temp();
-    const s = start(["serve", "--all", "--models", root, "--cache-dir", await temp(), "--llama-server", await gatedServer(dir, gate, tools.server), "--", ...SMALL], { OLLAMA_HOST: `127.0.0.1:${await freePort()}`, TMPDIR: tmp });
+    const { s, dir } = await startGatedServeAll({ OLLAMA_HOST: `127.0.0.1:${await freePort()}`, TMPDIR: tmp });
     const [url] = await s.waitFor(/^http:\/\/127\.0\.0\.1:\d+$/m);
     const held = fetch(`${url}/api/tags`).then(
       (r) => r.status,
       () => "closed",
     );
     // the router's chain is running (held at its gate) before the signal
-    await waitUntil(() => readdirSync(tmp).some((d) => d.startsWith("ollama-compat-router-")));
+    await until("the router's folder", () => readdirSync(tmp).some((d) => d.startsWith("ollama-compat-router-")));
     s.child.kill("SIGTERM");
     const { code } = await s.closed;
     expect(code, s.out.stderr).toBe(143);
