@@ -343,6 +343,9 @@ function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
+/** The most httpGet reads of an answer (a router's /models of thousands of models is a few MiB). */
+const HTTP_GET_MAX_BYTES = 16 << 20;
+
 /**
  * A GET of `url` (with `key` as its bearer token, if given): its status and body, over node:http
  * rather than fetch: fetch refuses the ports of the Fetch standard's "bad port" list (6000,
@@ -354,7 +357,13 @@ export function httpGet(url: string, timeoutMs: number, key?: string): Promise<{
     const headers = key !== undefined ? { authorization: `Bearer ${key}` } : undefined;
     const req = request(url, { method: "GET", timeout: timeoutMs, agent: false, headers }, (res) => {
       const chunks: Buffer[] = [];
-      res.on("data", (c: Buffer) => chunks.push(c));
+      let size = 0;
+      res.on("data", (c: Buffer) => {
+        size += c.length;
+        // what llama-server answers here is small: whatever answers more is not it
+        if (size > HTTP_GET_MAX_BYTES) req.destroy(new Error(`${url} answered more than ${HTTP_GET_MAX_BYTES} bytes`));
+        else chunks.push(c);
+      });
       res.once("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") }));
       res.once("error", reject);
     });
