@@ -6,3 +6,4 @@ export { acquireLock, lockedByLive, type LockOptions } from "./entry-lock";
 export { isSystemError, whyNotWritable } from "./fs-errors";
 export { runNativeBuild, type NativeTarget } from "./native-build";
 export { kernelRangeCopier, type KernelCopy } from "./file-copy";
+export { fileKind, readSmallFile } from "./small-file";

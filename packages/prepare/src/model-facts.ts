@@ -1,9 +1,8 @@
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { TranslationProfile } from "@compat/handlers";
-import { writeFileAtomic } from "@compat/files";
+import { readSmallFile, writeFileAtomic } from "@compat/files";
 import type { FileStatus } from "@compat/views";
 import type { ResolvedModel } from "@compat/store";
 import { TRANSLATOR_VERSION } from "./cache";
@@ -32,6 +31,8 @@ export interface RecordedFacts {
 
 /** Bumped when the record's shape or meaning changes: an older record is then ignored and rewritten. */
 const RECORD_VERSION = 1;
+/** A record is a few hundred bytes: a larger file in its place is not one. */
+const RECORD_MAX_BYTES = 1 << 20;
 
 interface FactsRecord {
   v: number;
@@ -62,8 +63,8 @@ export class FactsRecords {
     if (key === undefined) return undefined;
     let record: FactsRecord;
     try {
-      // a small file, read synchronously as the store's are (ModelStore's readSmallFile)
-      record = JSON.parse(readFileSync(join(this.dir, `${key}.json`), "utf8")) as FactsRecord;
+      // a regular file of a few hundred bytes, or nothing: a FIFO or a device in its place is no record
+      record = JSON.parse(readSmallFile(join(this.dir, `${key}.json`), RECORD_MAX_BYTES, (why) => new Error(why))) as FactsRecord;
     } catch {
       return undefined;
     }

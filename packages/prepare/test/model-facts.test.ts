@@ -1,4 +1,6 @@
 import { readdir, readFile, rm, utimes, writeFile, copyFile, rename } from "node:fs/promises";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { generateFixtureFiles } from "@compat/testkit";
@@ -41,6 +43,21 @@ describe("FactsRecords: what serve remembers of a model's header", () => {
     await copyFile(m.modelPath, `${m.modelPath}.new`);
     await rename(`${m.modelPath}.new`, m.modelPath);
     expect(await records.read(m, "native")).toBeUndefined();
+  });
+
+  it("a FIFO, a directory or an endless device where a record should be is no record, and never a hang", async () => {
+    const s = await store();
+    const dir = await temp();
+    const records = new FactsRecords(dir);
+    const m = await s.resolve("llama3.2:1b");
+    await records.write(m, "native", await FactsRecords.versions(m), FACTS);
+    const [file] = (await readdir(dir)).filter((f) => f.endsWith(".json"));
+    const path = join(dir, file!);
+    for (const put of [() => execFileSync("mkfifo", [path]), () => mkdirSync(path), () => symlinkSync("/dev/zero", path)]) {
+      await rm(path, { recursive: true, force: true });
+      put();
+      expect(await records.read(m, "native")).toBeUndefined();
+    }
   });
 
   it("a corrupt or foreign record is ignored, and serve's next prepare writes it again", async () => {

@@ -1,4 +1,5 @@
-import { closeSync, constants, fstatSync, openSync, readSync, type Stats } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, readSync } from "node:fs";
+import { fileKind } from "@compat/files";
 import { BridgeError } from "./errors";
 
 /** The most a key file may hold: keys are short, and a device such as /dev/zero never ends. */
@@ -28,7 +29,7 @@ export function readKeyFile(path: string, flag: string): KeyFile {
   }
   try {
     const st = fstatSync(fd);
-    if (!st.isFile()) throw fail(`not a regular file (${kindOf(st)}); expected a file holding the key`);
+    if (!st.isFile()) throw fail(`not a regular file (${fileKind(st)}); expected a file holding the key`);
     if (st.size > KEY_FILE_MAX_BYTES) throw fail(`${st.size} bytes: larger than a key file may be (${KEY_FILE_MAX_BYTES} bytes)`);
     const buf = Buffer.alloc(KEY_FILE_MAX_BYTES + 1);
     let n = 0;
@@ -43,15 +44,6 @@ export function readKeyFile(path: string, flag: string): KeyFile {
   } finally {
     closeSync(fd);
   }
-}
-
-function kindOf(st: Stats): string {
-  if (st.isFIFO()) return "a FIFO";
-  if (st.isDirectory()) return "a directory";
-  if (st.isCharacterDevice()) return "a character device";
-  if (st.isBlockDevice()) return "a block device";
-  if (st.isSocket()) return "a socket";
-  return "not a file";
 }
 
 /**

@@ -1,8 +1,9 @@
-import { closeSync, constants, createReadStream, existsSync, fstatSync, lstatSync, openSync, readSync, realpathSync, statSync, type Stats } from "node:fs";
+import { createReadStream, existsSync, lstatSync, realpathSync, statSync, type Stats } from "node:fs";
 import { readdir } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { homedir } from "node:os";
 import { isAbsolute, join, resolve as resolvePath, sep } from "node:path";
+import { fileKind, readSmallFile } from "@compat/files";
 import { blobFileName, canonicalDigest } from "./digest";
 import { StoreError } from "./errors";
 import { MediaType } from "./media-types";
@@ -261,7 +262,7 @@ export class ModelStore {
   private async readLayer(layer: ManifestLayer, manifestPath: string, max: number, blobs: BlobLookups): Promise<string> {
     const path = await this.checkBlob(layer, manifestPath, blobs);
     try {
-      return await blobs.once(blobs.texts, `${max}:${path}`, () => readSmallFile(path, max, (why) => new Refusal(why)));
+      return await blobs.once(blobs.texts, `${max}:${path}`, async () => readSmallFile(path, max, (why) => new Refusal(why)));
     } catch (e) {
       if (e instanceof Refusal) throw new StoreError("UNSAFE_BLOB", `${layer.mediaType} blob ${path} named by ${manifestPath} ${e.message}`, { digest: layer.digest, path, manifestPath });
       throw new StoreError("MISSING_BLOB", `blob ${path} (${layer.mediaType}) named by ${manifestPath} cannot be read: ${(e as Error).message}`, { digest: layer.digest, path, manifestPath });
@@ -459,43 +460,3 @@ async function verifyBlobDigest(path: string, digest: string, manifestPath: stri
 }
 
 /** "a FIFO", "a directory", …: what a path is when it is not the regular file expected. */
-function fileKind(st: Stats): string {
-  if (st.isDirectory()) return "a directory";
-  if (st.isFIFO()) return "a FIFO";
-  if (st.isCharacterDevice()) return "a character device";
-  if (st.isBlockDevice()) return "a block device";
-  if (st.isSocket()) return "a socket";
-  return "not a regular file";
-}
-
-/**
- * A small file of the store, read into memory: opened without blocking (a FIFO must not wait
- * for a writer), refused unless it is a regular file, and read up to `max` bytes whatever its
- * size on disk says (a link to /dev/zero, or a /proc file whose size is 0, streams without end).
- */
-async function readSmallFile(path: string, max: number, refuse: (why: string) => Error): Promise<string> {
-  const fd = openSync(path, constants.O_RDONLY | constants.O_NONBLOCK);
-  try {
-    const st = fstatSync(fd);
-    if (!st.isFile()) throw refuse(`is ${fileKind(st)}`);
-    if (st.size > max) throw refuse(`is ${st.size} bytes (expected at most ${max})`);
-    // one page past the limit tells "more" apart (reads in whole pages: some /proc files refuse other sizes)
-    const cap = max + 4096;
-    let buf = Buffer.allocUnsafe(Math.min(cap, st.size + 4096));
-    let used = 0;
-    for (;;) {
-      if (used > max) throw refuse(`holds more than ${max} bytes (expected at most ${max})`);
-      if (used === buf.length) {
-        const bigger = Buffer.allocUnsafe(Math.min(cap, buf.length * 2));
-        buf.copy(bigger, 0, 0, used);
-        buf = bigger;
-      }
-      const bytesRead = readSync(fd, buf, used, buf.length - used, used);
-      if (bytesRead === 0) break;
-      used += bytesRead;
-    }
-    return buf.toString("utf8", 0, used);
-  } finally {
-    closeSync(fd);
-  }
-}
